@@ -1,0 +1,49 @@
+// swift-tools-version: 6.1
+// OpenCoreBluetooth: a Bluetooth Low Energy host stack in pure Swift, with Apple's Core Bluetooth API on Linux.
+//
+// One target per layer; dependencies point down only (toward BLEWire). Protocol modules never import
+// each other; only BLEHost wires them together.
+import PackageDescription
+
+let package = Package(
+    name: "OpenCoreBluetooth",
+    products: [
+        .library(name: "CoreBluetooth", targets: ["CoreBluetooth"]),
+        .library(name: "BLEVirtualRadio", targets: ["BLEVirtualRadio"]),
+        .library(name: "BLEHost", targets: ["BLEHost"]),
+        .executable(name: "ble", targets: ["ble"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .target(name: "BLEWire"),
+        .target(name: "BLEHCI", dependencies: ["BLEWire"]),
+        .target(name: "BLEL2CAP", dependencies: ["BLEWire"]),
+        .target(name: "BLEATT", dependencies: ["BLEWire"]),
+        .target(name: "BLEGATT", dependencies: ["BLEATT", "BLEWire"]),
+        .target(name: "BLEGAP", dependencies: ["BLEWire"]),
+        .target(name: "BLETransport", dependencies: ["BLEHCI", "BLEWire"]),
+        .target(name: "BLEVirtualRadio", dependencies: ["BLETransport", "BLEHCI", "BLEWire"]),
+        .target(name: "BLEHost", dependencies: [
+            "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLETransport", "BLEVirtualRadio",
+        ]),
+        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLEWire"]),
+        .executableTarget(name: "ble", dependencies: [
+            "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEGAP", "BLEWire",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
+        .testTarget(name: "BLEHCITests", dependencies: ["BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLEL2CAPTests", dependencies: ["BLEL2CAP", "BLEWire"]),
+        .testTarget(name: "BLEATTTests", dependencies: ["BLEATT", "BLEWire"]),
+        .testTarget(name: "BLEGATTTests", dependencies: ["BLEGATT", "BLEATT", "BLEWire"]),
+        .testTarget(name: "BLEGAPTests", dependencies: ["BLEGAP", "BLEWire"]),
+        .testTarget(name: "BLETransportTests", dependencies: ["BLETransport", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BLEVirtualRadio", "BLEHost"]),
+        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,1 @@
+// BLEATT — placeholder until the layer lands.

@@ -1,0 +1,1 @@
+// BLEGAP — placeholder until the layer lands.

@@ -1,0 +1,1 @@
+// BLEGATT — placeholder until the layer lands.

@@ -1,0 +1,1 @@
+// BLEHCI — placeholder until the layer lands.

@@ -1,0 +1,1 @@
+// BLEHost — placeholder until the layer lands.

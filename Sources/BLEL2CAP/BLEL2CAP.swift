@@ -1,0 +1,1 @@
+// BLEL2CAP — placeholder until the layer lands.

@@ -1,0 +1,1 @@
+// BLETransport — placeholder until the layer lands.

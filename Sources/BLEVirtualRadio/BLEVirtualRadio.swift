@@ -1,0 +1,1 @@
+// BLEVirtualRadio — placeholder until the layer lands.

@@ -1,0 +1,1 @@
+// CoreBluetooth — placeholder until the layer lands.
