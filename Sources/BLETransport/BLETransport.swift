@@ -1,1 +1,0 @@
-// BLETransport — placeholder until the layer lands.

@@ -1,0 +1,216 @@
+// EventLoop: the one serial executor a host (and the virtual radio) runs on, with a clock that is either
+// real or virtual.
+//
+// Threading contract: every protocol state machine of a host is touched only from its loop. Work from other
+// threads enters with `execute`. Timers are kept in a heap and fired on the loop.
+//
+// Virtual time stands still unless a test moves it: `advance(by:)` runs all work and all timers due up to
+// the new time, in deadline order, draining the work queue between timers, so a run is deterministic.
+// In real mode, a dispatch timer fires at the earliest deadline.
+import Dispatch
+import Synchronization
+
+/// Nanoseconds of loop time.
+public typealias LoopTime = UInt64
+
+public extension LoopTime {
+    static func milliseconds(_ ms: Double) -> LoopTime { LoopTime(ms * 1_000_000) }
+    static func seconds(_ s: Double) -> LoopTime { LoopTime(s * 1_000_000_000) }
+}
+
+/// A cancellable timer handle.
+public final class LoopTimer: @unchecked Sendable {
+    fileprivate let deadline: LoopTime
+    fileprivate let sequence: UInt64
+    fileprivate var work: (() -> Void)?
+    fileprivate init(deadline: LoopTime, sequence: UInt64, work: @escaping () -> Void) {
+        self.deadline = deadline
+        self.sequence = sequence
+        self.work = work
+    }
+    /// True until the timer fires or is cancelled.
+    public var isPending: Bool { work != nil }
+}
+
+public final class EventLoop: @unchecked Sendable {
+    public enum Clock: Sendable { case real, virtual }
+
+    public let clock: Clock
+    public let queue: DispatchQueue
+    private let key = DispatchSpecificKey<ObjectIdentifier>()
+    private let origin = DispatchTime.now().uptimeNanoseconds
+
+    // Cross-thread work queue.
+    private struct Pending { var work: [() -> Void] = []; var drainScheduled = false }
+    private let pending = Mutex(Pending())
+
+    // Loop-confined state.
+    private var virtualNow: LoopTime = 0
+    private var heap: [LoopTimer] = []
+    private var sequence: UInt64 = 0
+    private var dispatchTimer: DispatchSourceTimer?
+    private var armedDeadline: LoopTime = .max
+
+    public init(label: String = "ble.loop", clock: Clock = .real) {
+        self.clock = clock
+        queue = DispatchQueue(label: label)
+        queue.setSpecific(key: key, value: ObjectIdentifier(self))
+    }
+
+    /// Current loop time in nanoseconds since the loop was created.
+    public var now: LoopTime {
+        switch clock {
+        case .real: return DispatchTime.now().uptimeNanoseconds - origin
+        case .virtual: return virtualNow
+        }
+    }
+
+    public var isInLoop: Bool { DispatchQueue.getSpecific(key: key) == ObjectIdentifier(self) }
+
+    public func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
+        dispatchPrecondition(condition: .onQueue(queue))
+    }
+
+    /// Runs `work` on the loop, after work already submitted. Never runs it inline.
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        let schedule = pending.withLock { p -> Bool in
+            p.work.append(work)
+            if p.drainScheduled { return false }
+            p.drainScheduled = true
+            return true
+        }
+        if schedule { queue.async { self.drain() } }
+    }
+
+    /// Runs `work` on the loop and waits for it; must not be called from the loop.
+    public func sync<T>(_ work: () throws -> T) rethrows -> T {
+        precondition(!isInLoop, "EventLoop.sync called from the loop itself")
+        return try queue.sync(execute: work)
+    }
+
+    private func drain() {
+        while true {
+            let batch = pending.withLock { p -> [() -> Void] in
+                if p.work.isEmpty { p.drainScheduled = false; return [] }
+                let b = p.work
+                p.work.removeAll(keepingCapacity: true)
+                return b
+            }
+            if batch.isEmpty { return }
+            for w in batch { w() }
+        }
+    }
+
+    // MARK: Timers (loop only)
+
+    /// Schedules `work` after `delay` nanoseconds of loop time. Call on the loop.
+    @discardableResult
+    public func schedule(after delay: LoopTime, _ work: @escaping () -> Void) -> LoopTimer {
+        assertInLoop()
+        sequence &+= 1
+        let (deadline, overflow) = now.addingReportingOverflow(delay)
+        let t = LoopTimer(deadline: overflow ? .max : deadline, sequence: sequence, work: work)
+        push(t)
+        if clock == .real { armIfNeeded() }
+        return t
+    }
+
+    /// Cancels a timer; harmless if it already fired. Call on the loop.
+    public func cancel(_ timer: LoopTimer?) {
+        timer?.work = nil
+    }
+
+    private func push(_ t: LoopTimer) {
+        heap.append(t)
+        var i = heap.count - 1
+        while i > 0 {
+            let p = (i - 1) / 2
+            if Self.less(heap[i], heap[p]) { heap.swapAt(i, p); i = p } else { break }
+        }
+    }
+
+    private func popMin() -> LoopTimer {
+        let top = heap[0]
+        let last = heap.removeLast()
+        if !heap.isEmpty {
+            heap[0] = last
+            var i = 0
+            while true {
+                let l = 2 * i + 1, r = l + 1
+                var m = i
+                if l < heap.count, Self.less(heap[l], heap[m]) { m = l }
+                if r < heap.count, Self.less(heap[r], heap[m]) { m = r }
+                if m == i { break }
+                heap.swapAt(i, m); i = m
+            }
+        }
+        return top
+    }
+
+    private static func less(_ a: LoopTimer, _ b: LoopTimer) -> Bool {
+        a.deadline != b.deadline ? a.deadline < b.deadline : a.sequence < b.sequence
+    }
+
+    /// Drops cancelled timers at the top of the heap and returns the next live deadline.
+    private func nextDeadline() -> LoopTime? {
+        while let top = heap.first, top.work == nil { _ = popMin() }
+        return heap.first?.deadline
+    }
+
+    /// Fires one due timer, if any; returns whether it did.
+    private func fireOne(upTo limit: LoopTime) -> Bool {
+        guard let d = nextDeadline(), d <= limit else { return false }
+        let t = popMin()
+        if clock == .virtual { virtualNow = max(virtualNow, d) }
+        let w = t.work
+        t.work = nil
+        w?()
+        return true
+    }
+
+    private func armIfNeeded() {
+        guard let d = nextDeadline() else { return }
+        if d >= armedDeadline, dispatchTimer != nil { return }
+        if dispatchTimer == nil {
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.setEventHandler { [unowned self] in self.realTimerFired() }
+            timer.resume()
+            dispatchTimer = timer
+        }
+        armedDeadline = d
+        dispatchTimer!.schedule(deadline: DispatchTime(uptimeNanoseconds: origin + min(d, LoopTime(Int64.max) - origin)),
+                                leeway: .microseconds(100))
+    }
+
+    private func realTimerFired() {
+        armedDeadline = .max
+        let limit = now
+        while fireOne(upTo: limit) { drain() }
+        armIfNeeded()
+    }
+
+    // MARK: Virtual time (tests)
+
+    /// Moves virtual time forward by `delta`, running every timer due on the way in order, with all work they
+    /// cause. Call from outside the loop.
+    public func advance(by delta: LoopTime) {
+        precondition(clock == .virtual, "advance(by:) needs a virtual clock")
+        sync {
+            let target = virtualNow &+ delta
+            drain()
+            while fireOne(upTo: target) { drain() }
+            virtualNow = max(virtualNow, target)
+        }
+    }
+
+    /// Runs queued work without moving time.
+    public func runPending() {
+        sync { drain() }
+    }
+
+    /// Number of live timers (for tests that check nothing is left pending).
+    public var pendingTimerCount: Int {
+        let count = { self.heap.reduce(0) { $0 + ($1.work == nil ? 0 : 1) } }
+        return isInLoop ? count() : sync(count)
+    }
+}

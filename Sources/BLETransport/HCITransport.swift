@@ -1,0 +1,42 @@
+// The boundary below the host: something that carries HCI packets to and from a controller.
+//
+// Threading contract: `send` may be called from the host's loop only. A transport delivers controller
+// packets to its sink on any thread, but never synchronously from inside `send` (no re-entrancy), and in
+// the order the controller produced them. A transport that loses its controller calls
+// `transportDidClose(error:)` once.
+import BLEHCI
+
+public protocol HCITransportSink: AnyObject, Sendable {
+    /// A complete packet from the controller (event, ACL, ...).
+    func transport(didReceive packet: HCIPacket)
+    /// The controller is gone (socket closed, device unplugged, radio removed).
+    func transportDidClose(error: (any Error)?)
+}
+
+public protocol HCITransport: AnyObject, Sendable {
+    /// Starts delivering packets to `sink`.
+    func open(sink: any HCITransportSink) throws
+    /// Sends a packet (command, ACL) to the controller.
+    func send(_ packet: HCIPacket)
+    /// Stops the transport; no more packets are delivered after it returns.
+    func close()
+    /// A short human description, e.g. "tcp-client:127.0.0.1:6402".
+    var name: String { get }
+}
+
+/// Errors raised while opening a transport.
+public enum TransportError: Error, CustomStringConvertible, Equatable {
+    case invalidSpec(String)
+    case connectFailed(String)
+    case io(String)
+    case closed
+
+    public var description: String {
+        switch self {
+        case let .invalidSpec(s): return "invalid transport spec: \(s)"
+        case let .connectFailed(s): return "could not connect: \(s)"
+        case let .io(s): return "I/O error: \(s)"
+        case .closed: return "transport closed"
+        }
+    }
+}

@@ -1,0 +1,38 @@
+// H4 over a byte stream: `tcp-client:HOST:PORT` and `unix:PATH`.
+import BLEHCI
+import Synchronization
+
+public final class StreamTransport: HCITransport, @unchecked Sendable {
+    public let name: String
+    private let connectFn: () throws -> (Int32, Bool)
+    private let connection = Mutex<StreamConnection?>(nil)
+
+    public init(name: String, connect: @escaping () throws -> (fd: Int32, isTCP: Bool)) {
+        self.name = name
+        self.connectFn = connect
+    }
+
+    public static func tcpClient(host: String, port: UInt16) -> StreamTransport {
+        StreamTransport(name: "tcp-client:\(host):\(port)") { (try Sockets.connectTCP(host: host, port: port), true) }
+    }
+
+    public static func unix(path: String) -> StreamTransport {
+        StreamTransport(name: "unix:\(path)") { (try Sockets.connectUNIX(path: path), false) }
+    }
+
+    public func open(sink: any HCITransportSink) throws {
+        let (fd, tcp) = try connectFn()
+        let c = StreamConnection(fd: fd, isTCP: tcp, label: name)
+        connection.withLock { $0 = c }
+        c.start(onPacket: { [weak sink] p in sink?.transport(didReceive: p) },
+                onClose: { [weak sink] e in sink?.transportDidClose(error: e) })
+    }
+
+    public func send(_ packet: HCIPacket) {
+        _ = connection.withLock { $0 }?.write(packet.h4Bytes)
+    }
+
+    public func close() {
+        connection.withLock { c in c?.close(); c = nil }
+    }
+}
