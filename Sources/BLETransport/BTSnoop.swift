@@ -1,0 +1,79 @@
+// btsnoop capture files (the format Wireshark reads as "btsnoop", datalink 1002 = HCI UART H4).
+//
+// File header: "btsnoop\0", version 1, datalink 1002 (all big-endian). Each record: original length,
+// included length, flags (bit 0: 1 = received by the host; bit 1: 1 = command/event), cumulative drops,
+// timestamp in microseconds since 0000-01-01 (big-endian 64-bit), then the H4 packet.
+import Foundation
+import BLEHCI
+import Synchronization
+
+public final class BTSnoopWriter: @unchecked Sendable {
+    private let handle: FileHandle
+    private let lock = Mutex(())
+    /// Microseconds between 0000-01-01 and 1970-01-01, as btsnoop counts.
+    static let epochDelta: UInt64 = 0x00DC_DDB3_0F2F_8000
+
+    public init(path: String) throws {
+        guard FileManager.default.createFile(atPath: path, contents: nil) else {
+            throw TransportError.io("cannot create capture file \(path)")
+        }
+        handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        var h: [UInt8] = Array("btsnoop".utf8) + [0]
+        h += be32(1) + be32(1002)
+        try handle.write(contentsOf: h)
+    }
+
+    public enum Direction: Sendable { case hostToController, controllerToHost }
+
+    public func write(_ packet: HCIPacket, direction: Direction, date: Date = Date()) {
+        let bytes = packet.h4Bytes
+        var flags: UInt32 = direction == .controllerToHost ? 1 : 0
+        if packet.type == .command || packet.type == .event { flags |= 2 }
+        let micros = UInt64(max(0, date.timeIntervalSince1970) * 1_000_000) + Self.epochDelta
+        var rec: [UInt8] = []
+        rec.reserveCapacity(24 + bytes.count)
+        rec += be32(UInt32(bytes.count)) + be32(UInt32(bytes.count)) + be32(flags) + be32(0)
+        rec += be32(UInt32(micros >> 32)) + be32(UInt32(micros & 0xFFFF_FFFF))
+        rec += bytes
+        lock.withLock { _ in try? handle.write(contentsOf: rec) }
+    }
+
+    public func close() { lock.withLock { _ in try? handle.close() } }
+}
+
+private func be32(_ v: UInt32) -> [UInt8] {
+    [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]
+}
+
+/// A transport wrapper that records every packet to a btsnoop file.
+public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked Sendable {
+    public let inner: any HCITransport
+    public let writer: BTSnoopWriter
+    private weak var sink: (any HCITransportSink)?
+
+    public init(_ inner: any HCITransport, writer: BTSnoopWriter) {
+        self.inner = inner
+        self.writer = writer
+    }
+
+    public var name: String { inner.name }
+
+    public func open(sink: any HCITransportSink) throws {
+        self.sink = sink
+        try inner.open(sink: self)
+    }
+
+    public func send(_ packet: HCIPacket) {
+        writer.write(packet, direction: .hostToController)
+        inner.send(packet)
+    }
+
+    public func close() { inner.close() }
+
+    public func transport(didReceive packet: HCIPacket) {
+        writer.write(packet, direction: .controllerToHost)
+        sink?.transport(didReceive: packet)
+    }
+
+    public func transportDidClose(error: (any Error)?) { sink?.transportDidClose(error: error) }
+}
