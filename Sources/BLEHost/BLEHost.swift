@@ -1,1 +1,0 @@
-// BLEHost — placeholder until the layer lands.

@@ -1,0 +1,207 @@
+// The data path: ACL in → L2CAP recombination → fixed-channel dispatch → ATT → GATT client or server;
+// and back out: L2CAP framing → fragmentation to the controller's buffer size → ACL buffer credits.
+//
+// This is the hot path: no actor hops, no dictionary lookups beyond the connection, one decode per PDU.
+import BLEWire
+import BLEHCI
+import BLEL2CAP
+import BLEATT
+import BLEGATT
+import BLETransport
+
+extension Host {
+    /// Packets beyond the controller's buffers that the host accepts before saying "full" to the app.
+    var unacknowledgedQueueLimit: Int { max(4, aclBufferCount) }
+
+    /// Room for a Write Command or a notification without overrunning the host's queue.
+    var hasRoomForUnacknowledgedData: Bool { aclWaiting.count - aclWaitingHead < unacknowledgedQueueLimit }
+
+    // MARK: Inbound
+
+    func handle(acl: ACLPacket) {
+        guard let c = connections[acl.handle] else {
+            log("ACL for unknown handle 0x\(String(acl.handle, radix: 16))")
+            return
+        }
+        let boundary: L2CAPFragment.Boundary = acl.boundary == .continuing ? .continuing : .first
+        let frame: L2CAPFrame?
+        do {
+            frame = try c.recombiner.append(acl.data, boundary: boundary)
+        } catch {
+            log("L2CAP recombination error on \(c): \(error)")
+            return
+        }
+        guard let frame else { return }
+        switch frame.channelID {
+        case .att: handleATT(frame.payload, on: c)
+        case .leSignaling: handleSignaling(frame.payload, on: c)
+        case .smp:
+            // Pairing is not supported yet: Pairing Failed, reason Pairing Not Supported (Vol 3 Part H §3.5.5).
+            if let code = frame.payload.first, code != 0x05 { sendL2CAP([0x05, 0x05], cid: .smp, on: c) }
+        default:
+            log("frame for unsupported CID \(frame.channelID) dropped")
+        }
+    }
+
+    func handleATT(_ bytes: [UInt8], on c: HostConnection) {
+        let pdu: ATTPDU
+        do {
+            pdu = try ATTPDU.decode(bytes)
+        } catch {
+            log("malformed ATT PDU on \(c): \(error)")
+            if let rsp = error.serverErrorResponse { sendATT(.errorResponse(rsp), on: c) }
+            return
+        }
+        switch pdu.opcode.kind {
+        case .request, .command:
+            perform(gattServer.handle(pdu, from: c.handle), on: c)
+        case .response, .notification, .indication:
+            perform(c.gattClient.receive(pdu), on: c)
+        case .confirmation:
+            perform(gattServer.handle(pdu, from: c.handle), on: c)
+        case .unknown:
+            if let rsp = pdu.opcode.unsupportedServerResponse { sendATT(.errorResponse(rsp), on: c) }
+        }
+    }
+
+    func handleSignaling(_ bytes: [UInt8], on c: HostConnection) {
+        for action in c.signaling.receive(bytes) {
+            switch action {
+            case let .send(pdu):
+                sendL2CAP(pdu, cid: .leSignaling, on: c)
+            case let .connectionParameterUpdateRequested(identifier, minInterval, maxInterval, latency, timeout):
+                // As central we accept any request within the spec's ranges and ask the controller for it.
+                let ok = ConnectionParameters.isValid(minInterval: minInterval, maxInterval: maxInterval,
+                                                      latency: latency, supervisionTimeout: timeout)
+                sendL2CAP(c.signaling.connectionParameterUpdateResponse(identifier: identifier, accepted: ok),
+                          cid: .leSignaling, on: c)
+                if ok {
+                    command(.leConnectionUpdate(LEConnectionUpdate(
+                        connectionHandle: c.handle, connectionIntervalMin: minInterval, connectionIntervalMax: maxInterval,
+                        maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0)))
+                }
+            default:
+                break
+            }
+        }
+    }
+
+    // MARK: Actions of the protocol machines
+
+    func perform(_ actions: [GATTClient.Action], on c: HostConnection) {
+        for a in actions {
+            switch a {
+            case let .send(pdu):
+                loop.cancel(c.attTimer)
+                c.attTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
+                    guard let self, let c, c.isOpen else { return }
+                    log("ATT transaction timed out on \(c)")
+                    c.attTimer = nil
+                    perform(c.gattClient.transactionTimedOut(), on: c)
+                }
+                sendATT(pdu, on: c)
+            case let .sendCommand(pdu):
+                sendATT(pdu, on: c)
+            case let .complete(id, result):
+                if !c.gattClient.hasOutstandingRequest {
+                    loop.cancel(c.attTimer)
+                    c.attTimer = nil
+                }
+                if case let .success(.mtu(m)) = result { c.mtuDidChange(m) }
+                c.gattCompletions.removeValue(forKey: id)?(result)
+            case let .notification(handle, value):
+                centralDelegate?.host(self, connection: c, didReceiveValue: value, forHandle: handle, isIndication: false)
+            case let .indication(handle, value):
+                centralDelegate?.host(self, connection: c, didReceiveValue: value, forHandle: handle, isIndication: true)
+            case let .protocolViolation(why):
+                log("GATT server misbehaved on \(c): \(why)")
+            }
+        }
+    }
+
+    func perform(_ actions: [GATTServerAction], on c: HostConnection) {
+        for a in actions { perform(a) }
+    }
+
+    func perform(_ action: GATTServerAction) {
+        switch action {
+        case let .send(pdu, client):
+            if let c = connections[client] { sendATT(pdu, on: c) }
+        case let .readRequest(id, client, handle, offset):
+            peripheralDelegate?.host(self, didReceiveRead: HostReadRequest(id: id, connectionHandle: client, attributeHandle: handle, offset: offset))
+        case let .writeRequests(id, client, writes, needsResponse):
+            let items = writes.map { HostWriteRequest.Item(attributeHandle: $0.handle, offset: $0.offset, value: $0.value) }
+            peripheralDelegate?.host(self, didReceiveWrite: HostWriteRequest(id: id, connectionHandle: client, items: items, needsResponse: needsResponse))
+        case let .subscriptionChanged(client, valueHandle, notify, indicate):
+            if let c = connections[client] {
+                peripheralDelegate?.host(self, connection: c, didChangeSubscriptionOf: valueHandle, notify: notify, indicate: indicate)
+            }
+        case let .mtuChanged(client, mtu):
+            if let c = connections[client] { c.mtuDidChange(mtu) }
+        default:
+            break
+        }
+    }
+
+    // MARK: Outbound
+
+    func sendATT(_ pdu: ATTPDU, on c: HostConnection) {
+        sendL2CAP(pdu.encode(), cid: .att, on: c)
+    }
+
+    func sendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection) {
+        guard c.isOpen else { return }
+        for f in L2CAPFragmenter.fragment(payload, channelID: cid, maximumFragmentSize: aclBufferSize) {
+            let acl = ACLPacket(handle: c.handle, boundary: f.boundary == .first ? .firstNonFlushable : .continuing,
+                                broadcast: 0, data: f.bytes)
+            sendACL(acl.encode(), handle: c.handle)
+        }
+    }
+
+    func sendACL(_ packet: HCIPacket, handle: UInt16) {
+        if aclCredits > 0 && aclWaitingHead == aclWaiting.count {
+            aclCredits -= 1
+            aclInFlight[handle, default: 0] += 1
+            transport.send(packet)
+        } else {
+            aclWaiting.append((handle, packet))
+        }
+    }
+
+    func packetsCompleted(handle: UInt16, count: Int) {
+        guard let n = aclInFlight[handle] else { return }
+        let done = min(n, count)
+        aclInFlight[handle] = n - done
+        aclCredits += done
+    }
+
+    /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.
+    func aclCreditsFreed() {
+        while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
+            let (h, p) = aclWaiting[aclWaitingHead]
+            aclWaitingHead += 1
+            aclCredits -= 1
+            aclInFlight[h, default: 0] += 1
+            transport.send(p)
+        }
+        if aclWaitingHead == aclWaiting.count {
+            aclWaiting.removeAll(keepingCapacity: true)
+            aclWaitingHead = 0
+        }
+        guard hasRoomForUnacknowledgedData else { return }
+        for (_, c) in connections where c.wantsWriteReady {
+            c.wantsWriteReady = false
+            centralDelegate?.host(self, connectionIsReadyToSendWriteWithoutResponse: c)
+        }
+        if subscribersWaitingForRoom {
+            subscribersWaitingForRoom = false
+            peripheralDelegate?.hostIsReadyToUpdateSubscribers(self)
+        }
+    }
+
+    func removeWaitingACL(for handle: UInt16) {
+        let rest = aclWaiting[aclWaitingHead...].filter { $0.handle != handle }
+        aclWaiting = Array(rest)
+        aclWaitingHead = 0
+    }
+}

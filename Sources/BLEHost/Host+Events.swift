@@ -1,0 +1,134 @@
+// HCI events: command answers, connection lifecycle, advertising reports, buffer credits.
+import BLEWire
+import BLEHCI
+import BLEGATT
+import BLETransport
+
+extension Host {
+    func handle(event: HCIEvent) {
+        switch event {
+        case let .commandComplete(credits, opcode, params):
+            commandAnswered(opcode: opcode, credits: credits, outcome: .complete(params))
+        case let .commandStatus(status, credits, opcode):
+            commandAnswered(opcode: opcode, credits: credits, outcome: .status(status))
+        case let .numberOfCompletedPackets(list):
+            for e in list { packetsCompleted(handle: e.handle, count: Int(e.count)) }
+            aclCreditsFreed()
+        case let .disconnectionComplete(status, handle, reason):
+            guard status == .success, let c = connections[handle] else { return }
+            connectionClosed(c, reason: reason)
+        case let .encryptionChange(status, handle, enabled):
+            if let c = connections[handle], status == .success { c.isEncrypted = enabled != 0 }
+        case .encryptionKeyRefreshComplete:
+            break
+        case let .hardwareError(code):
+            log("controller hardware error 0x\(String(code, radix: 16))")
+        case let .le(meta):
+            handle(le: meta)
+        default:
+            log("unhandled event \(event)")
+        }
+    }
+
+    func handle(le event: LEMetaEvent) {
+        switch event {
+        case let .connectionComplete(e):
+            connectionCompleted(status: e.status, handle: e.connectionHandle, role: e.role,
+                                peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
+                                interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
+        case let .enhancedConnectionComplete(e):
+            connectionCompleted(status: e.status, handle: e.connectionHandle, role: e.role,
+                                peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
+                                interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
+        case let .advertisingReport(reports):
+            guard isScanning, let d = centralDelegate else { return }
+            for r in reports {
+                guard let kind = AdvertisingReport.Kind(rawValue: r.eventType.rawValue) else { continue }
+                let addr = BluetoothAddress(bytes: r.address.bytes, type: AddressType(rawValue: r.addressType) ?? .public)
+                d.host(self, didReceive: AdvertisingReport(kind: kind, address: addr, data: r.data, rssi: r.rssi))
+            }
+        case let .connectionUpdateComplete(e):
+            if let c = connections[e.connectionHandle], e.status == .success {
+                c.interval = e.connectionInterval
+                c.latency = e.peripheralLatency
+                c.supervisionTimeout = e.supervisionTimeout
+            }
+        case let .longTermKeyRequest(handle, _, _):
+            // No bond store yet: refuse, as a host without keys must (Vol 4 Part E §7.8.26).
+            command(.leLongTermKeyRequestNegativeReply(handle: handle))
+        default:
+            break
+        }
+    }
+
+    // MARK: Connections
+
+    func connectionCompleted(status: HCIStatus, handle: UInt16, role: UInt8, peer: BluetoothAddress,
+                             interval: UInt16, latency: UInt16, timeout: UInt16) {
+        let asCentral = role == 0
+        if asCentral {
+            let target = connectingTo
+            connectingTo = nil
+            connectCancelRequested = false
+            guard status == .success else {
+                if let t = target { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
+                startNextConnect()
+                return
+            }
+        } else {
+            // A connection as peripheral ends legacy advertising in the controller (Vol 6 Part B §4.4.2).
+            if status == .success { isAdvertising = false }
+            guard status == .success else { return }
+        }
+        let c = HostConnection(handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
+                               interval: interval, latency: latency, timeout: timeout, host: self)
+        connections[handle] = c
+        aclInFlight[handle] = 0
+        gattServer.clientConnected(handle)
+        if asCentral {
+            centralDelegate?.host(self, didConnect: c)
+            startNextConnect()
+        } else {
+            peripheralDelegate?.host(self, didConnect: c)
+            resumeAdvertisingIfWanted()
+        }
+    }
+
+    func connectionClosed(_ c: HostConnection, reason: HCIStatus) {
+        guard c.isOpen else { return }
+        c.isOpen = false
+        connections[c.handle] = nil
+        loop.cancel(c.attTimer)
+        c.attTimer = nil
+        // The controller frees the buffers of a closed link (Vol 4 Part E §4.3).
+        if let n = aclInFlight.removeValue(forKey: c.handle) { aclCredits += n }
+        removeWaitingACL(for: c.handle)
+        // Fail what the client was waiting for.
+        let actions = c.gattClient.disconnected()
+        perform(actions, on: c)
+        for w in c.rssiWaiters { w(.failure(.invalidState("disconnected"))) }
+        c.rssiWaiters.removeAll()
+        for a in gattServer.clientDisconnected(c.handle) { _ = a }
+        switch c.role {
+        case .central: centralDelegate?.host(self, didDisconnect: c, reason: reason)
+        case .peripheral:
+            peripheralDelegate?.host(self, didDisconnect: c, reason: reason)
+            resumeAdvertisingIfWanted()
+        }
+        aclCreditsFreed()
+    }
+
+    func mtuChanged(on c: HostConnection) {
+        gattServer.setMTU(c.attMTU, for: c.handle)
+        switch c.role {
+        case .central: centralDelegate?.host(self, connection: c, didChangeMTU: c.attMTU)
+        case .peripheral: peripheralDelegate?.host(self, connection: c, didChangeMTU: c.attMTU)
+        }
+    }
+
+    /// Disconnects a link (Vol 4 Part E §7.1.6).
+    public func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminated) {
+        guard connections[handle] != nil else { return }
+        command(.disconnect(handle: handle, reason: reason))
+    }
+}

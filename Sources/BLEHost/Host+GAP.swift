@@ -1,0 +1,151 @@
+// GAP procedures over HCI: scanning (Vol 3 Part C §9.2), advertising (§9.1, §11), connection establishment
+// (§9.3) with one LE Create Connection at a time and the rest queued.
+import BLEWire
+import BLEHCI
+import BLEGAP
+import BLETransport
+
+/// What the peripheral role wants on air; re-applied after a connection stops legacy advertising.
+public struct AdvertisingConfiguration: Sendable, Equatable {
+    public var data: [UInt8]
+    public var scanResponse: [UInt8]
+    public var connectable: Bool
+    /// Advertising interval in 0.625 ms units (Vol 4 Part E §7.8.5); 0x00A0 = 100 ms.
+    public var interval: UInt16
+
+    public init(data: [UInt8], scanResponse: [UInt8] = [], connectable: Bool = true, interval: UInt16 = 0x00A0) {
+        self.data = data
+        self.scanResponse = scanResponse
+        self.connectable = connectable
+        self.interval = interval
+    }
+}
+
+extension Host {
+    // MARK: Scanning
+
+    /// Starts scanning; reports go to the central delegate. `active` sends scan requests.
+    public func startScanning(active: Bool = true, filterDuplicates: Bool = false,
+                              interval: UInt16 = 0x0010, window: UInt16 = 0x0010,
+                              completion: @escaping (HostError?) -> Void = { _ in }) {
+        guard powerState == .on else { return completion(.notPoweredOn) }
+        let restart = isScanning
+        isScanning = true
+        if restart { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
+        let params = LESetScanParameters(scanType: active ? .active : .passive, scanInterval: interval, scanWindow: window,
+                                         ownAddressType: 0, scanningFilterPolicy: 0)
+        commandExpectingSuccess(.leSetScanParameters(params)) { [self] e in
+            if let e { isScanning = false; return completion(e) }
+            commandExpectingSuccess(.leSetScanEnable(enable: true, filterDuplicates: filterDuplicates)) { [self] e in
+                if e != nil { isScanning = false }
+                completion(e)
+            }
+        }
+    }
+
+    public func stopScanning(completion: @escaping (HostError?) -> Void = { _ in }) {
+        guard isScanning else { return completion(nil) }
+        isScanning = false
+        commandExpectingSuccess(.leSetScanEnable(enable: false, filterDuplicates: false), completion: completion)
+    }
+
+    // MARK: Advertising
+
+    /// Starts (or restarts with new data) legacy advertising.
+    public func startAdvertising(_ config: AdvertisingConfiguration, completion: @escaping (HostError?) -> Void = { _ in }) {
+        guard powerState == .on else { return completion(.notPoweredOn) }
+        guard config.data.count <= 31, config.scanResponse.count <= 31 else {
+            return completion(.invalidParameters("legacy advertising data is limited to 31 bytes"))
+        }
+        wantsAdvertising = config
+        let apply = { [self] in
+            let params = LESetAdvertisingParameters(
+                advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
+                advertisingType: config.connectable ? .connectableUndirected : (config.scanResponse.isEmpty ? .nonConnectableUndirected : .scannableUndirected),
+                ownAddressType: 0, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
+                advertisingChannelMap: 0x07, advertisingFilterPolicy: 0)
+            commandExpectingSuccess(.leSetAdvertisingParameters(params)) { [self] e in
+                if let e { wantsAdvertising = nil; return completion(e) }
+                commandExpectingSuccess(.leSetAdvertisingData(config.data))
+                commandExpectingSuccess(.leSetScanResponseData(config.scanResponse))
+                commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+                    if e == nil { isAdvertising = true } else { wantsAdvertising = nil }
+                    completion(e)
+                }
+            }
+        }
+        if isAdvertising {
+            isAdvertising = false
+            commandExpectingSuccess(.leSetAdvertisingEnable(false)) { _ in apply() }
+        } else {
+            apply()
+        }
+    }
+
+    public func stopAdvertising(completion: @escaping (HostError?) -> Void = { _ in }) {
+        wantsAdvertising = nil
+        guard isAdvertising else { return completion(nil) }
+        isAdvertising = false
+        commandExpectingSuccess(.leSetAdvertisingEnable(false), completion: completion)
+    }
+
+    /// Legacy advertising stops when a connection is made as peripheral; start it again if still wanted.
+    func resumeAdvertisingIfWanted() {
+        guard powerState == .on, let want = wantsAdvertising, !isAdvertising else { return }
+        isAdvertising = true
+        commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+            if e != nil { isAdvertising = false }
+            _ = want
+        }
+    }
+
+    // MARK: Connecting
+
+    /// Connects to a device; the outcome arrives through the central delegate. Never times out by itself.
+    public func connect(to address: BluetoothAddress) {
+        guard powerState == .on else {
+            centralDelegate?.host(self, didFailToConnectTo: address, status: .commandDisallowed)
+            return
+        }
+        guard connectingTo != address, !pendingConnects.contains(address) else { return }
+        pendingConnects.append(address)
+        startNextConnect()
+    }
+
+    /// Cancels a pending connection; the delegate hears didFailToConnect with Unknown Connection Identifier.
+    public func cancelConnect(to address: BluetoothAddress) {
+        if let i = pendingConnects.firstIndex(of: address) {
+            pendingConnects.remove(at: i)
+            centralDelegate?.host(self, didFailToConnectTo: address, status: .unknownConnectionIdentifier)
+            return
+        }
+        if connectingTo == address, !connectCancelRequested {
+            connectCancelRequested = true
+            command(.leCreateConnectionCancel)
+        }
+    }
+
+    func startNextConnect() {
+        guard connectingTo == nil, !pendingConnects.isEmpty, powerState == .on else { return }
+        let address = pendingConnects.removeFirst()
+        connectingTo = address
+        let params = LECreateConnection(
+            leScanInterval: 0x0060, leScanWindow: 0x0030, initiatorFilterPolicy: 0,
+            peerAddressType: address.type.isRandom ? 1 : 0, peerAddress: address, ownAddressType: 0,
+            connectionIntervalMin: 0x0018, connectionIntervalMax: 0x0028, maxLatency: 0,
+            supervisionTimeout: 0x01F4, minCELength: 0, maxCELength: 0)
+        command(.leCreateConnection(params)) { [self] r in
+            var failed: HCIStatus?
+            switch r {
+            case let .success(.status(s)) where s != .success: failed = s
+            case let .failure(e): failed = { if case let .commandFailed(_, s) = e { return s }; return .unspecifiedError }()
+            default: break
+            }
+            if let s = failed, connectingTo == address {
+                connectingTo = nil
+                centralDelegate?.host(self, didFailToConnectTo: address, status: s)
+                startNextConnect()
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+// The peripheral role's GATT server, as the layers above drive it: publishing services, answering dynamic
+// reads and writes, and sending notifications and indications with back-pressure.
+import BLEWire
+import BLEATT
+import BLEGATT
+
+extension Host {
+    /// Adds a service to the local database; Service Changed is indicated to connected clients.
+    public func addService(_ definition: GATTServiceDefinition) throws -> GATTServiceHandles {
+        let handles = try gattServer.addService(definition)
+        perform(gattServer.serviceChanged(range: handles.startHandle...handles.endHandle))
+        return handles
+    }
+
+    public func removeService(startHandle: UInt16) {
+        if let range = gattServer.removeService(startHandle: startHandle) {
+            perform(gattServer.serviceChanged(range: range))
+        }
+    }
+
+    func perform(_ actions: [GATTServerAction]) {
+        for a in actions { perform(a) }
+    }
+
+    /// Answers a dynamic read.
+    public func respondToRead(id: UInt64, result: Result<[UInt8], ATTErrorCode>) {
+        perform(gattServer.completeRead(id: id, result: result))
+    }
+
+    /// Accepts (nil) or refuses a batch of writes.
+    public func respondToWrite(id: UInt64, error: ATTErrorCode?) {
+        perform(gattServer.completeWrite(id: id, error: error))
+    }
+
+    /// Sets a characteristic's stored value (what static reads return).
+    public func setValue(_ value: [UInt8], forHandle handle: UInt16) {
+        gattServer.setValue(value, forHandle: handle)
+    }
+
+    /// Notifies or indicates a value to the subscribed clients (all, or those listed). Returns false and
+    /// later calls `hostIsReadyToUpdateSubscribers` when the transmit queue is full.
+    public func updateValue(_ value: [UInt8], forHandle handle: UInt16, to clients: [UInt16]? = nil) -> Bool {
+        guard hasRoomForUnacknowledgedData else {
+            subscribersWaitingForRoom = true
+            return false
+        }
+        perform(gattServer.updateValue(value, forHandle: handle, to: clients))
+        return true
+    }
+}

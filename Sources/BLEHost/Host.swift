@@ -1,0 +1,251 @@
+// The host core: one per controller. It owns the HCI command queue and the ACL buffer credits, the
+// connections (each with its L2CAP recombiner, signalling, GATT client and its slot in the GATT server),
+// advertising and scanning, and executes the actions that the pure protocol state machines return.
+//
+// Threading contract: everything here runs on `loop`. Packets from the transport may arrive on any thread;
+// they are moved onto the loop (or handled inline when the transport already delivers on the loop, as the
+// in-process virtual radio does). Public methods must be called on the loop; callers on other threads
+// use `loop.execute`.
+import BLEWire
+import BLEHCI
+import BLEL2CAP
+import BLEATT
+import BLEGATT
+import BLEGAP
+import BLETransport
+
+public final class Host: HCITransportSink, @unchecked Sendable {
+    public let loop: EventLoop
+    public let transport: any HCITransport
+    public let name: String
+
+    public private(set) var powerState: HostPowerState = .off
+    private var powerObservers: [UInt64: (HostPowerState) -> Void] = [:]
+    private var nextObserverID: UInt64 = 0
+
+    public weak var centralDelegate: (any HostCentralDelegate)?
+    public weak var peripheralDelegate: (any HostPeripheralDelegate)?
+
+    // Controller facts, read during start-up.
+    public private(set) var localAddress = BluetoothAddress.zero
+    public private(set) var controllerVersion: ReadLocalVersionReturn?
+    public private(set) var aclBufferSize = 27
+    public private(set) var aclBufferCount = 1
+    public private(set) var leFeatures: UInt64 = 0
+
+    // HCI command flow (Vol 4 Part E §4.4): credits granted by Num_HCI_Command_Packets.
+    struct PendingCommand {
+        var command: HCICommand
+        var completion: (Result<CommandOutcome, HostError>) -> Void
+    }
+    enum CommandOutcome {
+        case complete([UInt8])
+        case status(HCIStatus)
+    }
+    var commandCredits = 1
+    var commandQueue: [PendingCommand] = []
+    var commandQueueHead = 0
+    var outstandingCommand: (opcode: HCIOpcode, pending: PendingCommand, timer: LoopTimer)?
+    /// How long a command may go unanswered before the host gives up on it.
+    public var commandTimeout: LoopTime = .seconds(5)
+
+    // ACL data flow (Vol 4 Part E §4.1.1): one credit per controller buffer.
+    var aclCredits = 1
+    var aclWaiting: [(handle: UInt16, packet: HCIPacket)] = []
+    var aclWaitingHead = 0
+    var aclInFlight: [UInt16: Int] = [:]
+
+    public internal(set) var connections: [UInt16: HostConnection] = [:]
+
+    // GAP state.
+    public internal(set) var isScanning = false
+    public internal(set) var isAdvertising = false
+    var wantsAdvertising: AdvertisingConfiguration?
+    var pendingConnects: [BluetoothAddress] = []
+    var connectingTo: BluetoothAddress?
+    var connectCancelRequested = false
+
+    // GATT server shared by every connection.
+    public internal(set) var gattServer: GATTServer
+    var nextRequestID: UInt64 = 0
+    var subscribersWaitingForRoom = false
+
+    public init(transport: any HCITransport, loop: EventLoop, name: String = "host",
+                database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)) {
+        self.transport = transport
+        self.loop = loop
+        self.name = name
+        self.gattServer = GATTServer(database: database)
+    }
+
+    // MARK: Power
+
+    /// Observes power-state changes; the handler runs on the loop. Returns a token for `removePowerObserver`.
+    @discardableResult
+    public func addPowerObserver(_ handler: @escaping (HostPowerState) -> Void) -> UInt64 {
+        nextObserverID += 1
+        powerObservers[nextObserverID] = handler
+        return nextObserverID
+    }
+
+    public func removePowerObserver(_ token: UInt64) { powerObservers[token] = nil }
+
+    func setPowerState(_ s: HostPowerState) {
+        guard s != powerState else { return }
+        powerState = s
+        for (_, o) in powerObservers.sorted(by: { $0.key < $1.key }) { o(s) }
+    }
+
+    /// Opens the transport and initialises the controller. Call on the loop.
+    public func powerOn() {
+        loop.assertInLoop()
+        guard powerState == .off || { if case .unsupported = powerState { return true } else { return false } }() else { return }
+        setPowerState(.starting)
+        do {
+            try transport.open(sink: self)
+        } catch {
+            setPowerState(.unsupported("\(error)"))
+            return
+        }
+        runInitialisation()
+    }
+
+    /// Drops every link and closes the transport.
+    public func powerOff() {
+        loop.assertInLoop()
+        guard powerState != .off else { return }
+        transport.close()
+        controllerLost(error: nil, finalState: .off)
+    }
+
+    private func runInitialisation() {
+        // Vol 6 Part D §2 (sample start-up): reset, then read what the controller is, then unmask LE events.
+        let mask: UInt64 = 0x2000_9FFF_FFFF_FFFF   // classic defaults plus bit 61 (LE Meta)
+        // LE subevents: conn complete, adv report, conn update, remote features, LTK request, remote conn
+        // param request, data length change, enhanced connection complete, PHY update complete.
+        let leMask: UInt64 = 0x0000_0000_0000_0A7F | (1 << 9) | (1 << 11)
+        command(.reset) { [self] r in
+            guard case .success = r else { return initFailed(r) }
+            command(.readLocalVersionInformation) { [self] r in
+                if case let .success(.complete(p)) = r { controllerVersion = try? ReadLocalVersionReturn(decoding: p) }
+                command(.readBDADDR) { [self] r in
+                    if case let .success(.complete(p)) = r, let v = try? ReadBDADDRReturn(decoding: p) {
+                        localAddress = BluetoothAddress(bytes: v.address.bytes, type: .public)
+                    }
+                    command(.setEventMask(mask)) { [self] _ in
+                        command(.leSetEventMask(leMask)) { [self] _ in
+                            command(.leReadBufferSize) { [self] r in
+                                guard case let .success(.complete(p)) = r, let b = try? LEReadBufferSizeReturn(decoding: p),
+                                      b.status == .success else { return initFailed(r) }
+                                if b.aclDataPacketLength > 0 && b.totalNumACLDataPackets > 0 {
+                                    aclBufferSize = Int(b.aclDataPacketLength)
+                                    aclBufferCount = Int(b.totalNumACLDataPackets)
+                                }
+                                aclCredits = aclBufferCount
+                                command(.leReadLocalSupportedFeatures) { [self] r in
+                                    if case let .success(.complete(p)) = r, let f = try? LEReadLocalSupportedFeaturesReturn(decoding: p) {
+                                        leFeatures = f.features
+                                    }
+                                    setPowerState(.on)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private func initFailed(_ r: Result<CommandOutcome, HostError>) {
+        let why: String
+        switch r {
+        case let .failure(e): why = "\(e)"
+        case let .success(.status(s)): why = "\(s)"
+        case .success: why = "unexpected answer during start-up"
+        }
+        transport.close()
+        controllerLost(error: nil, finalState: .unsupported(why))
+    }
+
+    /// Tears everything down after the controller went away or was powered off.
+    func controllerLost(error: (any Error)?, finalState: HostPowerState) {
+        if let out = outstandingCommand {
+            loop.cancel(out.timer)
+            outstandingCommand = nil
+            out.pending.completion(.failure(.transportClosed))
+        }
+        let queued = commandQueue[commandQueueHead...]
+        commandQueue.removeAll()
+        commandQueueHead = 0
+        for c in queued { c.completion(.failure(.transportClosed)) }
+        aclWaiting.removeAll()
+        aclWaitingHead = 0
+        aclInFlight.removeAll()
+        isScanning = false
+        isAdvertising = false
+        wantsAdvertising = nil
+        let pending = pendingConnects + (connectingTo.map { [$0] } ?? [])
+        pendingConnects.removeAll()
+        connectingTo = nil
+        for (_, c) in connections.sorted(by: { $0.key < $1.key }) {
+            connectionClosed(c, reason: .connectionTimeout)
+        }
+        for a in pending { centralDelegate?.host(self, didFailToConnectTo: a, status: .unspecifiedError) }
+        setPowerState(finalState)
+    }
+
+    // MARK: HCITransportSink
+
+    public func transport(didReceive packet: HCIPacket) {
+        if loop.isInLoop { handle(packet) } else { loop.execute { [self] in handle(packet) } }
+    }
+
+    public func transportDidClose(error: (any Error)?) {
+        loop.execute { [self] in
+            guard powerState != .off else { return }
+            controllerLost(error: error, finalState: .off)
+        }
+    }
+
+    func handle(_ packet: HCIPacket) {
+        guard powerState != .off else { return }
+        switch packet.type {
+        case .event:
+            do {
+                handle(event: try HCIEvent.decode(packet))
+            } catch {
+                log("dropping malformed event \(packet.bytes.hexString): \(error)")
+            }
+        case .acl:
+            do {
+                handle(acl: try ACLPacket.decode(packet))
+            } catch {
+                log("dropping malformed ACL packet: \(error)")
+            }
+        default:
+            log("ignoring \(packet.type) packet from the controller")
+        }
+    }
+
+    func log(_ message: @autoclosure () -> String) {
+        if HostLog.enabled { HostLog.write("[\(name)] \(message())") }
+    }
+}
+
+/// Minimal diagnostics switch: `BLE_LOG=1` prints host diagnostics to standard error.
+public enum HostLog {
+    public nonisolated(unsafe) static var enabled: Bool = {
+        if let v = getenv("BLE_LOG") { return String(cString: v) != "0" }
+        return false
+    }()
+
+    public static func write(_ s: String) {
+        var line = s
+        line.append("\n")
+        fputs(line, stderr)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

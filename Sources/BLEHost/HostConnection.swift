@@ -1,0 +1,118 @@
+// One LE link as the host sees it: the L2CAP recombiner, the signalling state, the GATT client bearer with
+// its transaction timer, and the operations the layers above start on it.
+import BLEWire
+import BLEHCI
+import BLEL2CAP
+import BLEATT
+import BLEGATT
+import BLETransport
+
+public final class HostConnection: @unchecked Sendable, CustomStringConvertible {
+    public enum Role: Sendable, Equatable { case central, peripheral }
+
+    public let handle: UInt16
+    public let role: Role
+    public let peerAddress: BluetoothAddress
+    public internal(set) var interval: UInt16
+    public internal(set) var latency: UInt16
+    public internal(set) var supervisionTimeout: UInt16
+    /// ATT_MTU in force on this link (Vol 3 Part F §3.2.8).
+    public internal(set) var attMTU: UInt16 = 23
+    public internal(set) var isEncrypted = false
+    public internal(set) var isOpen = true
+    /// Free-form slot for the layer above (the façade keeps its peer object here).
+    public var context: AnyObject?
+
+    weak var host: Host?
+    var recombiner: L2CAPRecombiner
+    var signaling: L2CAPSignalingState
+    var gattClient = GATTClient()
+    var gattCompletions: [GATTClient.ProcedureID: (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void] = [:]
+    var attTimer: LoopTimer?
+    var mtuExchangeStarted = false
+    var rssiWaiters: [(Result<Int8, HostError>) -> Void] = []
+    /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
+    var wantsWriteReady = false
+
+    init(handle: UInt16, role: Role, peerAddress: BluetoothAddress, interval: UInt16, latency: UInt16, timeout: UInt16, host: Host) {
+        self.handle = handle
+        self.role = role
+        self.peerAddress = peerAddress
+        self.interval = interval
+        self.latency = latency
+        self.supervisionTimeout = timeout
+        self.host = host
+        self.recombiner = L2CAPRecombiner(maximumFrameLength: 65_535)
+        self.signaling = L2CAPSignalingState(role: role == .central ? .central : .peripheral)
+    }
+
+    public var description: String { "connection 0x\(String(handle, radix: 16)) to \(peerAddress) as \(role)" }
+
+    // MARK: GATT client operations (call on the host's loop)
+
+    /// Runs a GATT client procedure; `completion` runs on the loop.
+    public func gatt(_ procedure: GATTClient.Procedure,
+                     completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void) {
+        guard isOpen, let host else { return completion(.failure(.disconnected)) }
+        let (id, actions) = gattClient.start(procedure)
+        gattCompletions[id] = completion
+        host.perform(actions, on: self)
+    }
+
+    /// Exchanges the ATT MTU once per link (Vol 3 Part G §4.3.1).
+    public func exchangeMTU(_ mtu: UInt16 = 517, completion: @escaping (UInt16) -> Void = { _ in }) {
+        guard !mtuExchangeStarted else { return completion(attMTU) }
+        mtuExchangeStarted = true
+        gatt(.exchangeMTU(clientRxMTU: mtu)) { [weak self] r in
+            guard let self else { return }
+            if case let .success(.mtu(m)) = r { self.mtuDidChange(m) }
+            completion(self.attMTU)
+        }
+    }
+
+    func mtuDidChange(_ m: UInt16) {
+        guard m != attMTU else { return }
+        attMTU = m
+        host?.mtuChanged(on: self)
+    }
+
+    /// True while the controller has a free buffer for a Write Command.
+    public var canSendWriteWithoutResponse: Bool {
+        guard isOpen, let host else { return false }
+        return host.hasRoomForUnacknowledgedData
+    }
+
+    /// Sends a Write Command. Returns false (and later tells the delegate when room frees) when buffers are full.
+    @discardableResult
+    public func writeWithoutResponse(handle attributeHandle: UInt16, value: [UInt8]) -> Bool {
+        guard isOpen, let host else { return false }
+        guard host.hasRoomForUnacknowledgedData else {
+            wantsWriteReady = true
+            return false
+        }
+        host.perform(gattClient.writeWithoutResponse(handle: attributeHandle, value: value), on: self)
+        return true
+    }
+
+    /// Reads the link's RSSI from the controller.
+    public func readRSSI(completion: @escaping (Result<Int8, HostError>) -> Void) {
+        guard isOpen, let host else { return completion(.failure(.invalidState("not connected"))) }
+        host.command(.readRSSI(handle: handle)) { r in
+            switch r {
+            case let .success(.complete(p)):
+                if let v = try? ReadRSSIReturn(decoding: p), v.status == .success {
+                    completion(.success(v.rssi))
+                } else {
+                    completion(.failure(.commandFailed(opcode: HCIOpcode.readRSSI, status: HCIStatus(rawValue: p.first ?? 0x1F))))
+                }
+            case let .success(.status(s)): completion(.failure(.commandFailed(opcode: HCIOpcode.readRSSI, status: s)))
+            case let .failure(e): completion(.failure(e))
+            }
+        }
+    }
+
+    /// Disconnects with Remote User Terminated.
+    public func disconnect(reason: HCIStatus = .remoteUserTerminated) {
+        host?.disconnect(handle: handle, reason: reason)
+    }
+}

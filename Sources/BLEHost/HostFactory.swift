@@ -1,0 +1,62 @@
+// Makes a host for a transport name (`BLE_TRANSPORT`). `virtual` gives every host its own controller on
+// the process-wide virtual air, so a central and a peripheral manager in one process are two devices that
+// can see each other; `tcp-client:` opens one controller connection per host (rootcanal and `ble radio`
+// create a device per connection). `BLE_SNOOP=FILE` records every packet of every host to a btsnoop file.
+import BLEWire
+import BLETransport
+import BLEVirtualRadio
+import Synchronization
+
+public enum HostFactory {
+    private static let snoop = Mutex<BTSnoopWriter?>(nil)
+    private static let counter = Mutex(0)
+
+    /// A host for `spec`, not yet powered on. Its loop is the virtual air's loop for `virtual`, its own otherwise.
+    public static func makeHost(spec: TransportSpec, name: String? = nil) throws -> Host {
+        let n = counter.withLock { c -> Int in c += 1; return c }
+        let hostName = name ?? "host\(n)"
+        let transport: any HCITransport
+        let loop: EventLoop
+        switch spec {
+        case .virtual:
+            let air = VirtualAir.shared
+            transport = air.addController()
+            loop = air.loop
+        case let .tcpClient(host, port):
+            transport = StreamTransport.tcpClient(host: host, port: port)
+            loop = EventLoop(label: "ble.\(hostName)")
+        case let .unix(path):
+            transport = StreamTransport.unix(path: path)
+            loop = EventLoop(label: "ble.\(hostName)")
+        default:
+            throw TransportError.invalidSpec("\(spec) is not supported yet")
+        }
+        return Host(transport: try snooping(transport), loop: loop, name: hostName)
+    }
+
+    /// A host on a given virtual air (tests build their own air, often with a virtual clock).
+    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition = .origin) throws -> Host {
+        let controller = air.addController(position: position)
+        return Host(transport: try snooping(controller), loop: air.loop, name: name ?? "host")
+    }
+
+    /// A host for `BLE_TRANSPORT` (virtual when unset).
+    public static func makeHostFromEnvironment(name: String? = nil) throws -> Host {
+        try makeHost(spec: try TransportSpec.fromEnvironment(), name: name)
+    }
+
+    private static func snooping(_ t: any HCITransport) throws -> any HCITransport {
+        guard let path = getenv("BLE_SNOOP").map({ String(cString: $0) }), !path.isEmpty else { return t }
+        let writer = try snoop.withLock { w -> BTSnoopWriter in
+            if let w { return w }
+            let nw = try BTSnoopWriter(path: path)
+            w = nw
+            return nw
+        }
+        return SnoopingTransport(t, writer: writer)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,0 +1,317 @@
+// CBCentralManager (CBCentralManager.h): scanning, connecting, and the peripherals it knows.
+//
+// The manager is the host's central delegate: host callbacks arrive on the host loop, where the manager
+// keeps its scan and connection bookkeeping; everything the app sees is then applied and announced on the
+// delegate queue.
+import Foundation
+import BLEWire
+import BLEHCI
+import BLEHost
+
+open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable {
+    public typealias Feature = CBCentralManagerFeature
+
+    private weak var storedDelegate: (any CBCentralManagerDelegate)?
+    /// The delegate; weak, as in Core Bluetooth.
+    open weak var delegate: (any CBCentralManagerDelegate)? {
+        get { managerLock.withLock { storedDelegate } }
+        set { managerLock.withLock { storedDelegate = newValue } }
+    }
+
+    package let queue: DispatchQueue
+    package let host: Host?
+    private var storedIsScanning = false
+
+    // Loop-confined.
+    private var scan: ScanState?
+    private var peripheralsByAddress: [BluetoothAddress: CBPeripheral] = [:]
+    private var connectingPeripherals: [BluetoothAddress: CBPeripheral] = [:]
+    private var cancelledConnects: Set<BluetoothAddress> = []
+    private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
+
+    // Any thread (under managerLock).
+    private var peripheralsByIdentifier: [UUID: CBPeripheral] = [:]
+
+    public convenience override init() {
+        self.init(delegate: nil, queue: nil, options: nil)
+    }
+
+    public convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?) {
+        self.init(delegate: delegate, queue: queue, options: nil)
+    }
+
+    /// Creates a central on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    public init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil) {
+        self.queue = queue ?? .main
+        var made: Host?
+        var failure: String?
+        do { made = try HostFactory.makeHostFromEnvironment(name: "central") } catch { failure = "\(error)" }
+        self.host = made
+        super.init()
+        self.storedDelegate = delegate
+        attach(failure: failure)
+    }
+
+    /// Creates a central on a given host (for tests and tools that choose the controller themselves).
+    public init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: Host) {
+        self.queue = queue ?? .main
+        self.host = host
+        super.init()
+        self.storedDelegate = delegate
+        attach(failure: nil)
+    }
+
+    private func attach(failure: String?) {
+        guard let host else {
+            let q = queue
+            q.async { [self] in
+                CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
+                setState(.unsupported)
+                delegate?.centralManagerDidUpdateState(self)
+            }
+            return
+        }
+        host.loop.execute { [self] in
+            host.centralDelegate = self
+            host.addPowerObserver { [weak self] s in self?.hostPowerChanged(s) }
+            if host.powerState == .on { hostPowerChanged(.on) } else { host.powerOn() }
+        }
+    }
+
+    deinit {
+        if let host {
+            host.loop.execute { [host] in if host.peripheralDelegate == nil { host.powerOff() } }
+        }
+    }
+
+    // MARK: State
+
+    private func hostPowerChanged(_ s: HostPowerState) {
+        let newState = s.managerState
+        guard newState != .unknown else { return }
+        if newState != .poweredOn {
+            scan = nil
+            connectingPeripherals.removeAll()
+        }
+        let q = queue
+        q.async { [self] in
+            if newState != .poweredOn {
+                managerLock.withLock { storedIsScanning = false }
+                // Links are gone; peripherals of this manager are disconnected (no didDisconnect, as on iOS).
+                for p in managerLock.withLock({ Array(peripheralsByIdentifier.values) }) { p.resetAfterDisconnect() }
+            }
+            guard state != newState else { return }
+            setState(newState)
+            delegate?.centralManagerDidUpdateState(self)
+        }
+    }
+
+    /// Whether this platform supports a feature.
+    open class func supports(_ features: Feature) -> Bool { features.isEmpty }
+
+    open var isScanning: Bool { managerLock.withLock { storedIsScanning } }
+
+    // MARK: Scanning
+
+    /// Scans for peripherals advertising any of `serviceUUIDs` (nil: all). A new call replaces the filters.
+    open func scanForPeripherals(withServices serviceUUIDs: [CBUUID]?, options: [String: Any]? = nil) {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        let allowDuplicates = (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? NSNumber)?.boolValue
+            ?? (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool) ?? false
+        let solicited = (options?[CBCentralManagerScanOptionSolicitedServiceUUIDsKey] as? [CBUUID]) ?? []
+        let state = ScanState(services: serviceUUIDs.map { Set($0.map(\.bluetoothUUID)) }.flatMap { $0.isEmpty ? nil : $0 },
+                              solicited: Set(solicited.map(\.bluetoothUUID)), allowDuplicates: allowDuplicates)
+        managerLock.withLock { storedIsScanning = true }
+        host.loop.execute { [self] in
+            scan = state
+            host.startScanning(active: true, filterDuplicates: false) { [weak self] e in
+                guard let self, e != nil else { return }
+                scan = nil
+                managerLock.withLock { storedIsScanning = false }
+            }
+        }
+    }
+
+    open func stopScan() {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        managerLock.withLock { storedIsScanning = false }
+        host.loop.execute { [self] in
+            scan = nil
+            host.stopScanning()
+        }
+    }
+
+    public func host(_ host: Host, didReceive report: AdvertisingReport) {
+        guard var s = scan else { return }
+        guard let decision = s.accept(report) else { scan = s; return }
+        scan = s
+        let p = peripheral(for: report.address)
+        let rssi = NSNumber(value: Int(report.rssi))
+        let q = queue
+        q.async { [self] in
+            if let name = decision.advertisement[CBAdvertisementDataLocalNameKey] as? String { p.setAdvertisedName(name) }
+            guard isScanning else { return }
+            delegate?.centralManager(self, didDiscover: p, advertisementData: decision.advertisement, rssi: rssi)
+        }
+    }
+
+    /// The one CBPeripheral of this manager for an address (created on first sight). Loop only.
+    func peripheral(for address: BluetoothAddress) -> CBPeripheral {
+        if let p = peripheralsByAddress[address] { return p }
+        let p = CBPeripheral(manager: self, address: address, identifier: CBPeripheral.identifier(for: address))
+        peripheralsByAddress[address] = p
+        managerLock.withLock { peripheralsByIdentifier[p.identifier] = p }
+        return p
+    }
+
+    // MARK: Retrieval
+
+    /// The known peripherals with these identifiers, in the order asked; unknown identifiers are skipped.
+    open func retrievePeripherals(withIdentifiers identifiers: [UUID]) -> [CBPeripheral] {
+        guard state == .poweredOn else { return [] }
+        return managerLock.withLock { identifiers.compactMap { peripheralsByIdentifier[$0] } }
+    }
+
+    /// Connected peripherals that expose any of these services (as far as discovery has seen them).
+    open func retrieveConnectedPeripherals(withServices serviceUUIDs: [CBUUID]) -> [CBPeripheral] {
+        guard state == .poweredOn else { return [] }
+        let wanted = Set(serviceUUIDs)
+        return managerLock.withLock { Array(peripheralsByIdentifier.values) }
+            .filter { $0.state == .connected && ($0.services ?? []).contains { wanted.contains($0.uuid) } }
+            .sorted { $0.identifier.uuidString < $1.identifier.uuidString }
+    }
+
+    // MARK: Connections
+
+    /// Connects; never times out. Ends in exactly one of didConnect or didFailToConnect.
+    open func connect(_ peripheral: CBPeripheral, options: [String: Any]? = nil) {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard peripheral.manager === self else {
+            CBLog.warning("\(peripheral) is not a valid peripheral for \(self)")
+            return
+        }
+        if peripheral.state == .connected {
+            queue.async { [self] in delegate?.centralManager(self, didConnect: peripheral) }
+            return
+        }
+        peripheral.setState(.connecting)
+        let delay = (options?[CBConnectPeripheralOptionStartDelayKey] as? NSNumber)?.doubleValue ?? 0
+        host.loop.execute { [self] in
+            let start = { [self] in
+                guard peripheral.state == .connecting else { return }
+                connectingPeripherals[peripheral.deviceAddress] = peripheral
+                host.connect(to: peripheral.deviceAddress)
+            }
+            if delay > 0 { host.loop.schedule(after: .seconds(delay), start) } else { start() }
+        }
+    }
+
+    /// Disconnects or cancels a pending connection; didDisconnectPeripheral follows with a nil error.
+    open func cancelPeripheralConnection(_ peripheral: CBPeripheral) {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        let wasState = peripheral.state
+        guard wasState != .disconnected else { return }
+        peripheral.setState(.disconnecting)
+        host.loop.execute { [self] in
+            if let c = peripheral.connection {
+                peripheral.localCancel = true
+                c.disconnect()
+            } else if connectingPeripherals[peripheral.deviceAddress] != nil {
+                cancelledConnects.insert(peripheral.deviceAddress)
+                host.cancelConnect(to: peripheral.deviceAddress)
+            } else {
+                // Still waiting for a start delay: nothing on air yet.
+                announceDisconnect(peripheral, error: nil)
+            }
+        }
+    }
+
+    public func host(_ host: Host, didConnect connection: HostConnection) {
+        guard let p = connectingPeripherals.removeValue(forKey: connection.peerAddress) ?? peripheralsByAddress[connection.peerAddress],
+              p.state == .connecting || p.state == .disconnecting || cancelledConnects.contains(connection.peerAddress) else {
+            // A link nobody here asked for (another manager on the same host): leave it alone.
+            return
+        }
+        if cancelledConnects.remove(connection.peerAddress) != nil || p.state == .disconnecting {
+            p.localCancel = true
+            p.connection = connection
+            connection.context = p
+            connection.disconnect()
+            return
+        }
+        p.connection = connection
+        connection.context = p
+        connection.exchangeMTU()
+        let q = queue
+        q.async { [self] in
+            p.didConnect(mtu: connection.attMTU)
+            delegate?.centralManager(self, didConnect: p)
+            if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
+                delegate?.centralManager(self, connectionEventDidOccur: .peerConnected, for: p)
+            }
+        }
+    }
+
+    public func host(_ host: Host, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {
+        guard let p = connectingPeripherals.removeValue(forKey: address) else { return }
+        if cancelledConnects.remove(address) != nil {
+            announceDisconnect(p, error: nil)
+            return
+        }
+        let q = queue
+        q.async { [self] in
+            p.resetAfterDisconnect()
+            delegate?.centralManager(self, didFailToConnect: p, error: CBError.from(hciStatus: status, connecting: true))
+        }
+    }
+
+    public func host(_ host: Host, didDisconnect connection: HostConnection, reason: HCIStatus) {
+        guard let p = connection.context as? CBPeripheral, p.manager === self else { return }
+        let local = p.localCancel
+        p.localCancel = false
+        p.connection = nil
+        announceDisconnect(p, error: local ? nil : CBError.from(hciStatus: reason, connecting: false))
+    }
+
+    private func announceDisconnect(_ p: CBPeripheral, error: (any Error)?) {
+        let q = queue
+        q.async { [self] in
+            p.resetAfterDisconnect()
+            delegate?.centralManager(self, didDisconnectPeripheral: p, timestamp: CFAbsoluteTimeGetCurrent(),
+                                     isReconnecting: false, error: error)
+            if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
+                delegate?.centralManager(self, connectionEventDidOccur: .peerDisconnected, for: p)
+            }
+        }
+    }
+
+    public func host(_ host: Host, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
+        (connection.context as? CBPeripheral)?.received(value: value, handle: handle)
+    }
+
+    public func host(_ host: Host, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
+        (connection.context as? CBPeripheral)?.readyToSendWriteWithoutResponse()
+    }
+
+    public func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16) {
+        (connection.context as? CBPeripheral)?.setMTU(mtu)
+    }
+
+    // MARK: Connection events
+
+    /// Registers for connect/disconnect events matching the options; nil clears the registration.
+    open func registerForConnectionEvents(options: [CBConnectionEventMatchingOption: Any]? = nil) {
+        managerLock.withLock { connectionEventOptions = options }
+    }
+
+    private func matches(_ options: [CBConnectionEventMatchingOption: Any], _ p: CBPeripheral) -> Bool {
+        if let ids = options[.peripheralUUIDs] as? [UUID], ids.contains(p.identifier) { return true }
+        if let uuids = options[.serviceUUIDs] as? [CBUUID] {
+            let have = Set((p.services ?? []).map(\.uuid)).union(p.advertisedServiceUUIDs)
+            return uuids.contains { have.contains($0) }
+        }
+        return options.isEmpty
+    }
+
+    open override var description: String { "<CBCentralManager: \(address(of: self))>" }
+}

@@ -1,0 +1,315 @@
+// CBPeripheral's GATT operations: discovery with merging by handle, reads (long reads done for the app),
+// writes of both types, notifications, and descriptors.
+import Foundation
+import BLEWire
+import BLEATT
+import BLEGATT
+import BLEHost
+
+extension CBPeripheral {
+    // MARK: Discovery
+
+    open func discoverServices(_ serviceUUIDs: [CBUUID]?) {
+        let filter = serviceUUIDs.flatMap { $0.isEmpty ? nil : $0 }
+        withConnection("discoverServices") { [self] c in
+            let procedure: GATTClient.Procedure = filter?.count == 1
+                ? .discoverPrimaryServices(uuid: filter![0].bluetoothUUID) : .discoverAllPrimaryServices
+            c.gatt(procedure) { [self] r in
+                switch r {
+                case let .success(.services(found)):
+                    let wanted = filter.map { Set($0.map(\.bluetoothUUID)) }
+                    let kept = found.filter { wanted?.contains($0.uuid) ?? true }
+                    deliver({ $0.peripheral(self, didDiscoverServices: nil) }, prepare: { [self] in mergeServices(kept) })
+                case let .failure(f):
+                    deliver { $0.peripheral(self, didDiscoverServices: f.cbError) }
+                default:
+                    deliver { $0.peripheral(self, didDiscoverServices: CBError(.unknown)) }
+                }
+            }
+        }
+    }
+
+    /// Merges discovered services into `services`, keeping existing objects (keyed by handle).
+    private func mergeServices(_ found: [GATTRemoteService]) {
+        var list = services ?? []
+        for s in found where !list.contains(where: { $0.handle == s.handle }) {
+            list.append(CBService(uuid: CBUUID(s.uuid), isPrimary: true, handle: s.handle, endHandle: s.endHandle, peripheral: self))
+        }
+        list.sort { $0.handle < $1.handle }
+        setServices(list)
+    }
+
+    open func discoverIncludedServices(_ includedServiceUUIDs: [CBUUID]?, for service: CBService) {
+        guard validate(service) else { return }
+        let filter = includedServiceUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
+        let (start, end) = (service.handle, service.endHandle)
+        withConnection("discoverIncludedServices") { [self] c in
+            c.gatt(.findIncludedServices(start: start, end: end)) { [self] r in
+                switch r {
+                case let .success(.includedServices(found)):
+                    deliver({ $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }, prepare: { [self] in
+                        var list = service._includedServices ?? []
+                        for inc in found where filter?.contains(CBUUID(inc.uuid)) ?? true {
+                            guard !list.contains(where: { $0.handle == inc.startHandle }) else { continue }
+                            let existing = services?.first { $0.handle == inc.startHandle }
+                            list.append(existing ?? CBService(uuid: CBUUID(inc.uuid), isPrimary: false, handle: inc.startHandle,
+                                                              endHandle: inc.endHandle, peripheral: self))
+                        }
+                        service._includedServices = list
+                    })
+                case let .failure(f):
+                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: f.cbError) }
+                default:
+                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: CBError(.unknown)) }
+                }
+            }
+        }
+    }
+
+    open func discoverCharacteristics(_ characteristicUUIDs: [CBUUID]?, for service: CBService) {
+        guard validate(service) else { return }
+        let filter = characteristicUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
+        let (start, end) = (service.handle, service.endHandle)
+        withConnection("discoverCharacteristics") { [self] c in
+            // Discover every characteristic of the service: their handles bound each one's descriptors.
+            c.gatt(.discoverCharacteristics(start: start, end: end, uuid: nil)) { [self] r in
+                switch r {
+                case let .success(.characteristics(found)):
+                    deliver({ $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }, prepare: {
+                        var list = service._characteristics ?? []
+                        for (i, ch) in found.enumerated() {
+                            let endHandle = i + 1 < found.count ? found[i + 1].declarationHandle - 1 : service.endHandle
+                            guard filter?.contains(CBUUID(ch.uuid)) ?? true,
+                                  !list.contains(where: { $0.handle == ch.declarationHandle }) else { continue }
+                            list.append(CBCharacteristic(
+                                uuid: CBUUID(ch.uuid), properties: CBCharacteristicProperties(rawValue: UInt(ch.properties)),
+                                service: service, handle: ch.declarationHandle, valueHandle: ch.valueHandle, endHandle: endHandle))
+                        }
+                        list.sort { $0.handle < $1.handle }
+                        service._characteristics = list
+                    })
+                case let .failure(f):
+                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: f.cbError) }
+                default:
+                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: CBError(.unknown)) }
+                }
+            }
+        }
+    }
+
+    open func discoverDescriptors(for characteristic: CBCharacteristic) {
+        guard validate(characteristic) else { return }
+        let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
+        withConnection("discoverDescriptors") { [self] c in
+            let finish: (Result<[GATTRemoteDescriptor], GATTClient.Failure>) -> Void = { [self] r in
+                switch r {
+                case let .success(found):
+                    deliver({ $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }, prepare: {
+                        mergeDescriptors(found, into: characteristic)
+                    })
+                case let .failure(f):
+                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: f.cbError) }
+                }
+            }
+            guard start <= end, start != 0 else { return finish(.success([])) }
+            c.gatt(.discoverDescriptors(start: start, end: end)) { r in
+                switch r {
+                case let .success(.descriptors(d)): finish(.success(d))
+                case let .failure(f): finish(.failure(f))
+                default: finish(.failure(.invalidResponse("unexpected outcome")))
+                }
+            }
+        }
+    }
+
+    func mergeDescriptors(_ found: [GATTRemoteDescriptor], into characteristic: CBCharacteristic) {
+        var list = characteristic._descriptors ?? []
+        for d in found where !list.contains(where: { $0.handle == d.handle }) {
+            list.append(CBDescriptor(uuid: CBUUID(d.uuid), characteristic: characteristic, handle: d.handle))
+        }
+        list.sort { $0.handle < $1.handle }
+        characteristic._descriptors = list
+    }
+
+    // MARK: Characteristic values
+
+    open func readValue(for characteristic: CBCharacteristic) {
+        guard validate(characteristic) else { return }
+        let handle = characteristic.valueHandle
+        withConnection("readValue") { [self] c in
+            c.gatt(.readLong(handle: handle)) { [self] r in
+                switch r {
+                case let .success(.value(v)):
+                    let data = Data(v)
+                    deliver({ $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) },
+                            prepare: { characteristic._value = data })
+                case let .failure(f):
+                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: f.cbError) }
+                default:
+                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: CBError(.unknown)) }
+                }
+            }
+        }
+    }
+
+    open func writeValue(_ data: Data, for characteristic: CBCharacteristic, type: CBCharacteristicWriteType) {
+        guard validate(characteristic) else { return }
+        let handle = characteristic.valueHandle
+        let bytes = [UInt8](data)
+        switch type {
+        case .withoutResponse:
+            guard characteristic.properties.contains(.writeWithoutResponse) else {
+                CBLog.warning("Characteristic \(characteristic) does not support write without response; the write is dropped")
+                return
+            }
+            markWriteWithoutResponsePending()
+            withConnection("writeValue") { [self] c in
+                let room = c.writeWithoutResponse(handle: handle, value: Array(bytes.prefix(Int(c.attMTU) - 3)))
+                if room { readyToSendWriteWithoutResponse() }
+            }
+        default:
+            withConnection("writeValue") { [self] c in
+                c.gatt(.write(handle: handle, value: bytes)) { [self] r in
+                    let error: (any Error)? = { if case let .failure(f) = r { return f.cbError } else { return nil } }()
+                    deliver { $0.peripheral(self, didWriteValueFor: characteristic, error: error) }
+                }
+            }
+        }
+    }
+
+    /// Enables or disables notifications (preferred) or indications by writing the CCCD.
+    open func setNotifyValue(_ enabled: Bool, for characteristic: CBCharacteristic) {
+        guard validate(characteristic) else { return }
+        let props = characteristic.properties
+        guard props.contains(.notify) || props.contains(.indicate) else {
+            deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: CBATTError(.requestNotSupported)) }
+            return
+        }
+        let value: [UInt8] = !enabled ? [0, 0] : props.contains(.notify) ? [1, 0] : [2, 0]
+        let known = characteristic._descriptors?.first { $0.uuid.bluetoothUUID == .clientCharacteristicConfiguration }?.handle
+        let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
+        withConnection("setNotifyValue") { [self] c in
+            let write: (UInt16) -> Void = { [self] cccd in
+                c.gatt(.write(handle: cccd, value: value)) { [self] r in
+                    switch r {
+                    case .success:
+                        deliver({ $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
+                                prepare: { characteristic._isNotifying = enabled })
+                    case let .failure(f):
+                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: f.cbError) }
+                    }
+                }
+            }
+            if let h = known { return write(h) }
+            guard start <= end else {
+                return deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: CBATTError(.attributeNotFound)) }
+            }
+            c.gatt(.discoverDescriptors(start: start, end: end)) { [self] r in
+                guard case let .success(.descriptors(found)) = r,
+                      let cccd = found.first(where: { $0.uuid == .clientCharacteristicConfiguration }) else {
+                    let err: any Error = { if case let .failure(f) = r { return f.cbError } else { return CBATTError(.attributeNotFound) } }()
+                    return deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: err) }
+                }
+                queue.async { [self] in mergeDescriptors(found, into: characteristic) }
+                write(cccd.handle)
+            }
+        }
+    }
+
+    /// Loop: a notification or indication arrived for `handle`.
+    package func received(value: [UInt8], handle: UInt16) {
+        let data = Data(value)
+        queue.async { [self] in
+            guard state == .connected, let ch = characteristic(forValueHandle: handle) else { return }
+            ch._value = data
+            delegate?.peripheral(self, didUpdateValueFor: ch, error: nil)
+        }
+    }
+
+    func characteristic(forValueHandle handle: UInt16) -> CBCharacteristic? {
+        for s in services ?? [] where s.handle <= handle && handle <= s.endHandle {
+            if let c = s.characteristics?.first(where: { $0.valueHandle == handle }) { return c }
+        }
+        return nil
+    }
+
+    // MARK: Write-without-response flow control
+
+    private func markWriteWithoutResponsePending() {
+        updateWritesPending { $0 += 1 }
+    }
+
+    /// Loop: the host has buffer room again; tells the app once if writes were pending.
+    package func readyToSendWriteWithoutResponse() {
+        queue.async { [self] in
+            var had = 0
+            updateWritesPending { had = $0; $0 = 0 }
+            guard had > 0 else { return }
+            guard state == .connected else { return }
+            delegate?.peripheralIsReady(toSendWriteWithoutResponse: self)
+        }
+    }
+
+    // MARK: Descriptors
+
+    open func readValue(for descriptor: CBDescriptor) {
+        guard let ch = descriptor.characteristic, validate(ch) else { return }
+        let handle = descriptor.handle
+        withConnection("readValue") { [self] c in
+            c.gatt(.readLong(handle: handle)) { [self] r in
+                switch r {
+                case let .success(.value(v)):
+                    deliver({ $0.peripheral(self, didUpdateValueFor: descriptor, error: nil) },
+                            prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
+                case let .failure(f):
+                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: f.cbError) }
+                default:
+                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: CBError(.unknown)) }
+                }
+            }
+        }
+    }
+
+    open func writeValue(_ data: Data, for descriptor: CBDescriptor) {
+        guard let ch = descriptor.characteristic, validate(ch) else { return }
+        if descriptor.uuid.bluetoothUUID == .clientCharacteristicConfiguration {
+            CBLog.misuse("Client Characteristic Configuration descriptors must be configured using setNotifyValue:forCharacteristic:")
+            deliver { $0.peripheral(self, didWriteValueFor: descriptor, error: CBATTError(.writeNotPermitted)) }
+            return
+        }
+        let handle = descriptor.handle
+        let bytes = [UInt8](data)
+        withConnection("writeValue") { [self] c in
+            c.gatt(.write(handle: handle, value: bytes)) { [self] r in
+                let error: (any Error)? = { if case let .failure(f) = r { return f.cbError } else { return nil } }()
+                deliver { $0.peripheral(self, didWriteValueFor: descriptor, error: error) }
+            }
+        }
+    }
+
+    // MARK: Validation (C5)
+
+    func validate(_ service: CBService) -> Bool {
+        if owns(service) { return true }
+        CBLog.warning("\(service) is not a valid service for peripheral \(self)")
+        return false
+    }
+
+    func validate(_ characteristic: CBCharacteristic) -> Bool {
+        if let s = characteristic.service, owns(s) { return true }
+        CBLog.warning("\(characteristic) is not a valid characteristic for peripheral \(self)")
+        return false
+    }
+}
+
+extension GATTClient.Failure {
+    /// The error Core Bluetooth reports for a failed GATT procedure.
+    var cbError: any Error {
+        switch self {
+        case let .att(code, _): return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)) ?? .unlikelyError)
+        case .timeout: return CBError(.connectionTimeout)
+        case .disconnected, .bearerClosed: return CBError(.notConnected)
+        case .invalidResponse: return CBError(.unknown)
+        }
+    }
+}

@@ -1,0 +1,372 @@
+// CBPeripheralManager (CBPeripheralManager.h): publishing a local GATT database, advertising, answering
+// reads and writes, and updating subscribers.
+//
+// The manager is the host's peripheral delegate. Local attributes map to database handles; requests for
+// dynamic values (a characteristic created with a nil value) go to the delegate as CBATTRequests and are
+// answered with `respond(to:withResult:)`; cached values are served by the GATT server directly.
+import Foundation
+import BLEWire
+import BLEHCI
+import BLEATT
+import BLEGATT
+import BLEGAP
+import BLEHost
+
+open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Sendable {
+    private weak var storedDelegate: (any CBPeripheralManagerDelegate)?
+    open weak var delegate: (any CBPeripheralManagerDelegate)? {
+        get { managerLock.withLock { storedDelegate } }
+        set { managerLock.withLock { storedDelegate = newValue } }
+    }
+
+    package let queue: DispatchQueue
+    package let host: Host?
+    private var storedIsAdvertising = false
+
+    // Under managerLock.
+    private var characteristicsByValueHandle: [UInt16: CBMutableCharacteristic] = [:]
+    private var descriptorsByHandle: [UInt16: CBDescriptor] = [:]
+    private var publishedServices: [ObjectIdentifier: (service: CBMutableService, range: ClosedRange<UInt16>)] = [:]
+    private var pendingRequests: [ObjectIdentifier: (id: GATTRequestID, isWrite: Bool, needsResponse: Bool)] = [:]
+    private var centrals: [UInt16: CBCentral] = [:]
+
+    public convenience override init() {
+        self.init(delegate: nil, queue: nil, options: nil)
+    }
+
+    public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?) {
+        self.init(delegate: delegate, queue: queue, options: nil)
+    }
+
+    /// A peripheral manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil) {
+        self.queue = queue ?? .main
+        var made: Host?
+        var failure: String?
+        do { made = try HostFactory.makeHostFromEnvironment(name: "peripheral") } catch { failure = "\(error)" }
+        self.host = made
+        super.init()
+        storedDelegate = delegate
+        attach(failure: failure)
+    }
+
+    /// A peripheral manager on a given host.
+    public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: Host) {
+        self.queue = queue ?? .main
+        self.host = host
+        super.init()
+        storedDelegate = delegate
+        attach(failure: nil)
+    }
+
+    private func attach(failure: String?) {
+        guard let host else {
+            queue.async { [self] in
+                CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
+                setState(.unsupported)
+                delegate?.peripheralManagerDidUpdateState(self)
+            }
+            return
+        }
+        host.loop.execute { [self] in
+            host.peripheralDelegate = self
+            host.addPowerObserver { [weak self] s in self?.hostPowerChanged(s) }
+            if host.powerState == .on { hostPowerChanged(.on) } else { host.powerOn() }
+        }
+    }
+
+    deinit {
+        if let host {
+            host.loop.execute { [host] in if host.centralDelegate == nil { host.powerOff() } }
+        }
+    }
+
+    private func hostPowerChanged(_ s: HostPowerState) {
+        let newState = s.managerState
+        guard newState != .unknown else { return }
+        queue.async { [self] in
+            if newState != .poweredOn {
+                // Below poweredOn advertising stops and centrals are gone; the database must be re-added.
+                managerLock.withLock {
+                    storedIsAdvertising = false
+                    for (_, p) in publishedServices { p.service.isPublished = false }
+                    publishedServices.removeAll()
+                    characteristicsByValueHandle.removeAll()
+                    descriptorsByHandle.removeAll()
+                    centrals.removeAll()
+                }
+            }
+            guard state != newState else { return }
+            setState(newState)
+            delegate?.peripheralManagerDidUpdateState(self)
+        }
+    }
+
+    @available(*, deprecated, message: "Use CBManager.authorization instead")
+    open class func authorizationStatus() -> CBPeripheralManagerAuthorizationStatus { .authorized }
+
+    // MARK: Advertising
+
+    open var isAdvertising: Bool { managerLock.withLock { storedIsAdvertising } }
+
+    /// Advertises; only the local name and service UUIDs are honoured, packed as iOS packs them.
+    open func startAdvertising(_ advertisementData: [String: Any]?) {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        let name = advertisementData?[CBAdvertisementDataLocalNameKey] as? String
+        let uuids = (advertisementData?[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
+        if isAdvertising {
+            queue.async { [self] in delegate?.peripheralManagerDidStartAdvertising(self, error: CBError(.alreadyAdvertising)) }
+            return
+        }
+        let packed = AdvertisingPacker.pack(localName: name, serviceUUIDs: uuids.map(\.bluetoothUUID))
+        managerLock.withLock { storedIsAdvertising = true }
+        host.loop.execute { [self] in
+            host.startAdvertising(AdvertisingConfiguration(data: packed.advertisingData, scanResponse: packed.scanResponseData)) { [self] e in
+                queue.async { [self] in
+                    if e != nil { managerLock.withLock { storedIsAdvertising = false } }
+                    delegate?.peripheralManagerDidStartAdvertising(self, error: e.map { _ in CBError(.unknown) })
+                }
+            }
+        }
+    }
+
+    open func stopAdvertising() {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        managerLock.withLock { storedIsAdvertising = false }
+        host.loop.execute { host.stopAdvertising() }
+    }
+
+    /// A best-effort latency hint for a connected central.
+    open func setDesiredConnectionLatency(_ latency: CBPeripheralManagerConnectionLatency, for central: CBCentral) {
+        guard !misusedOutsidePoweredOn() else { return }
+        // Recorded only: the central decides the connection parameters.
+    }
+
+    // MARK: Services
+
+    open func add(_ service: CBMutableService) {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        if let problem = publicationProblem(service) {
+            CBLog.warning(problem.message)
+            queue.async { [self] in delegate?.peripheralManager(self, didAdd: service, error: problem.error) }
+            return
+        }
+        let includes: [GATTServiceReference] = managerLock.withLock {
+            (service.includedServices ?? []).compactMap { inc in
+                publishedServices[ObjectIdentifier(inc)].map { GATTServiceReference(handle: $0.range.lowerBound) }
+            }
+        }
+        let chars = (service.characteristics ?? []).compactMap { $0 as? CBMutableCharacteristic }
+        let definition = GATTServiceDefinition(
+            uuid: service.uuid.bluetoothUUID, isPrimary: service.isPrimary, includedServices: includes,
+            characteristics: chars.map { $0.gattDefinition })
+        service.isPublished = true
+        host.loop.execute { [self] in
+            let result = Result { try host.addService(definition) }
+            queue.async { [self] in
+                switch result {
+                case let .success(handles):
+                    managerLock.withLock {
+                        publishedServices[ObjectIdentifier(service)] = (service, handles.range)
+                        for (c, h) in zip(chars, handles.characteristics) {
+                            characteristicsByValueHandle[h.value] = c
+                            c.handle = h.declaration
+                            c.valueHandle = h.value
+                            c.endHandle = h.endHandle
+                            c._service = service
+                            for (d, dh) in zip(c.descriptors ?? [], h.descriptors) {
+                                descriptorsByHandle[dh] = d
+                                d.handle = dh
+                            }
+                        }
+                    }
+                    service.handle = handles.range.lowerBound
+                    service.endHandle = handles.range.upperBound
+                    delegate?.peripheralManager(self, didAdd: service, error: nil)
+                case let .failure(e):
+                    service.isPublished = false
+                    CBLog.warning("could not publish \(service): \(e)")
+                    delegate?.peripheralManager(self, didAdd: service, error: CBError(.invalidParameters))
+                }
+            }
+        }
+    }
+
+    private func publicationProblem(_ service: CBMutableService) -> (message: String, error: any Error)? {
+        if service.isPublished { return ("\(service) is already published", CBError(.invalidParameters)) }
+        let reserved: Set<BluetoothUUID> = [.gapService, .gattService]
+        if reserved.contains(service.uuid.bluetoothUUID) {
+            return ("the \(service.uuid) service is reserved by the system", CBError(.uuidNotAllowed))
+        }
+        for inc in service.includedServices ?? [] {
+            let published = managerLock.withLock { publishedServices[ObjectIdentifier(inc)] != nil }
+            if !published { return ("included service \(inc) must be published first", CBError(.invalidParameters)) }
+        }
+        for c in service.characteristics ?? [] {
+            guard let m = c as? CBMutableCharacteristic else {
+                return ("\(c) is not a CBMutableCharacteristic", CBError(.invalidParameters))
+            }
+            if let p = m.publicationProblem { return (p, CBError(.invalidParameters)) }
+            for d in m.descriptors ?? [] {
+                if let md = d as? CBMutableDescriptor, let p = md.publicationProblem { return (p, CBError(.invalidParameters)) }
+            }
+        }
+        return nil
+    }
+
+    open func remove(_ service: CBMutableService) {
+        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard let entry = managerLock.withLock({ publishedServices.removeValue(forKey: ObjectIdentifier(service)) }) else { return }
+        managerLock.withLock {
+            characteristicsByValueHandle = characteristicsByValueHandle.filter { !entry.range.contains($0.key) }
+            descriptorsByHandle = descriptorsByHandle.filter { !entry.range.contains($0.key) }
+        }
+        service.isPublished = false
+        host.loop.execute { host.removeService(startHandle: entry.range.lowerBound) }
+    }
+
+    open func removeAllServices() {
+        guard !misusedOutsidePoweredOn() else { return }
+        let all = managerLock.withLock { publishedServices.values.sorted { $0.range.lowerBound > $1.range.lowerBound }.map(\.service) }
+        for s in all { remove(s) }
+    }
+
+    // MARK: Requests
+
+    public func host(_ host: Host, didConnect connection: HostConnection) {
+        _ = central(for: connection)
+    }
+
+    public func host(_ host: Host, didDisconnect connection: HostConnection, reason: HCIStatus) {
+        guard let central = managerLock.withLock({ centrals.removeValue(forKey: connection.handle) }) else { return }
+        queue.async { [self] in
+            // A subscribed central that leaves unsubscribes from everything.
+            let subscribed = managerLock.withLock { Array(characteristicsByValueHandle.values) }
+                .filter { $0.subscribedCentrals?.contains(where: { $0 === central }) ?? false }
+                .sorted { $0.valueHandle < $1.valueHandle }
+            for c in subscribed {
+                c._subscribedCentrals = c._subscribedCentrals?.filter { $0 !== central }
+                c._isNotifying = !(c._subscribedCentrals ?? []).isEmpty
+                delegate?.peripheralManager(self, central: central, didUnsubscribeFrom: c)
+            }
+        }
+    }
+
+    private func central(for connection: HostConnection) -> CBCentral {
+        managerLock.withLock {
+            if let c = centrals[connection.handle] { return c }
+            let c = CBCentral(identifier: CBPeripheral.identifier(for: connection.peerAddress),
+                              maximumUpdateValueLength: Int(connection.attMTU) - 3)
+            centrals[connection.handle] = c
+            return c
+        }
+    }
+
+    public func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16) {
+        central(for: connection)._maximumUpdateValueLength = Int(mtu) - 3
+    }
+
+    public func host(_ host: Host, didReceiveRead request: HostReadRequest) {
+        guard let connection = host.connections[request.connectionHandle] else { return }
+        let central = central(for: connection)
+        guard let characteristic = managerLock.withLock({ characteristicsByValueHandle[request.attributeHandle] }) else {
+            host.respondToRead(id: request.id, result: .failure(.readNotPermitted))
+            return
+        }
+        let r = CBATTRequest(central: central, characteristic: characteristic, offset: Int(request.offset), value: nil)
+        managerLock.withLock { pendingRequests[ObjectIdentifier(r)] = (request.id, false, true) }
+        queue.async { [self] in delegate?.peripheralManager(self, didReceiveRead: r) }
+    }
+
+    public func host(_ host: Host, didReceiveWrite request: HostWriteRequest) {
+        guard let connection = host.connections[request.connectionHandle] else { return }
+        let central = central(for: connection)
+        var requests: [CBATTRequest] = []
+        for item in request.items {
+            guard let c = managerLock.withLock({ characteristicsByValueHandle[item.attributeHandle] }) else {
+                host.respondToWrite(id: request.id, error: .writeNotPermitted)
+                return
+            }
+            requests.append(CBATTRequest(central: central, characteristic: c, offset: Int(item.offset), value: Data(item.value)))
+        }
+        guard let first = requests.first else { return host.respondToWrite(id: request.id, error: nil) }
+        if request.needsResponse {
+            managerLock.withLock { pendingRequests[ObjectIdentifier(first)] = (request.id, true, true) }
+        } else {
+            host.respondToWrite(id: request.id, error: nil)
+        }
+        queue.async { [self] in delegate?.peripheralManager(self, didReceiveWrite: requests) }
+    }
+
+    /// Answers a read, or a batch of writes (pass the first request of the batch), exactly once.
+    open func respond(to request: CBATTRequest, withResult result: CBATTError.Code) {
+        guard let host else { return }
+        guard let pending = managerLock.withLock({ pendingRequests.removeValue(forKey: ObjectIdentifier(request)) }) else {
+            CBLog.warning("respond(to:withResult:) for \(request), which is not waiting for an answer")
+            return
+        }
+        let value = request.value.map { [UInt8]($0) } ?? []
+        let code = ATTErrorCode(rawValue: UInt8(truncatingIfNeeded: result.rawValue))
+        host.loop.execute {
+            if pending.isWrite {
+                host.respondToWrite(id: pending.id, error: result == .success ? nil : code)
+            } else {
+                host.respondToRead(id: pending.id, result: result == .success ? .success(value) : .failure(code))
+            }
+        }
+    }
+
+    public func host(_ host: Host, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
+        guard let c = managerLock.withLock({ characteristicsByValueHandle[valueHandle] }) else { return }
+        let central = central(for: connection)
+        let on = notify || indicate
+        queue.async { [self] in
+            var list = c._subscribedCentrals ?? []
+            let was = list.contains { $0 === central }
+            if on && !was { list.append(central) }
+            if !on { list.removeAll { $0 === central } }
+            c._subscribedCentrals = list
+            c._isNotifying = !list.isEmpty
+            if on && !was { delegate?.peripheralManager(self, central: central, didSubscribeTo: c) }
+            if !on && was { delegate?.peripheralManager(self, central: central, didUnsubscribeFrom: c) }
+        }
+    }
+
+    /// Sends a value to subscribed centrals (all when nil). Returns false when the transmit queue is full;
+    /// `peripheralManagerIsReady(toUpdateSubscribers:)` follows when there is room again.
+    open func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic, onSubscribedCentrals centrals: [CBCentral]?) -> Bool {
+        guard !misusedOutsidePoweredOn(), let host else { return false }
+        let handle = characteristic.valueHandle
+        guard handle != 0 else { return false }
+        let handles: [UInt16]? = centrals.map { wanted in
+            managerLock.withLock { self.centrals.filter { entry in wanted.contains { $0 === entry.value } }.map(\.key) }
+        }
+        let bytes = [UInt8](value)
+        if host.loop.isInLoop { return host.updateValue(bytes, forHandle: handle, to: handles) }
+        return host.loop.sync { host.updateValue(bytes, forHandle: handle, to: handles) }
+    }
+
+    public func hostIsReadyToUpdateSubscribers(_ host: Host) {
+        queue.async { [self] in delegate?.peripheralManagerIsReady(toUpdateSubscribers: self) }
+    }
+
+    open override var description: String { "<CBPeripheralManager: \(address(of: self))>" }
+}
+
+extension CBMutableCharacteristic {
+    /// The database definition of this local characteristic.
+    var gattDefinition: GATTCharacteristicDefinition {
+        let perms = permissions
+        var p: AttributePermissions = []
+        if perms.contains(.readable) { p.insert(.readable) }
+        if perms.contains(.writeable) { p.insert(.writeable) }
+        if perms.contains(.readEncryptionRequired) { p.formUnion([.readable, .readEncryptionRequired]) }
+        if perms.contains(.writeEncryptionRequired) { p.formUnion([.writeable, .writeEncryptionRequired]) }
+        let descriptors: [GATTDescriptorDefinition] = (descriptors ?? []).map { d in
+            GATTDescriptorDefinition(uuid: d.uuid.bluetoothUUID, permissions: .readable, value: CBDescriptor.wireValue(of: d.value))
+        }
+        return GATTCharacteristicDefinition(
+            uuid: uuid.bluetoothUUID, properties: GATTCharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: properties.rawValue)),
+            permissions: p, value: value.map { [UInt8]($0) }, descriptors: descriptors)
+    }
+}

@@ -1,0 +1,45 @@
+// `ble demo`: the seeds' heart-rate example, a peripheral and a central as two devices on the virtual
+// radio in one process, written with nothing but the Core Bluetooth API.
+import ArgumentParser
+import Foundation
+import CoreBluetooth
+
+struct DemoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo", abstract: "Run the heart-rate example: a peripheral and a central talking over the virtual radio.")
+
+    @Option(help: "How many heart-rate notifications the central waits for.")
+    var notifications = 5
+
+    func run() throws {
+        let demo = HeartRateDemo(notificationsWanted: notifications)
+        demo.start()
+        dispatchMain()
+    }
+}
+
+/// Prints one step of the demo, prefixed by who did it.
+func step(_ who: String, _ text: String) {
+    print("[\(who)] \(text)")
+    fflush(stdout)
+}
+
+final class HeartRateDemo: @unchecked Sendable {
+    let peripheral: HeartRatePeripheral
+    let central: HeartRateMonitor
+
+    init(notificationsWanted: Int) {
+        peripheral = HeartRatePeripheral()
+        central = HeartRateMonitor(notificationsWanted: notificationsWanted) { code in exit(code) }
+    }
+
+    func start() {
+        peripheral.start()
+        central.start()
+        // A safety net: the demo never hangs.
+        DispatchQueue.main.asyncAfter(deadline: .now() + 30) {
+            step("demo", "timed out")
+            exit(1)
+        }
+    }
+}
