@@ -1,1 +1,0 @@
-// CoreBluetooth — placeholder until the layer lands.
