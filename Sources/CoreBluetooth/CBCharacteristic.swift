@@ -29,7 +29,7 @@ open class CBCharacteristic: CBAttribute, @unchecked Sendable {
     }
 
     /// The service this characteristic belongs to (weak).
-    open weak var service: CBService? { lock.withLock { storedService } }
+    open var service: CBService? { lock.withLock { storedService } }
 
     open var properties: CBCharacteristicProperties { lock.withLock { storedProperties } }
 

@@ -16,7 +16,7 @@ open class CBDescriptor: CBAttribute, @unchecked Sendable {
     }
 
     /// The characteristic this descriptor belongs to (weak).
-    open weak var characteristic: CBCharacteristic? { lock.withLock { storedCharacteristic } }
+    open var characteristic: CBCharacteristic? { lock.withLock { storedCharacteristic } }
 
     /// The last value read; nil until then.
     open var value: Any? { lock.withLock { storedValue } }
