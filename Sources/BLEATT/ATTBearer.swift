@@ -43,6 +43,8 @@ public enum ATTProtocolError: Error, Sendable, Equatable {
     case indicationNotConfirmed
     /// A PDU that could not be decoded.
     case malformed(ATTDecodeError)
+    /// A request arrived while the same client's previous request was still unanswered (§3.3.2).
+    case requestWhileOutstanding(ATTOpcode)
     /// A PDU the receiving role does not accept (e.g. a request handed to the client role).
     case wrongRole(ATTOpcode)
 }
