@@ -1,1 +1,0 @@
-// BLEATT — placeholder until the layer lands.

@@ -1,1 +1,0 @@
-// BLEGATT — placeholder until the layer lands.
