@@ -54,11 +54,11 @@ extension Host {
         }
         switch pdu.opcode.kind {
         case .request, .command:
-            perform(gattServer.handle(pdu, from: c.handle), on: c)
+            perform(gattServer.handle(pdu, from: c.clientID))
         case .response, .notification, .indication:
             perform(c.gattClient.receive(pdu), on: c)
         case .confirmation:
-            perform(gattServer.handle(pdu, from: c.handle), on: c)
+            perform(gattServer.handle(pdu, from: c.clientID))
         case .unknown:
             if let rsp = pdu.opcode.unsupportedServerResponse { sendATT(.errorResponse(rsp), on: c) }
         }
@@ -119,26 +119,41 @@ extension Host {
         }
     }
 
-    func perform(_ actions: [GATTServerAction], on c: HostConnection) {
-        for a in actions { perform(a) }
+    func connection(_ client: GATTClientID) -> HostConnection? {
+        connections[UInt16(truncatingIfNeeded: client.rawValue)]
     }
 
     func perform(_ action: GATTServerAction) {
         switch action {
         case let .send(pdu, client):
-            if let c = connections[client] { sendATT(pdu, on: c) }
+            if let c = connection(client) { sendATT(pdu, on: c) }
         case let .readRequest(id, client, handle, offset):
-            peripheralDelegate?.host(self, didReceiveRead: HostReadRequest(id: id, connectionHandle: client, attributeHandle: handle, offset: offset))
+            peripheralDelegate?.host(self, didReceiveRead: HostReadRequest(
+                id: id.rawValue, connectionHandle: UInt16(truncatingIfNeeded: client.rawValue), attributeHandle: handle, offset: offset))
         case let .writeRequests(id, client, writes, needsResponse):
             let items = writes.map { HostWriteRequest.Item(attributeHandle: $0.handle, offset: $0.offset, value: $0.value) }
-            peripheralDelegate?.host(self, didReceiveWrite: HostWriteRequest(id: id, connectionHandle: client, items: items, needsResponse: needsResponse))
+            peripheralDelegate?.host(self, didReceiveWrite: HostWriteRequest(
+                id: id.rawValue, connectionHandle: UInt16(truncatingIfNeeded: client.rawValue), items: items, needsResponse: needsResponse))
         case let .subscriptionChanged(client, valueHandle, notify, indicate):
-            if let c = connections[client] {
+            if let c = connection(client) {
                 peripheralDelegate?.host(self, connection: c, didChangeSubscriptionOf: valueHandle, notify: notify, indicate: indicate)
             }
         case let .mtuChanged(client, mtu):
-            if let c = connections[client] { c.mtuDidChange(mtu) }
-        default:
+            if let c = connection(client) { c.mtuDidChange(mtu) }
+        case let .startConfirmationTimer(client):
+            guard let c = connection(client) else { return }
+            loop.cancel(c.confirmationTimer)
+            c.confirmationTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
+                guard let self, let c, c.isOpen else { return }
+                c.confirmationTimer = nil
+                log("indication confirmation timed out on \(c)")
+                perform(gattServer.confirmationTimeout(c.clientID))
+            }
+        case let .stopConfirmationTimer(client):
+            if let c = connection(client) { loop.cancel(c.confirmationTimer); c.confirmationTimer = nil }
+        case let .protocolError(client, error):
+            log("client \(client) broke the ATT protocol: \(error)")
+        case .valueWritten, .indicationConfirmed, .indicationAbandoned, .saveClientConfiguration:
             break
         }
     }

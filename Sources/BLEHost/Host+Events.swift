@@ -84,7 +84,7 @@ extension Host {
                                interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
         aclInFlight[handle] = 0
-        gattServer.clientConnected(handle)
+        gattServer.clientConnected(GATTClientID(UInt64(handle)))
         if asCentral {
             centralDelegate?.host(self, didConnect: c)
             startNextConnect()
@@ -108,7 +108,9 @@ extension Host {
         perform(actions, on: c)
         for w in c.rssiWaiters { w(.failure(.invalidState("disconnected"))) }
         c.rssiWaiters.removeAll()
-        for a in gattServer.clientDisconnected(c.handle) { _ = a }
+        loop.cancel(c.confirmationTimer)
+        c.confirmationTimer = nil
+        perform(gattServer.clientDisconnected(c.clientID))
         switch c.role {
         case .central: centralDelegate?.host(self, didDisconnect: c, reason: reason)
         case .peripheral:
@@ -119,7 +121,7 @@ extension Host {
     }
 
     func mtuChanged(on c: HostConnection) {
-        gattServer.setMTU(c.attMTU, for: c.handle)
+        gattServer.updateMTU(c.attMTU, for: c.clientID)
         switch c.role {
         case .central: centralDelegate?.host(self, connection: c, didChangeMTU: c.attMTU)
         case .peripheral: peripheralDelegate?.host(self, connection: c, didChangeMTU: c.attMTU)

@@ -8,13 +8,17 @@ extension Host {
     /// Adds a service to the local database; Service Changed is indicated to connected clients.
     public func addService(_ definition: GATTServiceDefinition) throws -> GATTServiceHandles {
         let handles = try gattServer.addService(definition)
-        perform(gattServer.serviceChanged(range: handles.startHandle...handles.endHandle))
+        perform(gattServer.serviceChanged(handles.range))
         return handles
     }
 
     public func removeService(startHandle: UInt16) {
-        if let range = gattServer.removeService(startHandle: startHandle) {
-            perform(gattServer.serviceChanged(range: range))
+        guard let record = gattServer.database.service(declaredAt: startHandle) else { return }
+        do {
+            try gattServer.removeService(record.range)
+            perform(gattServer.serviceChanged(record.range))
+        } catch {
+            log("could not remove the service at 0x\(String(startHandle, radix: 16)): \(error)")
         }
     }
 
@@ -24,17 +28,17 @@ extension Host {
 
     /// Answers a dynamic read.
     public func respondToRead(id: UInt64, result: Result<[UInt8], ATTErrorCode>) {
-        perform(gattServer.completeRead(id: id, result: result))
+        perform(gattServer.completeRead(id: GATTRequestID(rawValue: id), result: result))
     }
 
     /// Accepts (nil) or refuses a batch of writes.
     public func respondToWrite(id: UInt64, error: ATTErrorCode?) {
-        perform(gattServer.completeWrite(id: id, error: error))
+        perform(gattServer.completeWrite(id: GATTRequestID(rawValue: id), error: error))
     }
 
     /// Sets a characteristic's stored value (what static reads return).
     public func setValue(_ value: [UInt8], forHandle handle: UInt16) {
-        gattServer.setValue(value, forHandle: handle)
+        gattServer.setValue(value, at: handle)
     }
 
     /// Notifies or indicates a value to the subscribed clients (all, or those listed). Returns false and
@@ -44,7 +48,16 @@ extension Host {
             subscribersWaitingForRoom = true
             return false
         }
-        perform(gattServer.updateValue(value, forHandle: handle, to: clients))
+        let targets = clients ?? connections.keys.sorted()
+        for h in targets {
+            guard let c = connections[h] else { continue }
+            let sub = gattServer.subscription(of: c.clientID, valueHandle: handle)
+            if sub.contains(.notification) {
+                perform(gattServer.notify(handle: handle, value: value, to: c.clientID))
+            } else if sub.contains(.indication) {
+                perform(gattServer.indicate(handle: handle, value: value, to: c.clientID))
+            }
+        }
         return true
     }
 }

@@ -29,6 +29,9 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     var gattClient = GATTClient()
     var gattCompletions: [GATTClient.ProcedureID: (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void] = [:]
     var attTimer: LoopTimer?
+    var confirmationTimer: LoopTimer?
+    /// This link's identity in the GATT server.
+    var clientID: GATTClientID { GATTClientID(UInt64(handle)) }
     var mtuExchangeStarted = false
     var rssiWaiters: [(Result<Int8, HostError>) -> Void] = []
     /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
