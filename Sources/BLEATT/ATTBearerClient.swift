@@ -171,11 +171,3 @@ public struct ATTBearerClient: Sendable {
         return [.send(next.pdu), .startTransactionTimer]
     }
 }
-
-extension ATTPDU {
-    /// The number of octets `encode()` produces.
-    public var encodedSize: Int {
-        // Encoding is cheap and exact; the few PDUs this is asked about are small.
-        encode().count
-    }
-}

@@ -10,21 +10,9 @@ import BLEWire
 extension ATTPDU {
     /// The PDU's octets: opcode then parameters.
     public func encode() -> [UInt8] {
-        var w = ByteWriter(capacity: 8 + payloadSizeHint)
+        var w = ByteWriter(capacity: encodedSize)
         encode(into: &w)
         return w.bytes
-    }
-
-    private var payloadSizeHint: Int {
-        switch self {
-        case let .readResponse(p): return p.value.count
-        case let .readBlobResponse(p): return p.partValue.count
-        case let .writeRequest(p): return p.value.count
-        case let .writeCommand(p): return p.value.count
-        case let .handleValueNotification(p): return p.value.count
-        case let .handleValueIndication(p): return p.value.count
-        default: return 16
-        }
     }
 
     /// Appends the PDU's octets to `w`.
@@ -271,5 +259,46 @@ extension ATTPDU {
         }
         try r.expectEnd()
         return pdu
+    }
+}
+
+extension ATTPDU {
+    /// The number of octets `encode()` produces, computed without encoding.
+    public var encodedSize: Int {
+        func attributeTypeSize(_ uuid: BluetoothUUID) -> Int { uuid.wireSize == 2 ? 2 : 16 }
+        let parameters: Int
+        switch self {
+        case .errorResponse: parameters = 4
+        case .exchangeMTURequest, .exchangeMTUResponse: parameters = 2
+        case .findInformationRequest: parameters = 4
+        case let .findInformationResponse(p): parameters = 1 + p.information.count * p.format.entrySize
+        case let .findByTypeValueRequest(p): parameters = 6 + p.attributeValue.count
+        case let .findByTypeValueResponse(p): parameters = 4 * p.handlesInformationList.count
+        case let .readByTypeRequest(p): parameters = 4 + attributeTypeSize(p.attributeType)
+        case let .readByTypeResponse(p): parameters = 1 + p.attributeDataList.reduce(0) { $0 + 2 + $1.value.count }
+        case .readRequest: parameters = 2
+        case let .readResponse(p): parameters = p.value.count
+        case .readBlobRequest: parameters = 4
+        case let .readBlobResponse(p): parameters = p.partValue.count
+        case let .readMultipleRequest(p): parameters = 2 * p.handles.count
+        case let .readMultipleResponse(p): parameters = p.values.count
+        case let .readMultipleVariableRequest(p): parameters = 2 * p.handles.count
+        case let .readMultipleVariableResponse(p): parameters = p.lengthValueTupleList.reduce(0) { $0 + 2 + $1.value.count }
+        case let .readByGroupTypeRequest(p): parameters = 4 + attributeTypeSize(p.attributeGroupType)
+        case let .readByGroupTypeResponse(p): parameters = 1 + p.attributeDataList.reduce(0) { $0 + 4 + $1.value.count }
+        case let .writeRequest(p): parameters = 2 + p.value.count
+        case .writeResponse, .executeWriteResponse, .handleValueConfirmation: parameters = 0
+        case let .writeCommand(p): parameters = 2 + p.value.count
+        case let .signedWriteCommand(p): parameters = 2 + p.value.count + p.signature.count
+        case let .prepareWriteRequest(p): parameters = 4 + p.partValue.count
+        case let .prepareWriteResponse(p): parameters = 4 + p.partValue.count
+        case .executeWriteRequest: parameters = 1
+        case let .handleValueNotification(p): parameters = 2 + p.value.count
+        case let .handleValueIndication(p): parameters = 2 + p.value.count
+        case let .multipleHandleValueNotification(p):
+            parameters = p.handleLengthValueTupleList.reduce(0) { $0 + 4 + $1.value.count }
+        case let .unknown(_, p): parameters = p.count
+        }
+        return 1 + parameters
     }
 }

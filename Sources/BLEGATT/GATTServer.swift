@@ -110,6 +110,9 @@ public struct GATTServer: Sendable {
         return actions
     }
 
+    /// Reads and writes the application has not answered yet.
+    public var pendingRequestCount: Int { pending.count }
+
     public func mtu(for client: GATTClientID) -> UInt16 { clients[client]?.bearer.mtu ?? ATTMTU.default }
 
     /// The client's configuration of the characteristic whose value is at `valueHandle`.

@@ -154,3 +154,30 @@ private let write7 = ATTPDU.writeRequest(ATTWriteRequest(handle: 7, value: [1]))
     #expect(ATTMTU.negotiated(client: 20, server: 247) == 23)
     #expect(ATTMTU.negotiated(client: 1000, server: 2000) == 517)
 }
+
+@Test func clientPassesMultipleNotificationsAndDropsNothingElse() throws {
+    var c = ATTBearerClient()
+    let multi = ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
+        ATTHandleValue(handle: 1, value: [1]), ATTHandleValue(handle: 2, value: []),
+    ])
+    #expect(c.receive(bytes: ATTPDU.multipleHandleValueNotification(multi).encode()) == [.multipleNotification(multi)])
+    #expect(c.state == .idle && c.queuedCount == 0)
+}
+
+@Test func randomOctetsNeverCrashTheDecoder() {
+    var state: UInt64 = 0x0123_4567_89AB_CDEF
+    func next() -> UInt64 { state ^= state << 13; state ^= state >> 7; state ^= state << 17; return state }
+    var decoded = 0
+    for _ in 0..<20000 {
+        var bytes: [UInt8] = [UInt8(truncatingIfNeeded: next() % 0x24)]
+        if next() % 8 == 0 { bytes[0] |= 0x40 }
+        for _ in 0..<Int(next() % 24) { bytes.append(UInt8(truncatingIfNeeded: next())) }
+        if let pdu = try? ATTPDU.decode(bytes) {
+            decoded += 1
+            // Whatever decodes re-encodes to the same octets, except where decoding is lenient
+            // (a cut Read Multiple Variable Response).
+            if pdu.opcode != .readMultipleVariableResponse { #expect(pdu.encode() == bytes, "\(bytes.hexString)") }
+        }
+    }
+    #expect(decoded > 1000)
+}
