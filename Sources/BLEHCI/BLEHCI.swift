@@ -1,1 +1,0 @@
-// BLEHCI — placeholder until the layer lands.

@@ -1,0 +1,123 @@
+// HCI packets and the H4 UART framing (Core Spec Vol 4 Part A §2: a one-octet packet indicator precedes
+// each HCI packet).
+
+/// The H4 packet indicator (Vol 4 Part A §2).
+public enum HCIPacketType: UInt8, Sendable, Hashable, CustomStringConvertible {
+    case command = 0x01
+    case acl = 0x02
+    case sco = 0x03
+    case event = 0x04
+    case iso = 0x05
+
+    public var description: String {
+        switch self {
+        case .command: return "command"
+        case .acl: return "ACL"
+        case .sco: return "SCO"
+        case .event: return "event"
+        case .iso: return "ISO"
+        }
+    }
+}
+
+/// One HCI packet without its H4 indicator.
+public struct HCIPacket: Sendable, Equatable {
+    public var type: HCIPacketType
+    public var bytes: [UInt8]
+
+    public init(type: HCIPacketType, bytes: [UInt8]) {
+        self.type = type
+        self.bytes = bytes
+    }
+
+    /// The packet as sent over H4: indicator, then the packet.
+    public var h4Bytes: [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count + 1)
+        out.append(type.rawValue)
+        out.append(contentsOf: bytes)
+        return out
+    }
+}
+
+public enum H4Error: Error, Equatable, Sendable, CustomStringConvertible {
+    case unknownPacketIndicator(UInt8)
+    case packetTooLarge(Int)
+
+    public var description: String {
+        switch self {
+        case let .unknownPacketIndicator(b): return "unknown H4 packet indicator 0x\(String(b, radix: 16))"
+        case let .packetTooLarge(n): return "H4 packet of \(n) bytes exceeds the limit"
+        }
+    }
+}
+
+/// Streaming H4 deframer: append bytes as they arrive, then take packets out. `nextPacket` returns nil
+/// when more bytes are needed. After an error the stream cannot be resynchronised (H4 has no framing
+/// recovery, Vol 4 Part A §2): the transport must be reset.
+public struct H4Framer: Sendable {
+    private var buffer: [UInt8] = []
+    private var start = 0
+    public let maxPacketSize: Int
+
+    public init(maxPacketSize: Int = 65_539 + 4) {
+        self.maxPacketSize = maxPacketSize
+    }
+
+    public mutating func append<C: Collection>(_ bytes: C) where C.Element == UInt8 {
+        if start > 0 && start == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            start = 0
+        }
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// Bytes buffered and not yet returned as packets.
+    public var bufferedCount: Int { buffer.count - start }
+
+    public mutating func nextPacket() throws -> HCIPacket? {
+        let available = buffer.count - start
+        guard available >= 1 else { return nil }
+        guard let type = HCIPacketType(rawValue: buffer[start]) else {
+            throw H4Error.unknownPacketIndicator(buffer[start])
+        }
+        // Header sizes and length fields per Vol 4 Part E §5.4.
+        let headerSize: Int
+        switch type {
+        case .command: headerSize = 3
+        case .acl: headerSize = 4
+        case .sco: headerSize = 3
+        case .event: headerSize = 2
+        case .iso: headerSize = 4
+        }
+        guard available >= 1 + headerSize else { return nil }
+        let h = start + 1
+        let length: Int
+        switch type {
+        case .command, .sco: length = Int(buffer[h + 2])
+        case .event: length = Int(buffer[h + 1])
+        case .acl: length = Int(buffer[h + 2]) | Int(buffer[h + 3]) << 8
+        case .iso: length = Int(buffer[h + 2]) | Int(buffer[h + 3] & 0x3F) << 8
+        }
+        let total = headerSize + length
+        guard total <= maxPacketSize else { throw H4Error.packetTooLarge(total) }
+        guard available >= 1 + total else { return nil }
+        let packet = HCIPacket(type: type, bytes: Array(buffer[h..<h + total]))
+        start = h + total
+        if start == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            start = 0
+        } else if start > 4096 && start * 2 > buffer.count {
+            buffer.removeFirst(start)
+            start = 0
+        }
+        return packet
+    }
+}
+
+/// Why a complete HCI packet could not be decoded.
+public struct HCIDecodeError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var what: String
+    public init(_ what: String) { self.what = what }
+    public var description: String { "malformed HCI packet: \(what)" }
+}

@@ -1,0 +1,44 @@
+// Shared test harness: a private virtual air per test (real clock), managers on their own hosts, a
+// thread-safe event log, and waiting for conditions with a deadline.
+import Foundation
+import Testing
+import CoreBluetooth
+import BLEHost
+import BLEVirtualRadio
+import BLETransport
+
+/// A thread-safe list of what delegates saw, in order.
+final class EventLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [String] = []
+
+    func add(_ s: String) { lock.lock(); items.append(s); lock.unlock() }
+    var all: [String] { lock.lock(); defer { lock.unlock() }; return items }
+    func count(_ prefix: String) -> Int { all.filter { $0.hasPrefix(prefix) }.count }
+    func contains(_ prefix: String) -> Bool { count(prefix) > 0 }
+}
+
+struct TimedOut: Error, CustomStringConvertible {
+    let what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+/// Polls `condition` until it holds or `seconds` pass.
+func waitUntil(_ what: String, seconds: Double = 10, _ condition: () -> Bool) async throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while !condition() {
+        if Date() > deadline { throw TimedOut(what: what) }
+        try await Task.sleep(nanoseconds: 2_000_000)
+    }
+}
+
+/// One simulated air for a test; devices on it are placed a few metres apart.
+final class TestAir: @unchecked Sendable {
+    let air = VirtualAir(loop: EventLoop(label: "test.air", clock: .real))
+    private var nextX = 0.0
+
+    func host(_ name: String) throws -> Host {
+        nextX += 2
+        return try HostFactory.makeHost(on: air, name: name, position: VirtualPosition(x: nextX, y: 0, z: 0))
+    }
+}
