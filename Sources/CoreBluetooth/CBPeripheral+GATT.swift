@@ -310,6 +310,7 @@ extension GATTClient.Failure {
         case .timeout: return CBError(.connectionTimeout)
         case .disconnected, .bearerClosed: return CBError(.notConnected)
         case .invalidResponse: return CBError(.unknown)
+        case .invalidRequest: return CBError(.invalidParameters)
         }
     }
 }
