@@ -78,7 +78,7 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
         characteristics: [GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [99])]))
     let small = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x180F), isPrimary: false,
         characteristics: [GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [50])]))
-    let long = (0..<600).map { UInt8($0 % 251) }
+    let long = (0..<500).map { UInt8($0 % 251) }
     let main = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x180D), includedServices: [secondary.reference, small.reference],
         characteristics: [
             GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.notify, .indicate], permissions: [], value: nil,
@@ -132,11 +132,10 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
         let (db, _, small, main) = try testDatabase()
         var lb = Loopback(database: db)
         _ = try lb.run(.exchangeMTU(clientRxMTU: mtu))
-        let long = (0..<600).map { UInt8($0 % 251) }
+        let long = (0..<500).map { UInt8($0 % 251) }
         let longHandle = main.characteristics[2].value
         #expect(try lb.run(.read(handle: main.characteristics[1].value)) == .value([0x01]))
-        // Long reads stop at 512 octets, the longest attribute value (Vol 3 Part F §3.2.9).
-        #expect(try lb.run(.readLong(handle: longHandle)) == .value(Array(long.prefix(512))))
+        #expect(try lb.run(.readLong(handle: longHandle)) == .value(long))
         #expect(try lb.run(.readLong(handle: main.characteristics[1].value)) == .value([0x01]))
         #expect(try lb.run(.readMultiple(handles: [main.characteristics[1].value, small.characteristics[0].value])) == .value([0x01, 50]))
         #expect(try lb.run(.readMultipleVariable(handles: [main.characteristics[1].value, small.characteristics[0].value])) == .values([[0x01], [50]]))
