@@ -110,7 +110,7 @@ extension HCICommand {
             return .leSetAdvertisingParameters(LESetAdvertisingParameters(
                 advertisingIntervalMin: try r.readUInt16(), advertisingIntervalMax: try r.readUInt16(),
                 advertisingType: LEAdvertisingType(rawValue: try r.readUInt8()), ownAddressType: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddress(), advertisingChannelMap: try r.readUInt8(),
+                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), advertisingChannelMap: try r.readUInt8(),
                 advertisingFilterPolicy: try r.readUInt8()))
         case .leReadAdvertisingPhysicalChannelTxPower: return .leReadAdvertisingPhysicalChannelTxPower
         case .leSetAdvertisingData, .leSetScanResponseData:
@@ -128,7 +128,7 @@ extension HCICommand {
         case .leCreateConnection:
             return .leCreateConnection(LECreateConnection(
                 leScanInterval: try r.readUInt16(), leScanWindow: try r.readUInt16(), initiatorFilterPolicy: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddress(), ownAddressType: try r.readUInt8(),
+                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), ownAddressType: try r.readUInt8(),
                 connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(), maxLatency: try r.readUInt16(),
                 supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
         case .leCreateConnectionCancel: return .leCreateConnectionCancel

@@ -132,12 +132,12 @@ extension LEMetaEvent {
         case LESubevent.connectionComplete:
             return .connectionComplete(LEConnectionComplete(
                 status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), role: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddress(), connectionInterval: try r.readUInt16(),
+                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), connectionInterval: try r.readUInt16(),
                 peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(), centralClockAccuracy: try r.readUInt8()))
         case LESubevent.enhancedConnectionComplete:
             return .enhancedConnectionComplete(LEEnhancedConnectionComplete(
                 status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), role: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddress(),
+                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(),
                 localResolvablePrivateAddress: try r.readAddress(type: .random), peerResolvablePrivateAddress: try r.readAddress(type: .random),
                 connectionInterval: try r.readUInt16(), peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(),
                 centralClockAccuracy: try r.readUInt8()))
@@ -147,7 +147,7 @@ extension LEMetaEvent {
             var types: [UInt8] = [], addrTypes: [UInt8] = [], addrs: [BluetoothAddress] = [], lengths: [Int] = []
             for _ in 0..<n { types.append(try r.readUInt8()) }
             for _ in 0..<n { addrTypes.append(try r.readUInt8()) }
-            for i in 0..<n { addrs.append(try r.readAddress(type: addrTypes[i] & 1 == 1 ? .random : .public)) }
+            for i in 0..<n { addrs.append(try r.readAddress(type: AddressType(hciAddressType: addrTypes[i]))) }
             for _ in 0..<n {
                 let l = Int(try r.readUInt8())
                 guard l <= 31 else { throw WireError.invalidValue("advertising data length \(l) > 31") }

@@ -124,7 +124,7 @@ public struct LEEnhancedConnectionComplete: Sendable, Equatable {
     public var centralClockAccuracy: UInt8
 
     public init(status: HCIStatus, connectionHandle: UInt16, role: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
-                localResolvablePrivateAddress: BluetoothAddress = .zero, peerResolvablePrivateAddress: BluetoothAddress = .zero,
+                localResolvablePrivateAddress: BluetoothAddress = .zeroRandom, peerResolvablePrivateAddress: BluetoothAddress = .zeroRandom,
                 connectionInterval: UInt16, peripheralLatency: UInt16, supervisionTimeout: UInt16, centralClockAccuracy: UInt8) {
         self.status = status; self.connectionHandle = connectionHandle; self.role = role
         self.peerAddressType = peerAddressType; self.peerAddress = peerAddress
@@ -183,5 +183,25 @@ public struct LEDataLengthChange: Sendable, Equatable {
     public init(connectionHandle: UInt16, maxTxOctets: UInt16, maxTxTime: UInt16, maxRxOctets: UInt16, maxRxTime: UInt16) {
         self.connectionHandle = connectionHandle; self.maxTxOctets = maxTxOctets; self.maxTxTime = maxTxTime
         self.maxRxOctets = maxRxOctets; self.maxRxTime = maxRxTime
+    }
+}
+
+extension AddressType {
+    /// An HCI address type octet (0 public, 1 random, 2 public identity, 3 random identity; others read as random).
+    public init(hciAddressType t: UInt8) {
+        self = AddressType(rawValue: t) ?? .random
+    }
+}
+
+extension BluetoothAddress {
+    /// 00:00:00:00:00:00 as a random address (an absent resolvable private address in HCI events).
+    public static let zeroRandom = BluetoothAddress(bytes: [0, 0, 0, 0, 0, 0], type: .random)
+}
+
+extension ByteReader {
+    /// Reads a 6-octet address whose type is the octet just read (Peer_Address_Type precedes Peer_Address).
+    mutating func readAddressTypedByPreviousOctet() throws -> BluetoothAddress {
+        let t = index > bytes.startIndex ? bytes[index - 1] : 0
+        return try readAddress(type: AddressType(hciAddressType: t))
     }
 }

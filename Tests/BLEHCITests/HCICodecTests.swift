@@ -1,0 +1,209 @@
+// HCI codecs: hand-checked bytes from the specification, round trips of every command, event, LE
+// subevent, return-parameter struct and ACL packet, every-prefix truncation, and H4 framing fed byte by byte.
+import Testing
+import BLEWire
+@testable import BLEHCI
+
+let peer = BluetoothAddress(string: "C0:11:22:33:44:55", type: .random)!
+
+let allCommands: [HCICommand] = [
+    .reset, .readLocalVersionInformation, .readBDADDR, .readLocalSupportedCommands, .readLocalSupportedFeatures, .readBufferSize,
+    .setEventMask(0x2000_9FFF_FFFF_FFFF), .setEventMaskPage2(0x1), .leSetEventMask(0x0000_0000_0000_0A7F), .leReadBufferSize,
+    .leReadLocalSupportedFeatures, .leSetRandomAddress(peer),
+    .leSetAdvertisingParameters(LESetAdvertisingParameters(advertisingIntervalMin: 0xA0, advertisingIntervalMax: 0xB0, advertisingType: .scannableUndirected,
+                                                           ownAddressType: 1, peerAddressType: 1, peerAddress: peer, advertisingChannelMap: 7, advertisingFilterPolicy: 0)),
+    .leReadAdvertisingPhysicalChannelTxPower, .leSetAdvertisingData([2, 1, 6, 3, 3, 0x0D, 0x18]), .leSetScanResponseData([]),
+    .leSetAdvertisingData(Array(repeating: 0xAB, count: 31)),
+    .leSetAdvertisingEnable(true), .leSetAdvertisingEnable(false),
+    .leSetScanParameters(LESetScanParameters(scanType: .active, scanInterval: 0x60, scanWindow: 0x30, ownAddressType: 0, scanningFilterPolicy: 0)),
+    .leSetScanEnable(enable: true, filterDuplicates: false),
+    .leCreateConnection(LECreateConnection(leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 1, peerAddress: peer,
+                                           ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28, maxLatency: 0,
+                                           supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0)),
+    .leCreateConnectionCancel, .disconnect(handle: 0x40, reason: .remoteUserTerminated),
+    .leConnectionUpdate(LEConnectionUpdate(connectionHandle: 0x40, connectionIntervalMin: 6, connectionIntervalMax: 12, maxLatency: 0, supervisionTimeout: 100)),
+    .leReadRemoteFeatures(handle: 0x41), .leSetDataLength(handle: 0x40, txOctets: 251, txTime: 2120), .leReadSuggestedDefaultDataLength,
+    .leWriteSuggestedDefaultDataLength(txOctets: 251, txTime: 2120), .leReadMaximumDataLength, .leReadPHY(handle: 0x40),
+    .leSetDefaultPHY(allPHYs: 0, txPHYs: 3, rxPHYs: 3), .leSetPHY(LESetPHY(connectionHandle: 0x40, txPHYs: 2, rxPHYs: 2)), .leRand,
+    .leEncrypt(key: Array(0..<16), plaintext: Array(16..<32)), .leStartEncryption(handle: 0x40, random: 0x1122334455667788, ediv: 0x9AB, ltk: Array(0..<16)),
+    .leLongTermKeyRequestReply(handle: 0x40, ltk: Array(repeating: 7, count: 16)), .leLongTermKeyRequestNegativeReply(handle: 0x40),
+    .readRSSI(handle: 0x40), .readRemoteVersionInformation(handle: 0x40),
+    .unknown(opcode: HCIOpcode(ogf: 0x3F, ocf: 0x0001), parameters: [1, 2, 3]),
+]
+
+let allEvents: [HCIEvent] = [
+    .commandComplete(numHCICommandPackets: 1, opcode: .reset, returnParameters: [0]),
+    .commandStatus(status: .success, numHCICommandPackets: 1, opcode: .leCreateConnection),
+    .disconnectionComplete(status: .success, handle: 0x40, reason: .connectionTimeout),
+    .numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 3), CompletedPackets(handle: 0x41, count: 1)]),
+    .encryptionChange(status: .success, handle: 0x40, enabled: 1),
+    .encryptionKeyRefreshComplete(status: .success, handle: 0x40),
+    .readRemoteVersionInformationComplete(status: .success, handle: 0x40, version: 0x0C, companyIdentifier: 0x05F1, subversion: 1),
+    .hardwareError(3), .dataBufferOverflow(1),
+    .le(.connectionComplete(LEConnectionComplete(status: .success, connectionHandle: 0x40, role: 0, peerAddressType: 1, peerAddress: peer,
+                                                 connectionInterval: 0x28, peripheralLatency: 0, supervisionTimeout: 0x1F4, centralClockAccuracy: 0))),
+    .le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(status: .success, connectionHandle: 0x41, role: 1, peerAddressType: 0, peerAddress: .zero,
+                                                                 connectionInterval: 6, peripheralLatency: 0, supervisionTimeout: 100, centralClockAccuracy: 1))),
+    .le(.advertisingReport([LEAdvertisingReport(eventType: .advInd, addressType: 1, address: peer, data: [2, 1, 6], rssi: -60),
+                            LEAdvertisingReport(eventType: .scanRsp, addressType: 0, address: .zero, data: [], rssi: 127)])),
+    .le(.connectionUpdateComplete(LEConnectionUpdateComplete(status: .success, connectionHandle: 0x40, connectionInterval: 12, peripheralLatency: 1, supervisionTimeout: 200))),
+    .le(.readRemoteFeaturesComplete(status: .success, handle: 0x40, features: 0x21)),
+    .le(.longTermKeyRequest(handle: 0x40, random: 0xAABB, ediv: 0x1234)),
+    .le(.remoteConnectionParameterRequest(handle: 0x40, intervalMin: 6, intervalMax: 12, maxLatency: 0, timeout: 100)),
+    .le(.dataLengthChange(LEDataLengthChange(connectionHandle: 0x40, maxTxOctets: 251, maxTxTime: 2120, maxRxOctets: 251, maxRxTime: 2120))),
+    .le(.phyUpdateComplete(status: .success, handle: 0x40, txPHY: 2, rxPHY: 2)),
+    .le(.unknown(subevent: 0x22, parameters: [9, 9])),
+    .unknown(code: 0xFF, parameters: [0x01, 0x02]),
+]
+
+@Suite struct HCISpecBytesTests {
+    @Test func resetAndItsAnswer() throws {
+        #expect(HCICommand.reset.encode().h4Bytes == [0x01, 0x03, 0x0C, 0x00])
+        #expect(try HCIEvent.decode(HCIPacket(type: .event, bytes: [0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00]))
+                == .commandComplete(numHCICommandPackets: 1, opcode: .reset, returnParameters: [0x00]))
+    }
+
+    @Test func leSetAdvertisingEnableAndDisconnect() {
+        #expect(HCICommand.leSetAdvertisingEnable(true).encode().bytes == [0x0A, 0x20, 0x01, 0x01])
+        #expect(HCICommand.disconnect(handle: 0x0040, reason: .remoteUserTerminated).encode().bytes == [0x06, 0x04, 0x03, 0x40, 0x00, 0x13])
+        // The advertising data is always 1 + 31 octets (§7.8.7).
+        #expect(HCICommand.leSetAdvertisingData([2, 1, 6]).encode().bytes.count == 3 + 32)
+    }
+
+    @Test func advertisingReportUsesFieldByFieldArrays() throws {
+        let two = HCIEvent.le(.advertisingReport([
+            LEAdvertisingReport(eventType: .advInd, addressType: 0, address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6]), data: [0xAA], rssi: -10),
+            LEAdvertisingReport(eventType: .scanRsp, addressType: 1, address: BluetoothAddress(bytes: [7, 8, 9, 10, 11, 12], type: .random), data: [], rssi: -20)]))
+        #expect(two.encode().bytes == [0x3E, 0x17, 0x02, 0x02, 0x00, 0x04, 0x00, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                       0x01, 0x00, 0xAA, 0xF6, 0xEC])
+    }
+
+    @Test func aclHeaderFlags() throws {
+        let p = ACLPacket(handle: 0x0041, boundary: .continuing, data: [1, 2]).encode()
+        #expect(p.bytes == [0x41, 0x10, 0x02, 0x00, 1, 2])
+        #expect(try ACLPacket.decode(HCIPacket(type: .acl, bytes: [0x41, 0x20, 0x01, 0x00, 9])) == ACLPacket(handle: 0x41, boundary: .firstFlushable, data: [9]))
+        #expect(throws: HCIDecodeError.self) { try ACLPacket.decode(HCIPacket(type: .acl, bytes: [0x41, 0x20, 0x05, 0x00, 9])) }
+    }
+}
+
+@Suite struct HCIRoundTripTests {
+    @Test func everyCommandRoundTrips() throws {
+        for c in allCommands { #expect(try HCICommand.decode(c.encode()) == c, "\(c)") }
+    }
+
+    @Test func everyEventRoundTrips() throws {
+        for e in allEvents { #expect(try HCIEvent.decode(e.encode()) == e, "\(e)") }
+    }
+
+    @Test func everyStrictPrefixOfACommandFails() {
+        for c in allCommands {
+            let bytes = c.encode().bytes
+            for n in 0..<bytes.count {
+                #expect(throws: (any Error).self, "\(c) prefix \(n)") { try HCICommand.decode(HCIPacket(type: .command, bytes: Array(bytes.prefix(n)))) }
+            }
+        }
+    }
+
+    @Test func everyStrictPrefixOfAnEventFails() {
+        for e in allEvents {
+            let bytes = e.encode().bytes
+            for n in 0..<bytes.count {
+                #expect(throws: (any Error).self, "\(e) prefix \(n)") { try HCIEvent.decode(HCIPacket(type: .event, bytes: Array(bytes.prefix(n)))) }
+            }
+        }
+    }
+
+    @Test func lengthFieldsThatLieAreRejected() {
+        // A known event whose declared length covers fewer parameters than it needs.
+        #expect(throws: HCIDecodeError.self) { try HCIEvent.decode(HCIPacket(type: .event, bytes: [0x05, 0x02, 0x00, 0x40])) }
+        // A known command with a trailing byte.
+        #expect(throws: HCIDecodeError.self) { try HCICommand.decode(HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x01, 0x00])) }
+    }
+
+    @Test func returnParametersRoundTripAndTruncate() throws {
+        func check<T: HCIReturnParameters>(_ v: T) throws {
+            #expect(try T(decoding: v.encode()) == v)
+            let b = v.encode()
+            for n in 0..<b.count { #expect(throws: (any Error).self) { try T(decoding: Array(b.prefix(n))) } }
+            #expect(throws: (any Error).self) { try T(decoding: b + [0]) }
+        }
+        try check(StatusReturn(status: .success))
+        try check(ConnectionHandleReturn(status: .success, handle: 0x40))
+        try check(ReadLocalVersionReturn(status: .success, hciVersion: 12, hciSubversion: 1, lmpVersion: 12, companyIdentifier: 0x5F1, lmpSubversion: 2))
+        try check(ReadBDADDRReturn(status: .success, address: BluetoothAddress(string: "00:11:22:33:44:55")!))
+        try check(ReadLocalSupportedCommandsReturn(status: .success, supportedCommands: Array(repeating: 0xFF, count: 64)))
+        try check(ReadLocalSupportedFeaturesReturn(status: .success, features: 0x1_0000_0021))
+        try check(LEReadBufferSizeReturn(status: .success, aclDataPacketLength: 251, totalNumACLDataPackets: 8))
+        try check(ReadBufferSizeReturn(status: .success, aclDataPacketLength: 1021, syncDataPacketLength: 0, totalNumACLDataPackets: 8, totalNumSyncDataPackets: 0))
+        try check(LERandReturn(status: .success, randomNumber: 0x0102030405060708))
+        try check(LEEncryptReturn(status: .success, encryptedData: Array(0..<16)))
+        try check(ReadRSSIReturn(status: .success, handle: 0x40, rssi: -55))
+        try check(LEReadPHYReturn(status: .success, handle: 0x40, txPHY: 2, rxPHY: 1))
+        try check(LEReadMaximumDataLengthReturn(status: .success, supportedMaxTxOctets: 251, supportedMaxTxTime: 2120, supportedMaxRxOctets: 251, supportedMaxRxTime: 2120))
+        try check(LEReadSuggestedDefaultDataLengthReturn(status: .success, suggestedMaxTxOctets: 27, suggestedMaxTxTime: 328))
+        try check(LEReadAdvertisingTxPowerReturn(status: .success, txPowerLevel: -4))
+    }
+
+    @Test func aclRoundTripAndTruncation() throws {
+        let a = ACLPacket(handle: 0xABC, boundary: .firstNonFlushable, data: Array(0..<40))
+        #expect(try ACLPacket.decode(a.encode()) == a)
+        let b = a.encode().bytes
+        for n in 0..<b.count { #expect(throws: HCIDecodeError.self) { try ACLPacket.decode(HCIPacket(type: .acl, bytes: Array(b.prefix(n)))) } }
+    }
+
+    @Test func namesOfOpcodesAndStatuses() {
+        #expect(HCIOpcode.reset.description == "HCI_Reset")
+        #expect(HCIOpcode(rawValue: 0xFC01).description == "HCI opcode 0xfc01")
+        #expect(HCIStatus.connectionTimeout.description == "Connection Timeout (0x08)")
+        #expect(HCIStatus(rawValue: 0xEE).description == "HCI error 0xee")
+    }
+}
+
+@Suite struct H4FramerTests {
+    var stream: [UInt8] {
+        var s: [UInt8] = []
+        for e in allEvents { s += e.encode().h4Bytes }
+        s += ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: Array(0..<200)).encode().h4Bytes
+        for c in allCommands { s += c.encode().h4Bytes }
+        return s
+    }
+
+    var expected: [HCIPacket] {
+        allEvents.map { $0.encode() } + [ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: Array(0..<200)).encode()] + allCommands.map { $0.encode() }
+    }
+
+    @Test func byteByByte() throws {
+        var f = H4Framer()
+        var got: [HCIPacket] = []
+        for b in stream {
+            f.append([b])
+            while let p = try f.nextPacket() { got.append(p) }
+        }
+        #expect(got == expected)
+        #expect(f.bufferedCount == 0)
+    }
+
+    @Test func mixedChunks() throws {
+        let s = stream
+        for chunk in [2, 7, 64, 1000] {
+            var f = H4Framer()
+            var got: [HCIPacket] = []
+            var i = 0
+            while i < s.count {
+                f.append(s[i..<min(s.count, i + chunk)])
+                i += chunk
+                while let p = try f.nextPacket() { got.append(p) }
+            }
+            #expect(got == expected, "chunk \(chunk)")
+        }
+    }
+
+    @Test func garbageAndOversizeAreErrors() {
+        var f = H4Framer()
+        f.append([0x09, 0x00])
+        #expect(throws: H4Error.unknownPacketIndicator(0x09)) { try f.nextPacket() }
+        var g = H4Framer(maxPacketSize: 100)
+        g.append([0x02, 0x40, 0x00, 0xFF, 0x00])
+        #expect(throws: H4Error.packetTooLarge(259)) { try g.nextPacket() }
+    }
+}
