@@ -1,1 +1,0 @@
-// BLEGAP — placeholder until the layer lands.

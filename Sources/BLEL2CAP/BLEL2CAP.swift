@@ -1,1 +1,0 @@
-// BLEL2CAP — placeholder until the layer lands.
