@@ -1,1 +1,0 @@
-// BLEVirtualRadio — placeholder until the layer lands.

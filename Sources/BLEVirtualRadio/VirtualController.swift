@@ -1,0 +1,234 @@
+// A software LE controller below HCI: it decodes the host's commands and ACL data with BLEHCI, runs the
+// link layer on the air, and answers with the events a real controller sends (Vol 4 Part E, Vol 6 Part B).
+//
+// Threading: state is confined to the air's loop. `send` may be called on the loop (in-process hosts) or
+// from another thread (it then hops onto the loop). Packets to the host are always delivered through
+// `loop.execute`, never inside `send`, in the order they were produced.
+import Foundation
+import BLEWire
+import BLEHCI
+import BLETransport
+import Synchronization
+
+public enum VirtualRadioError: Error, Equatable, Sendable {
+    case poweredOff
+    case removed
+}
+
+/// One LE link as a controller sees it.
+final class VirtualLink {
+    let handle: UInt16
+    let role: UInt8   // 0 central, 1 peripheral
+    weak var peer: VirtualController?
+    var peerHandle: UInt16
+    var interval: UInt16
+    var latency: UInt16
+    var timeout: UInt16
+    var encrypted = false
+    var pendingLTK: [UInt8]?
+    var lost = false
+    var lossTimer: LoopTimer?
+
+    init(handle: UInt16, role: UInt8, peer: VirtualController, peerHandle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) {
+        self.handle = handle; self.role = role; self.peer = peer; self.peerHandle = peerHandle
+        self.interval = interval; self.latency = latency; self.timeout = timeout
+    }
+}
+
+public final class VirtualController: HCITransport, @unchecked Sendable {
+    public let address: BluetoothAddress
+    unowned let air: VirtualAir
+    var loop: EventLoop { air.loop }
+    public var name: String { "virtual:\(address.string)" }
+
+    private let positionLock = Mutex(VirtualPosition.origin)
+    public var position: VirtualPosition {
+        get { positionLock.withLock { $0 } }
+        set { positionLock.withLock { $0 = newValue } }
+    }
+
+    private let sinkLock = Mutex<(any HCITransportSink)?>(nil)
+    private let powerHandler = Mutex<(@Sendable (Bool) -> Void)?>(nil)
+    public var onPowerChange: (@Sendable (Bool) -> Void)? {
+        get { powerHandler.withLock { $0 } }
+        set { powerHandler.withLock { $0 = newValue } }
+    }
+
+    /// ACL buffers reported by LE Read Buffer Size.
+    public var aclBufferSize: UInt16 = 251
+    public var aclBufferCount: UInt8 = 8
+    public static let leFeatures: LEFeatures = [.encryption, .extendedRejectIndication, .peripheralInitiatedFeaturesExchange,
+                                                .dataPacketLengthExtension, .le2MPHY]
+
+    // Loop-confined link-layer state.
+    var isPoweredOn = true
+    var eventMask: UInt64 = 0x0000_1FFF_FFFF_FFFF
+    var leEventMask: UInt64 = 0x0000_0000_0000_001F
+    var randomAddress: BluetoothAddress?
+    var advertisingParameters = LESetAdvertisingParameters()
+    var advertisingData: [UInt8] = []
+    var scanResponseData: [UInt8] = []
+    var advertising = false
+    var advertisingTimer: LoopTimer?
+    var scanParameters = LESetScanParameters()
+    var scanning = false
+    var filterDuplicates = false
+    var reportedDuplicates: Set<[UInt8]> = []
+    var initiating: LECreateConnection?
+    var links: [UInt16: VirtualLink] = [:]
+    var nextHandle: UInt16 = 0x0040
+    var completedPackets: [UInt16: UInt16] = [:]
+    var completedFlushScheduled = false
+
+    init(air: VirtualAir, address: BluetoothAddress, position: VirtualPosition) {
+        self.air = air
+        self.address = address
+        positionLock.withLock { $0 = position }
+    }
+
+    // MARK: HCITransport
+
+    public func open(sink: any HCITransportSink) throws {
+        sinkLock.withLock { $0 = sink }
+    }
+
+    public func close() {
+        sinkLock.withLock { $0 = nil }
+    }
+
+    public func send(_ packet: HCIPacket) {
+        if loop.isInLoop { receive(packet) } else { loop.execute { [self] in receive(packet) } }
+    }
+
+    /// Hands a packet to the host, after whatever is already queued.
+    func deliver(_ packet: HCIPacket) {
+        loop.execute { [self] in
+            guard let s = sinkLock.withLock({ $0 }) else { return }
+            s.transport(didReceive: packet)
+        }
+    }
+
+    func deliver(_ event: HCIEvent) {
+        guard isPoweredOn, eventAllowed(event) else { return }
+        deliver(event.encode())
+    }
+
+    /// Vol 4 Part E §7.3.1 and §7.8.1: events masked off by the host are not sent.
+    func eventAllowed(_ e: HCIEvent) -> Bool {
+        switch e {
+        case .commandComplete, .commandStatus, .numberOfCompletedPackets: return true
+        case let .le(meta):
+            guard eventMask & (1 << 61) != 0 else { return false }
+            let bit = UInt64(meta.subevent) - 1
+            return bit < 64 && leEventMask & (1 << bit) != 0
+        default:
+            let bit = UInt64(e.code) - 1
+            return bit < 64 && eventMask & (1 << bit) != 0
+        }
+    }
+
+    func receive(_ packet: HCIPacket) {
+        guard isPoweredOn else { return }
+        switch packet.type {
+        case .command:
+            do {
+                handle(command: try HCICommand.decode(packet))
+            } catch {
+                // A malformed known command: Invalid HCI Command Parameters.
+                let op = packet.bytes.count >= 2 ? HCIOpcode(rawValue: UInt16(packet.bytes[0]) | UInt16(packet.bytes[1]) << 8) : HCIOpcode(rawValue: 0)
+                complete(op, StatusReturn(status: .invalidParameters))
+            }
+        case .acl:
+            guard let acl = try? ACLPacket.decode(packet) else { return }
+            handle(acl: acl)
+        default:
+            break
+        }
+    }
+
+    // MARK: Power
+
+    /// Switches the radio off: links drop (peers time out), advertising and scanning stop, and the host's
+    /// transport closes.
+    public func powerOff() {
+        let work: @Sendable () -> Void = { [self] in
+            guard isPoweredOn else { return }
+            leaveAir(reason: .poweredOff)
+            onPowerChange?(false)
+        }
+        if loop.isInLoop { work() } else { loop.execute(work) }
+    }
+
+    /// Switches the radio back on; the host re-opens and starts from Reset.
+    public func powerOn() {
+        let work: @Sendable () -> Void = { [self] in
+            guard !isPoweredOn else { return }
+            isPoweredOn = true
+            resetState()
+            onPowerChange?(true)
+        }
+        if loop.isInLoop { work() } else { loop.execute(work) }
+    }
+
+    func leaveAir(reason: VirtualRadioError) {
+        for (_, link) in links { link.peer?.peerLost(link.peerHandle) }
+        links.removeAll()
+        resetState()
+        isPoweredOn = false
+        let sink = sinkLock.withLock { s -> (any HCITransportSink)? in let v = s; s = nil; return v }
+        loop.execute { sink?.transportDidClose(error: reason) }
+    }
+
+    func resetState() {
+        advertising = false
+        air.loop.cancel(advertisingTimer)
+        advertisingTimer = nil
+        scanning = false
+        initiating = nil
+        reportedDuplicates.removeAll()
+        for (_, link) in links { link.peer?.peerLost(link.peerHandle) }
+        links.removeAll()
+        completedPackets.removeAll()
+        eventMask = 0x0000_1FFF_FFFF_FFFF
+        leEventMask = 0x0000_0000_0000_001F
+        advertisingParameters = LESetAdvertisingParameters()
+        advertisingData = []
+        scanResponseData = []
+        scanParameters = LESetScanParameters()
+    }
+
+    /// The peer of one of our links vanished: the link is lost after its supervision timeout (Vol 6 Part B §4.5.2).
+    func peerLost(_ handle: UInt16) {
+        guard let link = links[handle], !link.lost else { return }
+        link.lost = true
+        link.peer = nil
+        link.lossTimer = loop.schedule(after: UInt64(link.timeout) * 10_000_000) { [weak self] in
+            guard let self, self.links[handle] === link else { return }
+            self.links[handle] = nil
+            self.deliver(.disconnectionComplete(status: .success, handle: handle, reason: .connectionTimeout))
+        }
+    }
+
+    // MARK: Data
+
+    func handle(acl: ACLPacket) {
+        guard let link = links[acl.handle] else { return }
+        if !link.lost, let peer = link.peer {
+            peer.deliver(ACLPacket(handle: link.peerHandle, boundary: acl.boundary, broadcast: acl.broadcast, data: acl.data).encode())
+        }
+        // The packet left our buffers: return the credit.
+        completedPackets[acl.handle, default: 0] += 1
+        if !completedFlushScheduled {
+            completedFlushScheduled = true
+            loop.execute { [self] in flushCompletedPackets() }
+        }
+    }
+
+    func flushCompletedPackets() {
+        completedFlushScheduled = false
+        guard !completedPackets.isEmpty else { return }
+        let list = completedPackets.sorted { $0.key < $1.key }.map { CompletedPackets(handle: $0.key, count: $0.value) }
+        completedPackets.removeAll(keepingCapacity: true)
+        deliver(.numberOfCompletedPackets(list))
+    }
+}
