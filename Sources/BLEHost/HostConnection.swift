@@ -23,7 +23,7 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     /// Free-form slot for the layer above (the façade keeps its peer object here).
     public var context: AnyObject?
 
-    weak var host: Host?
+    weak var host: LEHost?
     var recombiner: L2CAPRecombiner
     var signaling: L2CAPSignalingState
     var gattClient = GATTClient()
@@ -37,7 +37,7 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
     var wantsWriteReady = false
 
-    init(handle: UInt16, role: Role, peerAddress: BluetoothAddress, interval: UInt16, latency: UInt16, timeout: UInt16, host: Host) {
+    init(handle: UInt16, role: Role, peerAddress: BluetoothAddress, interval: UInt16, latency: UInt16, timeout: UInt16, host: LEHost) {
         self.handle = handle
         self.role = role
         self.peerAddress = peerAddress

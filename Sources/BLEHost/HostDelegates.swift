@@ -48,23 +48,23 @@ public struct AdvertisingReport: Sendable, Equatable {
 }
 
 public protocol HostCentralDelegate: AnyObject {
-    func host(_ host: Host, didReceive report: AdvertisingReport)
-    func host(_ host: Host, didConnect connection: HostConnection)
-    func host(_ host: Host, didFailToConnectTo address: BluetoothAddress, status: HCIStatus)
-    func host(_ host: Host, didDisconnect connection: HostConnection, reason: HCIStatus)
+    func host(_ host: LEHost, didReceive report: AdvertisingReport)
+    func host(_ host: LEHost, didConnect connection: HostConnection)
+    func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus)
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus)
     /// A notification or indication from a server we are a client of.
-    func host(_ host: Host, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool)
+    func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool)
     /// Buffer space freed for Write Commands after `canSendWriteWithoutResponse` was false.
-    func host(_ host: Host, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection)
-    func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16)
+    func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection)
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16)
 }
 
 public extension HostCentralDelegate {
-    func host(_ host: Host, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {}
-    func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16) {}
+    func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
 }
 
-/// A read of a dynamic attribute that the application answers with `Host.respondToRead`.
+/// A read of a dynamic attribute that the application answers with `LEHost.respondToRead`.
 public struct HostReadRequest: Sendable {
     public var id: UInt64
     public var connectionHandle: UInt16
@@ -72,7 +72,7 @@ public struct HostReadRequest: Sendable {
     public var offset: UInt16
 }
 
-/// Writes that the application accepts or refuses as one batch with `Host.respondToWrite`.
+/// Writes that the application accepts or refuses as one batch with `LEHost.respondToWrite`.
 public struct HostWriteRequest: Sendable {
     public struct Item: Sendable {
         public var attributeHandle: UInt16
@@ -87,19 +87,19 @@ public struct HostWriteRequest: Sendable {
 }
 
 public protocol HostPeripheralDelegate: AnyObject {
-    func host(_ host: Host, didConnect connection: HostConnection)
-    func host(_ host: Host, didDisconnect connection: HostConnection, reason: HCIStatus)
-    func host(_ host: Host, didReceiveRead request: HostReadRequest)
-    func host(_ host: Host, didReceiveWrite request: HostWriteRequest)
-    func host(_ host: Host, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool)
+    func host(_ host: LEHost, didConnect connection: HostConnection)
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus)
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest)
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest)
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool)
     /// The notification queue has room again after `notify` returned false.
-    func hostIsReadyToUpdateSubscribers(_ host: Host)
-    func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16)
+    func hostIsReadyToUpdateSubscribers(_ host: LEHost)
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16)
 }
 
 public extension HostPeripheralDelegate {
-    func hostIsReadyToUpdateSubscribers(_ host: Host) {}
-    func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16) {}
+    func hostIsReadyToUpdateSubscribers(_ host: LEHost) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
 }
 
 /// Errors the host reports to callers.

@@ -12,7 +12,7 @@ public enum HostFactory {
     private static let counter = Mutex(0)
 
     /// A host for `spec`, not yet powered on. Its loop is the virtual air's loop for `virtual`, its own otherwise.
-    public static func makeHost(spec: TransportSpec, name: String? = nil) throws -> Host {
+    public static func makeHost(spec: TransportSpec, name: String? = nil) throws -> LEHost {
         let n = counter.withLock { c -> Int in c += 1; return c }
         let hostName = name ?? "host\(n)"
         let transport: any HCITransport
@@ -31,17 +31,17 @@ public enum HostFactory {
         default:
             throw TransportError.invalidSpec("\(spec) is not supported yet")
         }
-        return Host(transport: try snooping(transport), loop: loop, name: hostName)
+        return LEHost(transport: try snooping(transport), loop: loop, name: hostName)
     }
 
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).
-    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition = .origin) throws -> Host {
+    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition = .origin) throws -> LEHost {
         let controller = air.addController(position: position)
-        return Host(transport: try snooping(controller), loop: air.loop, name: name ?? "host")
+        return LEHost(transport: try snooping(controller), loop: air.loop, name: name ?? "host")
     }
 
     /// A host for `BLE_TRANSPORT` (virtual when unset).
-    public static func makeHostFromEnvironment(name: String? = nil) throws -> Host {
+    public static func makeHostFromEnvironment(name: String? = nil) throws -> LEHost {
         try makeHost(spec: try TransportSpec.fromEnvironment(), name: name)
     }
 

@@ -19,7 +19,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     package let queue: DispatchQueue
-    package let host: Host?
+    package let leHost: LEHost?
     private var storedIsScanning = false
 
     // Loop-confined.
@@ -43,26 +43,26 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// Creates a central on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
     public init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil) {
         self.queue = queue ?? .main
-        var made: Host?
+        var made: LEHost?
         var failure: String?
         do { made = try HostFactory.makeHostFromEnvironment(name: "central") } catch { failure = "\(error)" }
-        self.host = made
+        self.leHost = made
         super.init()
         self.storedDelegate = delegate
         attach(failure: failure)
     }
 
     /// Creates a central on a given host (for tests and tools that choose the controller themselves).
-    public init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: Host) {
+    public init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
         self.queue = queue ?? .main
-        self.host = host
+        self.leHost = host
         super.init()
         self.storedDelegate = delegate
         attach(failure: nil)
     }
 
     private func attach(failure: String?) {
-        guard let host else {
+        guard let host = leHost else {
             let q = queue
             q.async { [self] in
                 CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
@@ -79,7 +79,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     deinit {
-        if let host {
+        if let host = leHost {
             host.loop.execute { [host] in if host.peripheralDelegate == nil { host.powerOff() } }
         }
     }
@@ -115,7 +115,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Scans for peripherals advertising any of `serviceUUIDs` (nil: all). A new call replaces the filters.
     open func scanForPeripherals(withServices serviceUUIDs: [CBUUID]?, options: [String: Any]? = nil) {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         let allowDuplicates = (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? NSNumber)?.boolValue
             ?? (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool) ?? false
         let solicited = (options?[CBCentralManagerScanOptionSolicitedServiceUUIDsKey] as? [CBUUID]) ?? []
@@ -133,7 +133,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     open func stopScan() {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         managerLock.withLock { storedIsScanning = false }
         host.loop.execute { [self] in
             scan = nil
@@ -141,17 +141,20 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    public func host(_ host: Host, didReceive report: AdvertisingReport) {
+    public func host(_ host: LEHost, didReceive report: AdvertisingReport) {
         guard var s = scan else { return }
         guard let decision = s.accept(report) else { scan = s; return }
         scan = s
         let p = peripheral(for: report.address)
         let rssi = NSNumber(value: Int(report.rssi))
+        let box = UncheckedBox(decision.advertisement)
         let q = queue
         q.async { [self] in
-            if let name = decision.advertisement[CBAdvertisementDataLocalNameKey] as? String { p.setAdvertisedName(name) }
+            let advertisement = box.value
+            if let name = advertisement[CBAdvertisementDataLocalNameKey] as? String { p.setAdvertisedName(name) }
+            if let uuids = advertisement[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID] { p.addAdvertisedServices(uuids) }
             guard isScanning else { return }
-            delegate?.centralManager(self, didDiscover: p, advertisementData: decision.advertisement, rssi: rssi)
+            delegate?.centralManager(self, didDiscover: p, advertisementData: advertisement, rssi: rssi)
         }
     }
 
@@ -185,7 +188,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Connects; never times out. Ends in exactly one of didConnect or didFailToConnect.
     open func connect(_ peripheral: CBPeripheral, options: [String: Any]? = nil) {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         guard peripheral.manager === self else {
             CBLog.warning("\(peripheral) is not a valid peripheral for \(self)")
             return
@@ -208,7 +211,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Disconnects or cancels a pending connection; didDisconnectPeripheral follows with a nil error.
     open func cancelPeripheralConnection(_ peripheral: CBPeripheral) {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         let wasState = peripheral.state
         guard wasState != .disconnected else { return }
         peripheral.setState(.disconnecting)
@@ -226,7 +229,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    public func host(_ host: Host, didConnect connection: HostConnection) {
+    public func host(_ host: LEHost, didConnect connection: HostConnection) {
         guard let p = connectingPeripherals.removeValue(forKey: connection.peerAddress) ?? peripheralsByAddress[connection.peerAddress],
               p.state == .connecting || p.state == .disconnecting || cancelledConnects.contains(connection.peerAddress) else {
             // A link nobody here asked for (another manager on the same host): leave it alone.
@@ -252,7 +255,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    public func host(_ host: Host, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {
+    public func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {
         guard let p = connectingPeripherals.removeValue(forKey: address) else { return }
         if cancelledConnects.remove(address) != nil {
             announceDisconnect(p, error: nil)
@@ -265,7 +268,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    public func host(_ host: Host, didDisconnect connection: HostConnection, reason: HCIStatus) {
+    public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
         guard let p = connection.context as? CBPeripheral, p.manager === self else { return }
         let local = p.localCancel
         p.localCancel = false
@@ -285,15 +288,15 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    public func host(_ host: Host, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
+    public func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
         (connection.context as? CBPeripheral)?.received(value: value, handle: handle)
     }
 
-    public func host(_ host: Host, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
+    public func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
         (connection.context as? CBPeripheral)?.readyToSendWriteWithoutResponse()
     }
 
-    public func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16) {
+    public func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
         (connection.context as? CBPeripheral)?.setMTU(mtu)
     }
 

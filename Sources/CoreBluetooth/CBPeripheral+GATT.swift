@@ -9,7 +9,7 @@ import BLEHost
 extension CBPeripheral {
     // MARK: Discovery
 
-    open func discoverServices(_ serviceUUIDs: [CBUUID]?) {
+    public func discoverServices(_ serviceUUIDs: [CBUUID]?) {
         let filter = serviceUUIDs.flatMap { $0.isEmpty ? nil : $0 }
         withConnection("discoverServices") { [self] c in
             let procedure: GATTClient.Procedure = filter?.count == 1
@@ -39,7 +39,7 @@ extension CBPeripheral {
         setServices(list)
     }
 
-    open func discoverIncludedServices(_ includedServiceUUIDs: [CBUUID]?, for service: CBService) {
+    public func discoverIncludedServices(_ includedServiceUUIDs: [CBUUID]?, for service: CBService) {
         guard validate(service) else { return }
         let filter = includedServiceUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
         let (start, end) = (service.handle, service.endHandle)
@@ -66,7 +66,7 @@ extension CBPeripheral {
         }
     }
 
-    open func discoverCharacteristics(_ characteristicUUIDs: [CBUUID]?, for service: CBService) {
+    public func discoverCharacteristics(_ characteristicUUIDs: [CBUUID]?, for service: CBService) {
         guard validate(service) else { return }
         let filter = characteristicUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
         let (start, end) = (service.handle, service.endHandle)
@@ -97,14 +97,14 @@ extension CBPeripheral {
         }
     }
 
-    open func discoverDescriptors(for characteristic: CBCharacteristic) {
+    public func discoverDescriptors(for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
         withConnection("discoverDescriptors") { [self] c in
             let finish: (Result<[GATTRemoteDescriptor], GATTClient.Failure>) -> Void = { [self] r in
                 switch r {
                 case let .success(found):
-                    deliver({ $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }, prepare: {
+                    deliver({ $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }, prepare: { [self] in
                         mergeDescriptors(found, into: characteristic)
                     })
                 case let .failure(f):
@@ -133,7 +133,7 @@ extension CBPeripheral {
 
     // MARK: Characteristic values
 
-    open func readValue(for characteristic: CBCharacteristic) {
+    public func readValue(for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
         let handle = characteristic.valueHandle
         withConnection("readValue") { [self] c in
@@ -152,7 +152,7 @@ extension CBPeripheral {
         }
     }
 
-    open func writeValue(_ data: Data, for characteristic: CBCharacteristic, type: CBCharacteristicWriteType) {
+    public func writeValue(_ data: Data, for characteristic: CBCharacteristic, type: CBCharacteristicWriteType) {
         guard validate(characteristic) else { return }
         let handle = characteristic.valueHandle
         let bytes = [UInt8](data)
@@ -178,7 +178,7 @@ extension CBPeripheral {
     }
 
     /// Enables or disables notifications (preferred) or indications by writing the CCCD.
-    open func setNotifyValue(_ enabled: Bool, for characteristic: CBCharacteristic) {
+    public func setNotifyValue(_ enabled: Bool, for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
         let props = characteristic.properties
         guard props.contains(.notify) || props.contains(.indicate) else {
@@ -252,7 +252,7 @@ extension CBPeripheral {
 
     // MARK: Descriptors
 
-    open func readValue(for descriptor: CBDescriptor) {
+    public func readValue(for descriptor: CBDescriptor) {
         guard let ch = descriptor.characteristic, validate(ch) else { return }
         let handle = descriptor.handle
         withConnection("readValue") { [self] c in
@@ -270,7 +270,7 @@ extension CBPeripheral {
         }
     }
 
-    open func writeValue(_ data: Data, for descriptor: CBDescriptor) {
+    public func writeValue(_ data: Data, for descriptor: CBDescriptor) {
         guard let ch = descriptor.characteristic, validate(ch) else { return }
         if descriptor.uuid.bluetoothUUID == .clientCharacteristicConfiguration {
             CBLog.misuse("Client Characteristic Configuration descriptors must be configured using setNotifyValue:forCharacteristic:")

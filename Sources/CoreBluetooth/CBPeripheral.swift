@@ -98,8 +98,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     var queue: DispatchQueue { manager?.queue ?? .main }
 
     /// Runs `body` on the host loop with the live connection, or drops the call (with Apple's warning).
-    func withConnection(_ what: String, _ body: @escaping (HostConnection) -> Void) {
-        guard let host = manager?.host else { return }
+    func withConnection(_ what: String, _ body: @escaping @Sendable (HostConnection) -> Void) {
+        guard let host = manager?.leHost else { return }
         guard state == .connected else {
             CBLog.misuse("\(self) can only accept commands while in the connected state (\(what))")
             return
@@ -111,7 +111,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     }
 
     /// Delivers on the delegate queue, unless the link went away in between (no callbacks after didDisconnect).
-    func deliver(_ body: @escaping (any CBPeripheralDelegate) -> Void, prepare: @escaping () -> Void = {}) {
+    func deliver(_ body: @escaping @Sendable (any CBPeripheralDelegate) -> Void, prepare: @escaping @Sendable () -> Void = {}) {
         queue.async { [self] in
             guard state == .connected else { return }
             prepare()

@@ -20,14 +20,14 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     package let queue: DispatchQueue
-    package let host: Host?
+    package let leHost: LEHost?
     private var storedIsAdvertising = false
 
     // Under managerLock.
     private var characteristicsByValueHandle: [UInt16: CBMutableCharacteristic] = [:]
     private var descriptorsByHandle: [UInt16: CBDescriptor] = [:]
     private var publishedServices: [ObjectIdentifier: (service: CBMutableService, range: ClosedRange<UInt16>)] = [:]
-    private var pendingRequests: [ObjectIdentifier: (id: GATTRequestID, isWrite: Bool, needsResponse: Bool)] = [:]
+    private var pendingRequests: [ObjectIdentifier: (id: UInt64, isWrite: Bool, needsResponse: Bool)] = [:]
     private var centrals: [UInt16: CBCentral] = [:]
 
     public convenience override init() {
@@ -41,26 +41,26 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// A peripheral manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
     public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil) {
         self.queue = queue ?? .main
-        var made: Host?
+        var made: LEHost?
         var failure: String?
         do { made = try HostFactory.makeHostFromEnvironment(name: "peripheral") } catch { failure = "\(error)" }
-        self.host = made
+        self.leHost = made
         super.init()
         storedDelegate = delegate
         attach(failure: failure)
     }
 
     /// A peripheral manager on a given host.
-    public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: Host) {
+    public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
         self.queue = queue ?? .main
-        self.host = host
+        self.leHost = host
         super.init()
         storedDelegate = delegate
         attach(failure: nil)
     }
 
     private func attach(failure: String?) {
-        guard let host else {
+        guard let host = leHost else {
             queue.async { [self] in
                 CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
                 setState(.unsupported)
@@ -76,7 +76,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     deinit {
-        if let host {
+        if let host = leHost {
             host.loop.execute { [host] in if host.centralDelegate == nil { host.powerOff() } }
         }
     }
@@ -111,7 +111,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Advertises; only the local name and service UUIDs are honoured, packed as iOS packs them.
     open func startAdvertising(_ advertisementData: [String: Any]?) {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         let name = advertisementData?[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (advertisementData?[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         if isAdvertising {
@@ -131,7 +131,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     open func stopAdvertising() {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         managerLock.withLock { storedIsAdvertising = false }
         host.loop.execute { host.stopAdvertising() }
     }
@@ -145,7 +145,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     // MARK: Services
 
     open func add(_ service: CBMutableService) {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         if let problem = publicationProblem(service) {
             CBLog.warning(problem.message)
             queue.async { [self] in delegate?.peripheralManager(self, didAdd: service, error: problem.error) }
@@ -215,7 +215,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     open func remove(_ service: CBMutableService) {
-        guard !misusedOutsidePoweredOn(), let host else { return }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         guard let entry = managerLock.withLock({ publishedServices.removeValue(forKey: ObjectIdentifier(service)) }) else { return }
         managerLock.withLock {
             characteristicsByValueHandle = characteristicsByValueHandle.filter { !entry.range.contains($0.key) }
@@ -233,11 +233,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     // MARK: Requests
 
-    public func host(_ host: Host, didConnect connection: HostConnection) {
+    public func host(_ host: LEHost, didConnect connection: HostConnection) {
         _ = central(for: connection)
     }
 
-    public func host(_ host: Host, didDisconnect connection: HostConnection, reason: HCIStatus) {
+    public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
         guard let central = managerLock.withLock({ centrals.removeValue(forKey: connection.handle) }) else { return }
         queue.async { [self] in
             // A subscribed central that leaves unsubscribes from everything.
@@ -262,11 +262,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
-    public func host(_ host: Host, connection: HostConnection, didChangeMTU mtu: UInt16) {
+    public func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
         central(for: connection)._maximumUpdateValueLength = Int(mtu) - 3
     }
 
-    public func host(_ host: Host, didReceiveRead request: HostReadRequest) {
+    public func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {
         guard let connection = host.connections[request.connectionHandle] else { return }
         let central = central(for: connection)
         guard let characteristic = managerLock.withLock({ characteristicsByValueHandle[request.attributeHandle] }) else {
@@ -278,7 +278,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         queue.async { [self] in delegate?.peripheralManager(self, didReceiveRead: r) }
     }
 
-    public func host(_ host: Host, didReceiveWrite request: HostWriteRequest) {
+    public func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
         guard let connection = host.connections[request.connectionHandle] else { return }
         let central = central(for: connection)
         var requests: [CBATTRequest] = []
@@ -295,12 +295,13 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         } else {
             host.respondToWrite(id: request.id, error: nil)
         }
-        queue.async { [self] in delegate?.peripheralManager(self, didReceiveWrite: requests) }
+        let batch = requests
+        queue.async { [self] in delegate?.peripheralManager(self, didReceiveWrite: batch) }
     }
 
     /// Answers a read, or a batch of writes (pass the first request of the batch), exactly once.
     open func respond(to request: CBATTRequest, withResult result: CBATTError.Code) {
-        guard let host else { return }
+        guard let host = leHost else { return }
         guard let pending = managerLock.withLock({ pendingRequests.removeValue(forKey: ObjectIdentifier(request)) }) else {
             CBLog.warning("respond(to:withResult:) for \(request), which is not waiting for an answer")
             return
@@ -316,7 +317,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
-    public func host(_ host: Host, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
+    public func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
         guard let c = managerLock.withLock({ characteristicsByValueHandle[valueHandle] }) else { return }
         let central = central(for: connection)
         let on = notify || indicate
@@ -335,7 +336,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// Sends a value to subscribed centrals (all when nil). Returns false when the transmit queue is full;
     /// `peripheralManagerIsReady(toUpdateSubscribers:)` follows when there is room again.
     open func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic, onSubscribedCentrals centrals: [CBCentral]?) -> Bool {
-        guard !misusedOutsidePoweredOn(), let host else { return false }
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return false }
         let handle = characteristic.valueHandle
         guard handle != 0 else { return false }
         let handles: [UInt16]? = centrals.map { wanted in
@@ -346,7 +347,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         return host.loop.sync { host.updateValue(bytes, forHandle: handle, to: handles) }
     }
 
-    public func hostIsReadyToUpdateSubscribers(_ host: Host) {
+    public func hostIsReadyToUpdateSubscribers(_ host: LEHost) {
         queue.async { [self] in delegate?.peripheralManagerIsReady(toUpdateSubscribers: self) }
     }
 

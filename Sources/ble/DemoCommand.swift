@@ -21,7 +21,7 @@ struct DemoCommand: ParsableCommand {
 /// Prints one step of the demo, prefixed by who did it.
 func step(_ who: String, _ text: String) {
     print("[\(who)] \(text)")
-    fflush(stdout)
+    fflush(nil)
 }
 
 final class HeartRateDemo: @unchecked Sendable {
@@ -30,7 +30,7 @@ final class HeartRateDemo: @unchecked Sendable {
 
     init(notificationsWanted: Int) {
         peripheral = HeartRatePeripheral()
-        central = HeartRateMonitor(notificationsWanted: notificationsWanted) { code in exit(code) }
+        central = HeartRateMonitor(notificationsWanted: notificationsWanted) { code in Foundation.exit(code) }
     }
 
     func start() {
@@ -39,7 +39,7 @@ final class HeartRateDemo: @unchecked Sendable {
         // A safety net: the demo never hangs.
         DispatchQueue.main.asyncAfter(deadline: .now() + 30) {
             step("demo", "timed out")
-            exit(1)
+            Foundation.exit(1)
         }
     }
 }

@@ -18,7 +18,7 @@ struct RadioCommand: ParsableCommand {
         let server = try RadioServer(air: VirtualAir.shared, host: host, port: port)
         server.start()
         print("virtual radio listening on \(host):\(server.port) (H4 over TCP, one controller per connection)")
-        fflush(stdout)
+        fflush(nil)
         dispatchMain()
     }
 }

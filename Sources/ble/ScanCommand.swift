@@ -25,7 +25,7 @@ struct ScanCommand: ParsableCommand {
         scanner.start()
         DispatchQueue.main.asyncAfter(deadline: .now() + duration) {
             print("\(scanner.count) advertisement(s) from \(scanner.devices.count) device(s)")
-            exit(0)
+            Foundation.exit(0)
         }
         dispatchMain()
     }
@@ -57,6 +57,6 @@ private final class Scanner: NSObject, CBCentralManagerDelegate, @unchecked Send
         devices.insert(peripheral.identifier)
         let fields = advertisementData.keys.sorted().map { "\($0)=\(describe(advertisementData[$0]!))" }.joined(separator: " ")
         print("\(peripheral.identifier.uuidString) \(peripheral.name ?? "-") rssi=\(RSSI) \(fields)")
-        fflush(stdout)
+        fflush(nil)
     }
 }

@@ -37,7 +37,7 @@ final class TestAir: @unchecked Sendable {
     let air = VirtualAir(loop: EventLoop(label: "test.air", clock: .real))
     private var nextX = 0.0
 
-    func host(_ name: String) throws -> Host {
+    func host(_ name: String) throws -> LEHost {
         nextX += 2
         return try HostFactory.makeHost(on: air, name: name, position: VirtualPosition(x: nextX, y: 0, z: 0))
     }

@@ -8,8 +8,9 @@ import BLEL2CAP
 import BLEATT
 import BLEGATT
 import BLETransport
+import BLEGAP
 
-extension Host {
+extension LEHost {
     /// Packets beyond the controller's buffers that the host accepts before saying "full" to the app.
     var unacknowledgedQueueLimit: Int { max(4, aclBufferCount) }
 

@@ -4,7 +4,7 @@ import BLEWire
 import BLEATT
 import BLEGATT
 
-extension Host {
+extension LEHost {
     /// Adds a service to the local database; Service Changed is indicated to connected clients.
     public func addService(_ definition: GATTServiceDefinition) throws -> GATTServiceHandles {
         let handles = try gattServer.addService(definition)

@@ -4,7 +4,7 @@ import BLEHCI
 import BLEGATT
 import BLETransport
 
-extension Host {
+extension LEHost {
     func handle(event: HCIEvent) {
         switch event {
         case let .commandComplete(credits, opcode, params):

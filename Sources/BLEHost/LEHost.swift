@@ -14,7 +14,7 @@ import BLEGATT
 import BLEGAP
 import BLETransport
 
-public final class Host: HCITransportSink, @unchecked Sendable {
+public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let loop: EventLoop
     public let transport: any HCITransport
     public let name: String
@@ -240,9 +240,8 @@ public enum HostLog {
     }()
 
     public static func write(_ s: String) {
-        var line = s
-        line.append("\n")
-        fputs(line, stderr)
+        let line = Array((s + "\n").utf8)
+        line.withUnsafeBytes { _ = Glibc.write(2, $0.baseAddress, $0.count) }
     }
 }
 

@@ -5,7 +5,7 @@
 import BLEHCI
 import BLETransport
 
-extension Host {
+extension LEHost {
     /// Queues an HCI command; `completion` runs on the loop with Command Complete's return parameters or
     /// Command Status's status.
     func command(_ command: HCICommand, completion: @escaping (Result<CommandOutcome, HostError>) -> Void = { _ in }) {

@@ -21,7 +21,7 @@ public struct AdvertisingConfiguration: Sendable, Equatable {
     }
 }
 
-extension Host {
+extension LEHost {
     // MARK: Scanning
 
     /// Starts scanning; reports go to the central delegate. `active` sends scan requests.
