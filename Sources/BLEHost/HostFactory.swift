@@ -35,7 +35,7 @@ public enum HostFactory {
     }
 
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).
-    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition = .origin) throws -> LEHost {
+    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil) throws -> LEHost {
         let controller = air.addController(position: position)
         return LEHost(transport: try snooping(controller), loop: air.loop, name: name ?? "host")
     }

@@ -81,7 +81,7 @@ extension VirtualController {
             advertisingParameters = p
             complete(op)
         case .leReadAdvertisingPhysicalChannelTxPower:
-            complete(op, LEReadAdvertisingTxPowerReturn(status: .success, txPowerLevel: Int8(air.txPower)))
+            complete(op, LEReadAdvertisingTxPowerReturn(status: .success, txPowerLevel: Int8((airRef?.txPower ?? 0))))
         case let .leSetAdvertisingData(d):
             advertisingData = d
             complete(op)
@@ -185,9 +185,9 @@ extension VirtualController {
             deliver(.le(.phyUpdateComplete(status: .success, handle: link.handle, txPHY: phy, rxPHY: phy)))
             link.peer?.deliver(.le(.phyUpdateComplete(status: .success, handle: link.peerHandle, txPHY: phy, rxPHY: phy)))
         case .leRand:
-            complete(op, LERandReturn(status: .success, randomNumber: air.rng.next()))
+            complete(op, LERandReturn(status: .success, randomNumber: airRef?.rng.next() ?? UInt64(truncatingIfNeeded: loop.now)))
         case let .readRSSI(h):
-            guard let link = links[h], let peer = link.peer else {
+            guard let link = links[h], let peer = link.peer, let air = airRef else {
                 return complete(op, ReadRSSIReturn(status: .unknownConnectionIdentifier, handle: h, rssi: 127))
             }
             complete(op, ReadRSSIReturn(status: .success, handle: h, rssi: air.rssi(from: peer, to: self)))

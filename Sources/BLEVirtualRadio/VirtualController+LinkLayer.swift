@@ -18,6 +18,7 @@ extension VirtualController {
     func scheduleAdvertisingEvent(first: Bool) {
         let units = UInt64(advertisingParameters.advertisingIntervalMin)
         let interval = units * 625_000
+        guard let air = airRef else { return }
         let delay = air.rng.next(below: 10_000_001)
         // The first event comes soon after enabling, as real controllers do.
         let wait = first ? min(interval, 5_000_000) + delay / 10 : interval + delay
@@ -48,6 +49,7 @@ extension VirtualController {
     }
 
     func advertisingEvent() {
+        guard let air = airRef else { return }
         let me = ownAddress
         let myType: UInt8 = me.type.isRandom ? 1 : 0
         for other in air.controllers where other !== self && other.isPoweredOn {
@@ -90,7 +92,7 @@ extension VirtualController {
         initiator.links[ch] = central
         links[ph] = peripheral
         let me = ownAddress
-        let initiatorAddress = initiator.address
+        let initiatorAddress = p.ownAddressType & 1 == 1 ? (initiator.randomAddress ?? initiator.address) : initiator.address
         initiator.sendConnectionComplete(status: .success, handle: ch, role: 0, peer: me, interval: p.connectionIntervalMax,
                                          latency: p.maxLatency, timeout: p.supervisionTimeout)
         sendConnectionComplete(status: .success, handle: ph, role: 1, peer: initiatorAddress, interval: p.connectionIntervalMax,

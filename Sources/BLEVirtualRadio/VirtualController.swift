@@ -37,8 +37,9 @@ final class VirtualLink {
 
 public final class VirtualController: HCITransport, @unchecked Sendable {
     public let address: BluetoothAddress
-    unowned let air: VirtualAir
-    var loop: EventLoop { air.loop }
+    /// Weak: an air that goes away silences its controllers (timers find no air and stop).
+    weak var airRef: VirtualAir?
+    let loop: EventLoop
     public var name: String { "virtual:\(address.string)" }
 
     private let positionLock = Mutex(VirtualPosition.origin)
@@ -81,7 +82,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     var completedFlushScheduled = false
 
     init(air: VirtualAir, address: BluetoothAddress, position: VirtualPosition) {
-        self.air = air
+        self.airRef = air
+        self.loop = air.loop
         self.address = address
         positionLock.withLock { $0 = position }
     }
@@ -92,8 +94,11 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         sinkLock.withLock { $0 = sink }
     }
 
+    /// The host is gone: nothing more is delivered, and the radio goes quiet (links drop; peers time out).
     public func close() {
         sinkLock.withLock { $0 = nil }
+        let work: @Sendable () -> Void = { [self] in resetState() }
+        if loop.isInLoop { work() } else { loop.execute(work) }
     }
 
     public func send(_ packet: HCIPacket) {
@@ -181,7 +186,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     func resetState() {
         advertising = false
-        air.loop.cancel(advertisingTimer)
+        loop.cancel(advertisingTimer)
         advertisingTimer = nil
         scanning = false
         initiating = nil

@@ -1,0 +1,123 @@
+// Our stack against independent ones: Bumble hosts attached to `ble radio` (our controller) and to
+// rootcanal (Google's), in both roles, reading whole GATT databases.
+import Foundation
+import Testing
+import CoreBluetooth
+import BLEHost
+import BLEVirtualRadio
+import BLETransport
+
+/// Our radio server on a free port with a private air.
+func startRadio() throws -> (RadioServer, VirtualAir) {
+    let air = VirtualAir(loop: EventLoop(label: "interop.air", clock: .real))
+    let server = try RadioServer(air: air, port: 0)
+    server.start()
+    return (server, air)
+}
+
+@Suite(.serialized) struct BumbleOnOurRadioTests {
+    @Test func bumbleCentralReadsOurWholeDatabase() async throws {
+        try Interop.requireReady()
+        let (server, air) = try startRadio()
+        defer { server.stop() }
+        let per = InteropPeripheral(name: "OCB Interop")
+        per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
+        try await waitFor("advertising") { per.log.has("advertising:true") }
+
+        let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
+            "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
+            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ab", count: 100)])
+        defer { bumble.stop() }
+        try await bumble.waitFor("disconnected", seconds: 40)
+
+        let adv = try #require(bumble.events("advertisement").first { $0["name"] as? String == "OCB Interop" })
+        #expect(adv["connectable"] as? Bool == true)
+        #expect((adv["services"] as? [String])?.contains("180D") == true)
+        let rssi = try #require(adv["rssi"] as? Int)
+        #expect(rssi < 0 && rssi > -100)
+        #expect(bumble.events("mtu").first?["mtu"] as? Int == 247)
+        let services = bumble.events("service").compactMap { $0["uuid"] as? String }
+        #expect(services == ["1800", "1801", "180D", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"])
+        let chars = Dictionary(bumble.events("characteristic").map { ($0["uuid"] as! String, $0) }, uniquingKeysWith: { a, _ in a })
+        #expect(chars["2A00"]?["value"] as? String == Array("OpenCoreBluetooth".utf8).map { String(format: "%02x", $0) }.joined())
+        #expect(chars["2A38"]?["value"] as? String == "02")
+        // The 300-octet dynamic value needs Read Blob requests; our delegate answered each offset.
+        #expect(chars["6E400002-B5A3-F393-E0A9-E50E24DCCA9E"]?["value"] as? String == per.longValue.map { String(format: "%02x", $0) }.joined())
+        #expect(per.log.all.filter { $0.hasPrefix("read:") }.count >= 2)
+        #expect(chars["2A37"]?["properties"] as? Int == 0x10)
+        let descriptors = bumble.events("descriptor").map { "\($0["characteristic"]!):\($0["uuid"]!)" }
+        #expect(descriptors.contains("2A37:2902") && descriptors.contains("2A37:2901"))
+        #expect(bumble.events("descriptor").first { $0["uuid"] as? String == "2901" }?["value"] as? String
+                == Array("Heart Rate".utf8).map { String(format: "%02x", $0) }.joined())
+        // A 100-octet write is longer than ATT_MTU − 3 only at 23; at 247 it is one Write Request.
+        #expect(per.queue.sync { per.written } == [Data(repeating: 0xAB, count: 100)])
+        // Notifications.
+        #expect(bumble.events("notification").compactMap { $0["value"] as? String } == ["0046", "0047", "0048"])
+        try await waitFor("unsubscribe") { per.log.has("unsubscribed:2A37") }
+    }
+
+    @Test func ourCentralReadsABumbleDatabase() async throws {
+        try Interop.requireReady()
+        let (server, air) = try startRadio()
+        defer { server.stop() }
+        let bumble = try PeerProcess(script: "bumble_peripheral.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "Bumble HR"])
+        defer { bumble.stop() }
+        try await bumble.waitFor("advertising")
+        try await readBumbleDatabase(host: try HostFactory.makeHost(on: air, name: "ours"), bumble: bumble)
+    }
+}
+
+@Suite(.serialized) struct RootCanalTests {
+    @Test func ourCentralReadsABumbleDatabaseOverRootCanal() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let bumble = try PeerProcess(script: "bumble_peripheral.py", arguments: ["--transport", rc.transport, "--name", "Bumble HR"])
+        defer { bumble.stop() }
+        try await bumble.waitFor("advertising")
+        try await readBumbleDatabase(host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"), bumble: bumble)
+    }
+
+    @Test func bumbleCentralReadsOurDatabaseOverRootCanal() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let per = InteropPeripheral(name: "OCB Interop")
+        per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil,
+                                          host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"))
+        try await waitFor("advertising") { per.log.has("advertising:true") }
+        let bumble = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", rc.transport, "--name", "OCB Interop",
+                                                                            "--subscribe", "2A37", "--count", "3"])
+        defer { bumble.stop() }
+        try await bumble.waitFor("disconnected", seconds: 40)
+        let services = bumble.events("service").compactMap { $0["uuid"] as? String }
+        #expect(services == ["1800", "1801", "180D", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"])
+        let long = bumble.events("characteristic").first { $0["uuid"] as? String == "6E400002-B5A3-F393-E0A9-E50E24DCCA9E" }
+        #expect(long?["value"] as? String == per.longValue.map { String(format: "%02x", $0) }.joined())
+        #expect(bumble.events("notification").count == 3)
+    }
+}
+
+/// Our central, through the Core Bluetooth API, reads the Bumble peripheral's whole database,
+/// writes, and subscribes.
+func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
+    let central = DatabaseReader(name: "Bumble HR")
+    central.subscribeTo = CBUUID(string: "2A37")
+    central.writeTo = (CBUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E"), Data([1, 2, 3, 4]))
+    central.manager = CBCentralManager(delegate: central, queue: central.queue, options: nil, host: host)
+    try await waitFor("database read", seconds: 30) { central.log.has("database read") }
+    let (adv, values) = central.queue.sync { (central.advertisement, central.values) }
+    #expect(adv[CBAdvertisementDataLocalNameKey] as? String == "Bumble HR")
+    #expect(adv[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID] == [CBUUID(string: "180D")])
+    #expect(adv[CBAdvertisementDataManufacturerDataKey] as? Data == Data([0xFF, 0xFF, 0x01, 0x02]))
+    #expect((adv[CBAdvertisementDataTxPowerLevelKey] as? NSNumber)?.intValue == -8)
+    #expect(central.log.all.contains { $0.hasPrefix("services:1800,1801,180D,6E400001-B5A3-F393-E0A9-E50E24DCCA9E") })
+    #expect(values["2A38"] == Data([0x01]))
+    #expect(values["6E400002-B5A3-F393-E0A9-E50E24DCCA9E"] == Data((0..<300).map { UInt8($0 % 251) }))
+    #expect(central.log.has("descriptorValue:2901:long value"))
+    try await waitFor("write") { central.log.has("wrote:6E400003-B5A3-F393-E0A9-E50E24DCCA9E:true") }
+    try await bumble.waitFor("write") { $0["value"] as? String == "01020304" }
+    try await waitFor("notifications") { central.queue.sync { central.notifications.count } >= 3 }
+    let p = try #require(central.target)
+    central.queue.sync { central.manager.cancelPeripheralConnection(p) }
+    try await waitFor("disconnect") { central.log.has("disconnected:nil") }
+    try await bumble.waitFor("disconnected")
+}
