@@ -1,0 +1,277 @@
+// The host core on the virtual radio, on a virtual clock: our GATT client against our GATT server
+// through every layer (HCI, ACL credits, L2CAP, ATT), every procedure; ATT timeouts; failure paths.
+import Foundation
+import Testing
+import BLEWire
+import BLEHCI
+import BLEATT
+import BLEGATT
+import BLETransport
+import BLEVirtualRadio
+@testable import BLEHost
+
+final class CentralRecorder: HostCentralDelegate, @unchecked Sendable {
+    var reports: [AdvertisingReport] = []
+    var connections: [HostConnection] = []
+    var failures: [(BluetoothAddress, HCIStatus)] = []
+    var disconnects: [HCIStatus] = []
+    var values: [(UInt16, [UInt8], Bool)] = []
+    var readyToWrite = 0
+    func host(_ host: LEHost, didReceive report: AdvertisingReport) { reports.append(report) }
+    func host(_ host: LEHost, didConnect connection: HostConnection) { connections.append(connection) }
+    func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) { failures.append((address, status)) }
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { disconnects.append(reason) }
+    func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
+        values.append((handle, value, isIndication))
+    }
+    func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) { readyToWrite += 1 }
+}
+
+final class PeripheralRecorder: HostPeripheralDelegate, @unchecked Sendable {
+    weak var host: LEHost?
+    var answerReads = true
+    var dynamic: [UInt16: [UInt8]] = [:]
+    var reads: [HostReadRequest] = []
+    var writes: [HostWriteRequest] = []
+    var subscriptions: [(UInt16, Bool, Bool)] = []
+    var connections: [HostConnection] = []
+    var disconnects: [HCIStatus] = []
+    func host(_ host: LEHost, didConnect connection: HostConnection) { connections.append(connection) }
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { disconnects.append(reason) }
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {
+        reads.append(request)
+        guard answerReads else { return }
+        let v = dynamic[request.attributeHandle] ?? []
+        host.respondToRead(id: request.id, result: Int(request.offset) <= v.count ? .success(Array(v[Int(request.offset)...])) : .failure(.invalidOffset))
+    }
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
+        writes.append(request)
+        host.respondToWrite(id: request.id, error: nil)
+    }
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
+        subscriptions.append((valueHandle, notify, indicate))
+    }
+}
+
+/// A central and a peripheral host on a virtual-clock air, connected.
+final class LinkedHosts: @unchecked Sendable {
+    let air = VirtualAir(loop: EventLoop(label: "host.test", clock: .virtual))
+    let central: LEHost
+    let peripheral: LEHost
+    let c = CentralRecorder()
+    let p = PeripheralRecorder()
+    var handles: GATTServiceHandles!
+    let longValue = (0..<480).map { UInt8($0 % 253) }
+
+    init(connect: Bool = true) throws {
+        central = try HostFactory.makeHost(on: air, name: "central", position: VirtualPosition(x: 0, y: 0))
+        peripheral = try HostFactory.makeHost(on: air, name: "peripheral", position: VirtualPosition(x: 3, y: 0))
+        p.host = peripheral
+        air.loop.sync {
+            central.centralDelegate = c
+            peripheral.peripheralDelegate = p
+            central.powerOn()
+            peripheral.powerOn()
+        }
+        air.loop.advance(by: .milliseconds(10))
+        #expect(air.loop.sync { central.powerState == .on && peripheral.powerState == .on })
+        let secondary = try air.loop.sync {
+            try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x180F), isPrimary: false, characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [88])]))
+        }
+        handles = try air.loop.sync {
+            try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!,
+                includedServices: [secondary.reference], characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.notify, .indicate], permissions: [], value: nil),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: [0x01]),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!, properties: [.read], permissions: .readable, value: nil),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E")!,
+                                             properties: [.read, .write, .writeWithoutResponse], permissions: .readWrite, value: [0]),
+            ]))
+        }
+        p.dynamic[handles.characteristics[2].value] = longValue
+        air.loop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 3, 3, 0x0D, 0x18], scanResponse: [4, 9, 0x4F, 0x43, 0x42])) }
+        guard connect else { return }
+        let target = BluetoothAddress(bytes: (peripheral.transport as! VirtualController).address.bytes)
+        air.loop.sync { central.connect(to: target) }
+        air.loop.advance(by: .milliseconds(300))
+        #expect(c.connections.count == 1 && p.connections.count == 1)
+    }
+
+    var link: HostConnection { c.connections[0] }
+
+    /// Runs a GATT procedure and lets virtual time pass until it completes.
+    func gatt(_ procedure: GATTClient.Procedure, within: LoopTime = .seconds(1)) -> Result<GATTClient.Outcome, GATTClient.Failure>? {
+        var result: Result<GATTClient.Outcome, GATTClient.Failure>?
+        air.loop.sync { link.gatt(procedure) { result = $0 } }
+        air.loop.advance(by: within)
+        return result
+    }
+}
+
+@Suite struct HostStartupAndGAPTests {
+    @Test func startupScanAndConnect() throws {
+        let t = try LinkedHosts(connect: false)
+        #expect(t.air.loop.sync { t.central.aclBufferSize == 251 && t.central.aclBufferCount == 8 })
+        t.air.loop.sync { t.central.startScanning(active: true) }
+        t.air.loop.advance(by: .milliseconds(400))
+        let kinds = Set(t.c.reports.map(\.kind))
+        #expect(kinds == [.connectableUndirected, .scanResponse])
+        #expect(t.c.reports.first { $0.kind == .scanResponse }?.data == [4, 9, 0x4F, 0x43, 0x42])
+        #expect(t.c.reports.allSatisfy { $0.rssi < -45 && $0.rssi > -55 })   // 3 m
+        // Connect; advertising resumes after the connection as the peripheral still wants it.
+        let target = t.c.reports[0].address
+        t.air.loop.sync { t.central.stopScanning(); t.central.connect(to: target) }
+        t.air.loop.advance(by: .milliseconds(300))
+        #expect(t.c.connections.count == 1 && t.c.connections[0].role == .central)
+        #expect(t.p.connections.first?.role == .peripheral)
+        #expect(t.air.loop.sync { t.peripheral.isAdvertising })
+        // A connection to nobody is cancelled with Unknown Connection Identifier.
+        let nobody = BluetoothAddress(string: "01:02:03:04:05:06")!
+        t.air.loop.sync { t.central.connect(to: nobody) }
+        t.air.loop.advance(by: .seconds(1))
+        t.air.loop.sync { t.central.cancelConnect(to: nobody) }
+        t.air.loop.advance(by: .milliseconds(10))
+        #expect(t.c.failures.map(\.1) == [.unknownConnectionIdentifier])
+    }
+
+    @Test func disconnectReasonsFromEachSideAndSupervisionTimeout() throws {
+        let t = try LinkedHosts()
+        t.air.loop.sync { t.link.disconnect() }
+        t.air.loop.advance(by: .milliseconds(10))
+        #expect(t.c.disconnects == [.connectionTerminatedByLocalHost])
+        #expect(t.p.disconnects == [.remoteUserTerminated])
+        // Reconnect, then the peripheral's radio goes away: the central times out.
+        let target = BluetoothAddress(bytes: (t.peripheral.transport as! VirtualController).address.bytes)
+        t.air.loop.advance(by: .milliseconds(300))
+        t.air.loop.sync { t.central.connect(to: target) }
+        t.air.loop.advance(by: .milliseconds(300))
+        #expect(t.c.connections.count == 2)
+        (t.peripheral.transport as! VirtualController).powerOff()
+        t.air.loop.advance(by: .seconds(6))
+        #expect(t.c.disconnects.last == .connectionTimeout)
+        #expect(t.air.loop.sync { t.peripheral.powerState } == .off)
+    }
+}
+
+@Suite struct HostGATTTests {
+    @Test func everyClientProcedureAgainstOurServer() throws {
+        let t = try LinkedHosts()
+        #expect(t.gatt(.exchangeMTU(clientRxMTU: 247)) == .success(.mtu(247)))
+        #expect(t.link.attMTU == 247)
+        guard case let .success(.services(services)) = t.gatt(.discoverAllPrimaryServices) else { Issue.record("services"); return }
+        #expect(services.map(\.uuid.uuidString) == ["1800", "1801", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"])
+        let main = services[2]
+        #expect(t.gatt(.discoverPrimaryServices(uuid: main.uuid)) == .success(.services([main])))
+        guard case let .success(.includedServices(incs)) = t.gatt(.findIncludedServices(start: main.handle, end: main.endHandle)) else { return }
+        #expect(incs.map(\.uuid) == [BluetoothUUID(0x180F)])
+        guard case let .success(.characteristics(chars)) = t.gatt(.discoverCharacteristics(start: main.handle, end: main.endHandle, uuid: nil)) else { return }
+        #expect(chars.map(\.valueHandle) == t.handles.characteristics.map(\.value))
+        guard case let .success(.descriptors(ds)) = t.gatt(.discoverDescriptors(start: chars[0].valueHandle + 1, end: chars[1].declarationHandle - 1)) else { return }
+        #expect(ds.map(\.uuid) == [.clientCharacteristicConfiguration])
+        // Reads: short, long (dynamic, answered by the app at each offset), multiple, by UUID.
+        #expect(t.gatt(.read(handle: chars[1].valueHandle)) == .success(.value([0x01])))
+        #expect(t.gatt(.readLong(handle: chars[2].valueHandle)) == .success(.value(t.longValue)))
+        #expect(t.p.reads.map(\.offset) == [0, 246])   // ATT_MTU − 1 octets per part
+        #expect(t.gatt(.readMultiple(handles: [chars[1].valueHandle, chars[3].valueHandle])) == .success(.value([0x01, 0x00])))
+        #expect(t.gatt(.readMultipleVariable(handles: [chars[1].valueHandle, chars[3].valueHandle])) == .success(.values([[0x01], [0x00]])))
+        #expect(t.gatt(.readUsingCharacteristicUUID(start: 1, end: 0xFFFF, uuid: BluetoothUUID(0x2A38)))
+                == .success(.handleValues([GATTHandleValue(handle: chars[1].valueHandle, value: [0x01])])))
+        // Writes: short, long, without response.
+        let target = chars[3].valueHandle
+        #expect(t.gatt(.write(handle: target, value: [7, 7])) == .success(.written))
+        #expect(t.gatt(.read(handle: target)) == .success(.value([7, 7])))
+        let big = (0..<400).map { UInt8($0 % 200) }
+        #expect(t.gatt(.write(handle: target, value: big)) == .success(.written))
+        #expect(t.gatt(.readLong(handle: target)) == .success(.value(big)))
+        #expect(t.air.loop.sync { t.link.writeWithoutResponse(handle: target, value: [9]) })
+        t.air.loop.advance(by: .milliseconds(10))
+        #expect(t.gatt(.read(handle: target)) == .success(.value([9])))
+        // Errors come back as ATT errors.
+        #expect(t.gatt(.read(handle: 0x0EEE)) == .failure(.att(.invalidHandle, handle: 0x0EEE)))
+        #expect(t.gatt(.write(handle: chars[1].valueHandle, value: [1])) == .failure(.att(.writeNotPermitted, handle: chars[1].valueHandle)))
+    }
+
+    @Test func notificationsAndIndicationsReachTheCentral() throws {
+        let t = try LinkedHosts()
+        let hr = t.handles.characteristics[0]
+        let cccd = try #require(hr.clientConfiguration)
+        // Both enabled: the server notifies (the cheaper of the two).
+        #expect(t.gatt(.write(handle: cccd, value: [0x03, 0x00])) == .success(.written))
+        #expect(t.p.subscriptions.last.map { $0.0 == hr.value && $0.1 && $0.2 } == true)
+        var sent = 0
+        for i in 0..<6 where t.air.loop.sync({ t.peripheral.updateValue([UInt8(i)], forHandle: hr.value) }) { sent += 1 }
+        t.air.loop.advance(by: .milliseconds(50))
+        #expect(sent == 6)
+        #expect(t.c.values.map(\.1) == (0..<6).map { [UInt8($0)] })
+        #expect(t.c.values.allSatisfy { !$0.2 })
+        // Indications only: each waits for the previous confirmation, all arrive in order.
+        #expect(t.gatt(.write(handle: cccd, value: [0x02, 0x00])) == .success(.written))
+        t.c.values.removeAll()
+        t.air.loop.sync { for i in 10..<15 { _ = t.peripheral.updateValue([UInt8(i)], forHandle: hr.value) } }
+        t.air.loop.advance(by: .milliseconds(50))
+        #expect(t.c.values.map(\.1) == (10..<15).map { [UInt8($0)] })
+        #expect(t.c.values.allSatisfy { $0.2 })
+        // Unsubscribed: nothing more is sent.
+        #expect(t.gatt(.write(handle: cccd, value: [0x00, 0x00])) == .success(.written))
+        t.c.values.removeAll()
+        t.air.loop.sync { _ = t.peripheral.updateValue([1], forHandle: hr.value) }
+        t.air.loop.advance(by: .milliseconds(50))
+        #expect(t.c.values.isEmpty)
+    }
+
+    @Test func unansweredRequestTimesOutAfterThirtySeconds() throws {
+        let t = try LinkedHosts()
+        t.p.answerReads = false
+        var result: Result<GATTClient.Outcome, GATTClient.Failure>?
+        var later: Result<GATTClient.Outcome, GATTClient.Failure>?
+        let dyn = t.handles.characteristics[2].value
+        t.air.loop.sync {
+            t.link.gatt(.read(handle: dyn)) { result = $0 }
+            t.link.gatt(.read(handle: t.handles.characteristics[1].value)) { later = $0 }
+        }
+        t.air.loop.advance(by: .seconds(29))
+        #expect(result == nil && later == nil)
+        t.air.loop.advance(by: .seconds(2))
+        #expect(result == .failure(.timeout))
+        #expect(later == .failure(.bearerClosed))
+        // No further ATT requests on this bearer (Vol 3 Part F §3.3.3).
+        #expect(t.gatt(.read(handle: 1)) == .failure(.bearerClosed))
+    }
+
+    @Test func disconnectMidReadFailsThePendingProcedure() throws {
+        let t = try LinkedHosts()
+        t.p.answerReads = false
+        var result: Result<GATTClient.Outcome, GATTClient.Failure>?
+        t.air.loop.sync { t.link.gatt(.read(handle: t.handles.characteristics[2].value)) { result = $0 } }
+        t.air.loop.advance(by: .milliseconds(10))
+        t.air.loop.sync { t.peripheral.disconnect(handle: t.p.connections[0].handle) }
+        t.air.loop.advance(by: .milliseconds(10))
+        #expect(result == .failure(.disconnected))
+        #expect(t.c.disconnects == [.remoteUserTerminated])
+        #expect(t.air.loop.pendingTimerCount <= 2)   // only the two advertising timers remain
+    }
+
+    @Test func writeWithoutResponseBackPressureFollowsControllerCredits() throws {
+        let t = try LinkedHosts()
+        let target = t.handles.characteristics[3].value
+        var accepted = 0
+        var refused = false
+        t.air.loop.sync {
+            while t.link.canSendWriteWithoutResponse && accepted < 1000 {
+                t.link.writeWithoutResponse(handle: target, value: [UInt8(accepted & 0xFF)])
+                accepted += 1
+            }
+            // Full: the next write is refused and the delegate will hear when room frees.
+            refused = !t.link.writeWithoutResponse(handle: target, value: [0xEE])
+        }
+        // 8 controller buffers plus the host's own queue of 8, then "full".
+        #expect(accepted == 8 + 8)
+        #expect(refused)
+        #expect(t.c.readyToWrite == 0)
+        t.air.loop.advance(by: .milliseconds(10))
+        #expect(t.c.readyToWrite == 1)
+        #expect(t.air.loop.sync { t.link.canSendWriteWithoutResponse })
+        #expect(t.gatt(.read(handle: target)) == .success(.value([UInt8((accepted - 1) & 0xFF)])))
+    }
+}
