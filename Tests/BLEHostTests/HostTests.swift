@@ -257,6 +257,7 @@ final class LinkedHosts: @unchecked Sendable {
         let target = t.handles.characteristics[3].value
         var accepted = 0
         var refused = false
+        var readyBefore = -1
         t.air.loop.sync {
             while t.link.canSendWriteWithoutResponse && accepted < 1000 {
                 t.link.writeWithoutResponse(handle: target, value: [UInt8(accepted & 0xFF)])
@@ -264,11 +265,12 @@ final class LinkedHosts: @unchecked Sendable {
             }
             // Full: the next write is refused and the delegate will hear when room frees.
             refused = !t.link.writeWithoutResponse(handle: target, value: [0xEE])
+            readyBefore = t.c.readyToWrite
         }
         // 8 controller buffers plus the host's own queue of 8, then "full".
         #expect(accepted == 8 + 8)
         #expect(refused)
-        #expect(t.c.readyToWrite == 0)
+        #expect(readyBefore == 0)
         t.air.loop.advance(by: .milliseconds(10))
         #expect(t.c.readyToWrite == 1)
         #expect(t.air.loop.sync { t.link.canSendWriteWithoutResponse })
