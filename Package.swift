@@ -24,9 +24,10 @@ let package = Package(
         .target(name: "BLEGATT", dependencies: ["BLEATT", "BLEWire"]),
         .target(name: "BLEGAP", dependencies: ["BLEWire"]),
         .target(name: "BLETransport", dependencies: ["BLEHCI", "BLEWire"]),
+        .target(name: "BLETransportLinux", dependencies: ["BLETransport", "BLEHCI"]),
         .target(name: "BLEVirtualRadio", dependencies: ["BLETransport", "BLEHCI", "BLEWire"]),
         .target(name: "BLEHost", dependencies: [
-            "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLETransport", "BLEVirtualRadio",
+            "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
         ]),
         .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLEWire"]),
         .executableTarget(name: "ble", dependencies: [
@@ -39,11 +40,11 @@ let package = Package(
         .testTarget(name: "BLEATTTests", dependencies: ["BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGATTTests", dependencies: ["BLEGATT", "BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGAPTests", dependencies: ["BLEGAP", "BLEWire"]),
-        .testTarget(name: "BLETransportTests", dependencies: ["BLETransport", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLETransportTests", dependencies: ["BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
         .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
         .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BLEVirtualRadio", "BLEHost"]),
-        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport"]),
+        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport"], exclude: ["peers"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -5,6 +5,7 @@
 import BLEWire
 import BLETransport
 import BLEVirtualRadio
+import BLETransportLinux
 import Synchronization
 
 public enum HostFactory {
@@ -28,8 +29,15 @@ public enum HostFactory {
         case let .unix(path):
             transport = StreamTransport.unix(path: path)
             loop = EventLoop(label: "ble.\(hostName)")
-        default:
-            throw TransportError.invalidSpec("\(spec) is not supported yet")
+        case let .serial(path, baud):
+            transport = StreamTransport.serial(path: path, baud: baud)
+            loop = EventLoop(label: "ble.\(hostName)")
+        case let .hciSocket(index):
+            transport = HCISocketTransport(index: index)
+            loop = EventLoop(label: "ble.\(hostName)")
+        case let .tcpServer(port):
+            transport = TCPServerTransport(port: port)
+            loop = EventLoop(label: "ble.\(hostName)")
         }
         return LEHost(transport: try snooping(transport), loop: loop, name: hostName)
     }

@@ -11,10 +11,6 @@ open class CBManager: NSObject, @unchecked Sendable {
     package let managerLock = CBLock()
     private var storedState: CBManagerState = .unknown
 
-    package override init() {
-        super.init()
-    }
-
     /// The current state; `.unknown` until the first `…DidUpdateState`.
     open var state: CBManagerState { managerLock.withLock { storedState } }
 

@@ -306,7 +306,7 @@ extension GATTClient.Failure {
     /// The error Core Bluetooth reports for a failed GATT procedure.
     var cbError: any Error {
         switch self {
-        case let .att(code, _): return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)) ?? .unlikelyError)
+        case let .att(code, _): return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)))
         case .timeout: return CBError(.connectionTimeout)
         case .disconnected, .bearerClosed: return CBError(.notConnected)
         case .invalidResponse: return CBError(.unknown)

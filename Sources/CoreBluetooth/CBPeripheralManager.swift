@@ -31,32 +31,32 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private var centrals: [UInt16: CBCentral] = [:]
 
     public convenience override init() {
-        self.init(delegate: nil, queue: nil, options: nil)
+        self.init(delegate: Optional<any CBPeripheralManagerDelegate>.none, queue: Optional<DispatchQueue>.none, options: Optional<[String: Any]>.none)
     }
 
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?) {
         self.init(delegate: delegate, queue: queue, options: nil)
     }
 
-    /// A peripheral manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
-    public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil) {
-        self.queue = queue ?? .main
-        var made: LEHost?
-        var failure: String?
-        do { made = try HostFactory.makeHostFromEnvironment(name: "peripheral") } catch { failure = "\(error)" }
-        self.leHost = made
-        super.init()
-        storedDelegate = delegate
-        attach(failure: failure)
+    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
+        let made = Result { try HostFactory.makeHostFromEnvironment(name: "peripheral") }
+        self.init(delegate: delegate, queue: queue, made: made)
     }
 
-    /// A peripheral manager on a given host.
-    public init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
+    /// Creates a manager on a given host (for tests and tools that choose the controller themselves).
+    public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
+        self.init(delegate: delegate, queue: queue, made: .success(host))
+    }
+
+    private init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>) {
         self.queue = queue ?? .main
-        self.leHost = host
+        self.leHost = try? made.get()
         super.init()
         storedDelegate = delegate
-        attach(failure: nil)
+        var failure: String?
+        if case let .failure(e) = made { failure = "\(e)" }
+        attach(failure: failure)
     }
 
     private func attach(failure: String?) {
