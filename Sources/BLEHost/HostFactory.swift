@@ -43,9 +43,11 @@ public enum HostFactory {
     }
 
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).
-    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil) throws -> LEHost {
+    /// With `capture`, this host's packets are recorded to that btsnoop file.
+    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil) throws -> LEHost {
         let controller = air.addController(position: position)
-        return LEHost(transport: try snooping(controller), loop: air.loop, name: name ?? "host")
+        let transport: any HCITransport = try capture.map { SnoopingTransport(controller, writer: try BTSnoopWriter(path: $0)) } ?? snooping(controller)
+        return LEHost(transport: transport, loop: air.loop, name: name ?? "host")
     }
 
     /// A host for `BLE_TRANSPORT` (virtual when unset).

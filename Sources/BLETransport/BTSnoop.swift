@@ -77,3 +77,39 @@ public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked
 
     public func transportDidClose(error: (any Error)?) { sink?.transportDidClose(error: error) }
 }
+
+/// Reads btsnoop files written by us or by other tools (datalink 1002, H4).
+public struct BTSnoopRecord: Sendable, Equatable {
+    public var packet: HCIPacket
+    public var direction: BTSnoopWriter.Direction
+    /// Microseconds since 1970-01-01.
+    public var timestampMicros: UInt64
+}
+
+public enum BTSnoopReader {
+    public static func read(path: String) throws -> [BTSnoopRecord] {
+        guard let data = FileManager.default.contents(atPath: path) else { throw TransportError.io("cannot read \(path)") }
+        return try parse([UInt8](data))
+    }
+
+    public static func parse(_ b: [UInt8]) throws -> [BTSnoopRecord] {
+        func be32(_ i: Int) -> UInt32 { UInt32(b[i]) << 24 | UInt32(b[i + 1]) << 16 | UInt32(b[i + 2]) << 8 | UInt32(b[i + 3]) }
+        guard b.count >= 16, Array(b[0..<8]) == Array("btsnoop\0".utf8) else { throw TransportError.io("not a btsnoop file") }
+        guard be32(12) == 1002 else { throw TransportError.io("unsupported btsnoop datalink \(be32(12)) (only 1002, HCI UART H4)") }
+        var out: [BTSnoopRecord] = []
+        var i = 16
+        while i + 24 <= b.count {
+            let included = Int(be32(i + 4))
+            let flags = be32(i + 8)
+            let ts = UInt64(be32(i + 16)) << 32 | UInt64(be32(i + 20))
+            guard i + 24 + included <= b.count else { throw TransportError.io("truncated record at offset \(i)") }
+            let body = Array(b[(i + 24)..<(i + 24 + included)])
+            i += 24 + included
+            guard let first = body.first, let type = HCIPacketType(rawValue: first) else { continue }
+            out.append(BTSnoopRecord(packet: HCIPacket(type: type, bytes: Array(body.dropFirst())),
+                                     direction: flags & 1 == 1 ? .controllerToHost : .hostToController,
+                                     timestampMicros: ts &- BTSnoopWriter.epochDelta))
+        }
+        return out
+    }
+}

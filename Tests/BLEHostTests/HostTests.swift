@@ -63,8 +63,8 @@ final class LinkedHosts: @unchecked Sendable {
     var handles: GATTServiceHandles!
     let longValue = (0..<480).map { UInt8($0 % 253) }
 
-    init(connect: Bool = true) throws {
-        central = try HostFactory.makeHost(on: air, name: "central", position: VirtualPosition(x: 0, y: 0))
+    init(connect: Bool = true, capture: String? = nil) throws {
+        central = try HostFactory.makeHost(on: air, name: "central", position: VirtualPosition(x: 0, y: 0), capture: capture)
         peripheral = try HostFactory.makeHost(on: air, name: "peripheral", position: VirtualPosition(x: 3, y: 0))
         p.host = peripheral
         air.loop.sync {
@@ -275,5 +275,54 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(t.c.readyToWrite == 1)
         #expect(t.air.loop.sync { t.link.canSendWriteWithoutResponse })
         #expect(t.gatt(.read(handle: target)) == .success(.value([UInt8((accepted - 1) & 0xFF)])))
+    }
+}
+
+@Suite struct CaptureTests {
+    /// A whole session captured in btsnoop and decoded by Wireshark's dissectors: nothing malformed.
+    @Test func tsharkFindsNoMalformedPacketsInAFullSession() throws {
+        let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        guard let tshark else {
+            Issue.record("tshark is missing: scripts/test installs it (apt-get install tshark)")
+            return
+        }
+        let path = NSTemporaryDirectory() + "ocb-session-\(UUID().uuidString.prefix(8)).btsnoop"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let t = try LinkedHosts(capture: path)
+        _ = t.gatt(.exchangeMTU(clientRxMTU: 100))
+        guard case let .success(.services(services)) = t.gatt(.discoverAllPrimaryServices) else { Issue.record("discovery"); return }
+        for s in services {
+            _ = t.gatt(.findIncludedServices(start: s.handle, end: s.endHandle))
+            _ = t.gatt(.discoverCharacteristics(start: s.handle, end: s.endHandle, uuid: nil))
+        }
+        let chars = t.handles.characteristics
+        _ = t.gatt(.discoverDescriptors(start: chars[0].value + 1, end: chars[1].declaration - 1))
+        _ = t.gatt(.readLong(handle: chars[2].value))
+        _ = t.gatt(.write(handle: chars[3].value, value: Array(repeating: 5, count: 200)))
+        _ = t.gatt(.read(handle: 0x0EEE))
+        _ = t.gatt(.write(handle: try #require(chars[0].clientConfiguration), value: [1, 0]))
+        t.air.loop.sync { _ = t.peripheral.updateValue([1, 2, 3], forHandle: chars[0].value) }
+        t.air.loop.sync { t.link.disconnect() }
+        t.air.loop.advance(by: .milliseconds(50))
+        func tsharkLines(_ args: [String]) throws -> [String] {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: tshark)
+            p.arguments = ["-r", path] + args
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+        }
+        let all = try tsharkLines([])
+        #expect(all.count > 60)
+        #expect(all.contains { $0.contains("Read Blob Request") })
+        #expect(all.contains { $0.contains("Prepare Write Request") })
+        #expect(all.contains { $0.contains("Handle Value Notification") })
+        #expect(all.contains { $0.contains("Disconnect") })
+        let bad = try tsharkLines(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
+        #expect(bad.isEmpty, "tshark flagged: \(bad.prefix(5))")
     }
 }
