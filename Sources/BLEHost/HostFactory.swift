@@ -21,8 +21,12 @@ public enum HostFactory {
         switch spec {
         case .virtual:
             let air = VirtualAir.shared
-            transport = air.addController()
+            let controller = air.addController()
+            transport = controller
             loop = air.loop
+            let host = LEHost(transport: try snooping(transport), loop: loop, name: hostName)
+            watchPower(controller, host)
+            return host
         case let .tcpClient(host, port):
             transport = StreamTransport.tcpClient(host: host, port: port)
             loop = EventLoop(label: "ble.\(hostName)")
@@ -47,7 +51,17 @@ public enum HostFactory {
     public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil) throws -> LEHost {
         let controller = air.addController(position: position)
         let transport: any HCITransport = try capture.map { SnoopingTransport(controller, writer: try BTSnoopWriter(path: $0)) } ?? snooping(controller)
-        return LEHost(transport: transport, loop: air.loop, name: name ?? "host")
+        let host = LEHost(transport: transport, loop: air.loop, name: name ?? "host")
+        watchPower(controller, host)
+        return host
+    }
+
+    /// A virtual controller switched back on brings its host back at once.
+    private static func watchPower(_ controller: VirtualController, _ host: LEHost) {
+        controller.onPowerChange = { [weak host] on in
+            guard on, let host else { return }
+            host.loop.execute { host.reconnectNow() }
+        }
     }
 
     /// A host for `BLE_TRANSPORT` (virtual when unset).

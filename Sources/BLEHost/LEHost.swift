@@ -26,6 +26,14 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public weak var centralDelegate: (any HostCentralDelegate)?
     public weak var peripheralDelegate: (any HostPeripheralDelegate)?
 
+    /// True between powerOn and powerOff: a lost controller is then retried.
+    private var wantsPower = false
+    /// Set once a controller has been initialised.
+    private var hadController = false
+    private var reconnectTimer: LoopTimer?
+    /// How often a lost or unreachable controller is retried; nil never retries.
+    public var reconnectInterval: LoopTime? = .seconds(1)
+
     // Controller facts, read during start-up.
     public private(set) var localAddress = BluetoothAddress.zero
     public private(set) var controllerVersion: ReadLocalVersionReturn?
@@ -96,26 +104,53 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         for (_, o) in powerObservers.sorted(by: { $0.key < $1.key }) { o(s) }
     }
 
-    /// Opens the transport and initialises the controller. Call on the loop.
+    /// Opens the transport and initialises the controller. Call on the loop. While the host is wanted on,
+    /// a controller that cannot be reached or that goes away is retried every `reconnectInterval`.
     public func powerOn() {
         loop.assertInLoop()
+        wantsPower = true
         guard powerState == .off || { if case .unsupported = powerState { return true } else { return false } }() else { return }
+        loop.cancel(reconnectTimer)
+        reconnectTimer = nil
         setPowerState(.starting)
         do {
             try transport.open(sink: self)
         } catch {
-            setPowerState(.unsupported("\(error)"))
+            log("cannot open \(transport.name): \(error)")
+            // A controller we had before is "off" while it is away; one never reached is "unsupported".
+            setPowerState(hadController ? .off : .unsupported("\(error)"))
+            scheduleReconnect()
             return
         }
         runInitialisation()
     }
 
-    /// Drops every link and closes the transport.
+    /// Drops every link and closes the transport; no reconnection is attempted.
     public func powerOff() {
         loop.assertInLoop()
+        wantsPower = false
+        loop.cancel(reconnectTimer)
+        reconnectTimer = nil
         guard powerState != .off else { return }
         transport.close()
         controllerLost(error: nil, finalState: .off)
+    }
+
+    /// Tries the controller again at once (a virtual radio that was powered back on, a dongle plugged in).
+    public func reconnectNow() {
+        loop.assertInLoop()
+        guard wantsPower, powerState != .on, powerState != .starting else { return }
+        transport.close()
+        powerOn()
+    }
+
+    private func scheduleReconnect() {
+        guard wantsPower, let interval = reconnectInterval, reconnectTimer == nil else { return }
+        reconnectTimer = loop.schedule(after: interval) { [weak self] in
+            guard let self else { return }
+            self.reconnectTimer = nil
+            self.reconnectNow()
+        }
     }
 
     private func runInitialisation() {
@@ -146,6 +181,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                                     if case let .success(.complete(p)) = r, let f = try? LEReadLocalSupportedFeaturesReturn(decoding: p) {
                                         leFeatures = f.features
                                     }
+                                    hadController = true
                                     setPowerState(.on)
                                 }
                             }
@@ -203,7 +239,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public func transportDidClose(error: (any Error)?) {
         loop.execute { [self] in
             guard powerState != .off else { return }
+            log("controller lost: \(error.map { "\($0)" } ?? "closed")")
             controllerLost(error: error, finalState: .off)
+            scheduleReconnect()
         }
     }
 

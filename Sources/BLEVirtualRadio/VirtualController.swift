@@ -49,6 +49,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     }
 
     private let sinkLock = Mutex<(any HCITransportSink)?>(nil)
+    /// The power switch as other threads see it (`isPoweredOn` is the loop's copy).
+    private let poweredFlag = Mutex(true)
     private let powerHandler = Mutex<(@Sendable (Bool) -> Void)?>(nil)
     public var onPowerChange: (@Sendable (Bool) -> Void)? {
         get { powerHandler.withLock { $0 } }
@@ -91,6 +93,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     // MARK: HCITransport
 
     public func open(sink: any HCITransportSink) throws {
+        guard poweredFlag.withLock({ $0 }) else { throw VirtualRadioError.poweredOff }
         sinkLock.withLock { $0 = sink }
     }
 
@@ -158,6 +161,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     public func powerOff() {
         let work: @Sendable () -> Void = { [self] in
             guard isPoweredOn else { return }
+            poweredFlag.withLock { $0 = false }
             leaveAir(reason: .poweredOff)
             onPowerChange?(false)
         }
@@ -169,6 +173,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         let work: @Sendable () -> Void = { [self] in
             guard !isPoweredOn else { return }
             isPoweredOn = true
+            poweredFlag.withLock { $0 = true }
             resetState()
             onPowerChange?(true)
         }
