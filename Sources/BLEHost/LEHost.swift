@@ -214,6 +214,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         commandQueue.removeAll()
         commandQueueHead = 0
         for c in queued { c.completion(.failure(.transportClosed)) }
+        // A new controller starts with one command credit and reports its buffers again.
+        commandCredits = 1
         aclWaiting.removeAll()
         aclWaitingHead = 0
         aclInFlight.removeAll()

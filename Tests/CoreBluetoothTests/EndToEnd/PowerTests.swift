@@ -39,7 +39,7 @@ final class StateLog: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
         manager.scanForPeripherals(withServices: nil)
         #expect(!manager.isScanning)
         (host.transport as! VirtualController).powerOn()
-        try await waitUntil("on again") { log.queue.sync { log.states } == [.poweredOn, .poweredOff, .poweredOn] }
+        do { try await waitUntil("on again") { log.queue.sync { log.states } == [.poweredOn, .poweredOff, .poweredOn] } } catch { Issue.record("states: \(log.queue.sync { log.states.map(\.rawValue) }) host: \(host.loop.sync { host.powerState })"); throw error }
         manager.scanForPeripherals(withServices: nil)
         #expect(manager.isScanning)
     }
