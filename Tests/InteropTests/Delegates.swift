@@ -46,12 +46,17 @@ final class InteropPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked
         indicated = CBMutableCharacteristic(type: CBUUID(string: "6E400004-B5A3-F393-E0A9-E50E24DCCA9E"), properties: [.indicate], value: nil, permissions: [])
         let custom = CBMutableService(type: CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"), primary: true)
         custom.characteristics = [long, writable, indicated]
+        // The custom service includes the heart-rate service, which must be published first.
+        custom.includedServices = [hr]
+        pendingService = custom
         p.add(hr)
-        p.add(custom)
     }
 
+    var pendingService: CBMutableService?
+
     func peripheralManager(_ p: CBPeripheralManager, didAdd service: CBService, error: Error?) {
-        log.add("added:\(service.uuid.uuidString)")
+        log.add("added:\(service.uuid.uuidString):\(error == nil)")
+        if let next = pendingService { pendingService = nil; p.add(next); return }
         if log.count(prefix: "added:") == 2 {
             p.startAdvertising([CBAdvertisementDataLocalNameKey: name, CBAdvertisementDataServiceUUIDsKey: [CBUUID(string: "180D")]])
         }
@@ -74,7 +79,11 @@ final class InteropPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked
 
     func peripheralManager(_ p: CBPeripheralManager, central: CBCentral, didSubscribeTo c: CBCharacteristic) {
         log.add("subscribed:\(c.uuid.uuidString)")
-        for i in 0..<3 { _ = p.updateValue(Data([0x00, UInt8(70 + i)]), for: measurement, onSubscribedCentrals: nil) }
+        if c.uuid == measurement.uuid {
+            for i in 0..<3 { _ = p.updateValue(Data([0x00, UInt8(70 + i)]), for: measurement, onSubscribedCentrals: nil) }
+        } else if c.uuid == indicated.uuid {
+            for i in 0..<3 { _ = p.updateValue(Data([0xA0 + UInt8(i)]), for: indicated, onSubscribedCentrals: nil) }
+        }
     }
 
     func peripheralManager(_ p: CBPeripheralManager, central: CBCentral, didUnsubscribeFrom c: CBCharacteristic) {
@@ -93,8 +102,10 @@ final class DatabaseReader: NSObject, CBCentralManagerDelegate, CBPeripheralDele
     var pendingReads = 0
     var values: [String: Data] = [:]
     var notifications: [Data] = []
-    var subscribeTo: CBUUID?
-    var writeTo: (CBUUID, Data)?
+    var updates: [String: [Data]] = [:]
+    var subscribeTo: [CBUUID] = []
+    var writes: [(CBUUID, Data, CBCharacteristicWriteType)] = []
+    var disconnectError: Error?
 
     init(name: String) { self.name = name }
 
@@ -119,6 +130,7 @@ final class DatabaseReader: NSObject, CBCentralManagerDelegate, CBPeripheralDele
     }
 
     func centralManager(_ c: CBCentralManager, didDisconnectPeripheral p: CBPeripheral, error: Error?) {
+        disconnectError = error
         log.add("disconnected:\(error == nil ? "nil" : "\(error!)")")
     }
 
@@ -154,7 +166,7 @@ final class DatabaseReader: NSObject, CBCentralManagerDelegate, CBPeripheralDele
 
     func peripheral(_ p: CBPeripheral, didUpdateValueFor c: CBCharacteristic, error: Error?) {
         if c.isNotifying {
-            if let v = c.value { notifications.append(v) }
+            if let v = c.value { notifications.append(v); updates[c.uuid.uuidString, default: []].append(v) }
             return
         }
         pendingReads -= 1
@@ -167,10 +179,12 @@ final class DatabaseReader: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         guard pendingReads == 0, !log.has("database read") else { return }
         log.add("database read")
         let chars = (p.services ?? []).flatMap { $0.characteristics ?? [] }
-        if let (uuid, data) = writeTo, let c = chars.first(where: { $0.uuid == uuid }) {
-            p.writeValue(data, for: c, type: .withResponse)
+        for (uuid, data, type) in writes {
+            if let c = chars.first(where: { $0.uuid == uuid }) { p.writeValue(data, for: c, type: type) }
         }
-        if let s = subscribeTo, let c = chars.first(where: { $0.uuid == s }) { p.setNotifyValue(true, for: c) }
+        for s in subscribeTo {
+            if let c = chars.first(where: { $0.uuid == s }) { p.setNotifyValue(true, for: c) }
+        }
     }
 
     func peripheral(_ p: CBPeripheral, didWriteValueFor c: CBCharacteristic, error: Error?) {

@@ -26,7 +26,11 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
 
         let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
             "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
-            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ab", count: 100)])
+            "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E",
+            "--find-service", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E", "--read-by-uuid", "2A38",
+            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ab", count: 100),
+            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "cd", count: 300),
+            "--write-no-response", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0102"])
         defer { bumble.stop() }
         try await bumble.waitFor("disconnected", seconds: 40)
 
@@ -49,11 +53,57 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         #expect(descriptors.contains("2A37:2902") && descriptors.contains("2A37:2901"))
         #expect(bumble.events("descriptor").first { $0["uuid"] as? String == "2901" }?["value"] as? String
                 == Array("Heart Rate".utf8).map { String(format: "%02x", $0) }.joined())
-        // A 100-octet write is longer than ATT_MTU − 3 only at 23; at 247 it is one Write Request.
-        #expect(per.queue.sync { per.written } == [Data(repeating: 0xAB, count: 100)])
-        // Notifications.
+        // 100 octets fit one Write Request at ATT_MTU 247; 300 need Prepare/Execute Write, delivered to our
+        // delegate as one batch; then a Write Command.
+        let written = per.queue.sync { per.written }
+        #expect(written.first == Data(repeating: 0xAB, count: 100))
+        #expect(Data(written.dropFirst().prefix(while: { $0.first == 0xCD }).joined()) == Data(repeating: 0xCD, count: 300))
+        #expect(written.last == Data([1, 2]))
+        // Notifications and indications.
         #expect(bumble.events("notification").compactMap { $0["value"] as? String } == ["0046", "0047", "0048"])
+        #expect(bumble.events("indication").compactMap { $0["value"] as? String } == ["a0", "a1", "a2"])
+        // Discovery by UUID, included services, Read Using Characteristic UUID.
+        #expect((bumble.events("found_service").first?["handles"] as? [[Int]])?.count == 1)
+        #expect(bumble.events("included").first?["uuids"] as? [String] == ["180D"])
+        #expect(bumble.events("read_by_uuid").first?["values"] as? [String] == ["02"])
         try await waitFor("unsubscribe") { per.log.has("unsubscribed:2A37") }
+    }
+
+    @Test func twoBumbleCentralsAtOnce() async throws {
+        try Interop.requireReady()
+        let (server, air) = try startRadio()
+        defer { server.stop() }
+        let per = InteropPeripheral(name: "OCB Interop")
+        per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
+        try await waitFor("advertising") { per.log.has("advertising:true") }
+        // Advertising goes on while connected, so a second central connects too; both subscribe.
+        let a = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
+                                                                        "--address", "F0:F1:F2:F3:F4:01", "--subscribe", "2A37", "--count", "3"])
+        let b = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
+                                                                        "--address", "F0:F1:F2:F3:F4:02", "--subscribe", "2A37", "--count", "3"])
+        defer { a.stop(); b.stop() }
+        try await a.waitFor("connected", seconds: 30)
+        try await b.waitFor("connected", seconds: 30)
+        try await a.waitFor("disconnected", seconds: 40)
+        try await b.waitFor("disconnected", seconds: 40)
+        #expect(a.events("notification").count == 3 && b.events("notification").count == 3)
+        #expect(per.log.count(prefix: "subscribed:2A37") == 2)
+    }
+
+    @Test func bumblePeripheralDisconnectsOurCentral() async throws {
+        try Interop.requireReady()
+        let (server, air) = try startRadio()
+        defer { server.stop() }
+        let bumble = try PeerProcess(script: "bumble_peripheral.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "Bumble HR",
+                                                                               "--disconnect-after", "1.5"])
+        defer { bumble.stop() }
+        try await bumble.waitFor("advertising")
+        let central = DatabaseReader(name: "Bumble HR")
+        central.manager = CBCentralManager(delegate: central, queue: central.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
+        try await waitFor("disconnect", seconds: 30) { central.log.all.contains { $0.hasPrefix("disconnected:") } }
+        let e = try #require(central.queue.sync { central.disconnectError })
+        #expect((e as? CBError)?.code == .peripheralDisconnected)
+        #expect(e.localizedDescription == "The specified device has disconnected from us.")
     }
 
     @Test func ourCentralReadsABumbleDatabase() async throws {
@@ -100,8 +150,10 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
 /// writes, and subscribes.
 func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
     let central = DatabaseReader(name: "Bumble HR")
-    central.subscribeTo = CBUUID(string: "2A37")
-    central.writeTo = (CBUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E"), Data([1, 2, 3, 4]))
+    central.subscribeTo = [CBUUID(string: "2A37"), CBUUID(string: "6E400004-B5A3-F393-E0A9-E50E24DCCA9E")]
+    let writable = CBUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E")
+    let long = Data((0..<300).map { UInt8($0 % 7) })
+    central.writes = [(writable, Data([1, 2, 3, 4]), .withResponse), (writable, long, .withResponse), (writable, Data([9, 9]), .withoutResponse)]
     central.manager = CBCentralManager(delegate: central, queue: central.queue, options: nil, host: host)
     try await waitFor("database read", seconds: 30) { central.log.has("database read") }
     let (adv, values) = central.queue.sync { (central.advertisement, central.values) }
@@ -115,7 +167,12 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
     #expect(central.log.has("descriptorValue:2901:long value"))
     try await waitFor("write") { central.log.has("wrote:6E400003-B5A3-F393-E0A9-E50E24DCCA9E:true") }
     try await bumble.waitFor("write") { $0["value"] as? String == "01020304" }
-    try await waitFor("notifications") { central.queue.sync { central.notifications.count } >= 3 }
+    // The long write reaches Bumble whole (prepared and executed), the write command too.
+    try await bumble.waitFor("write") { $0["value"] as? String == long.map { String(format: "%02x", $0) }.joined() }
+    try await bumble.waitFor("write") { $0["value"] as? String == "0909" }
+    try await waitFor("notifications and indications") {
+        central.queue.sync { (central.updates["2A37"]?.count ?? 0) >= 3 && (central.updates["6E400004-B5A3-F393-E0A9-E50E24DCCA9E"]?.count ?? 0) >= 3 }
+    }
     let p = try #require(central.target)
     central.queue.sync { central.manager.cancelPeripheralConnection(p) }
     try await waitFor("disconnect") { central.log.has("disconnected:nil") }

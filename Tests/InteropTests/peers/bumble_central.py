@@ -78,21 +78,45 @@ async def run(args):
                 for d in ch.descriptors:
                     dv = (await peer.read_value(d)).hex()
                     emit(event='descriptor', characteristic=uuid_text(ch.uuid), uuid=uuid_text(d.type), handle=d.handle, value=dv)
+        # The other discovery procedures: by service UUID (Find By Type Value), included services, and
+        # Read Using Characteristic UUID.
+        for uuid in args.find_service or []:
+            found = await peer.gatt_client.discover_service(UUID(uuid))
+            emit(event='found_service', uuid=uuid.upper(), handles=[[s.handle, s.end_group_handle] for s in found])
+            for s in found:
+                included = await peer.gatt_client.discover_included_services(s)
+                emit(event='included', service=uuid.upper(), uuids=[uuid_text(i.uuid) for i in included])
+        for uuid in args.read_by_uuid or []:
+            values = await peer.gatt_client.read_characteristics_by_uuid(UUID(uuid), None)
+            emit(event='read_by_uuid', uuid=uuid.upper(), values=[bytes(v).hex() for v in values])
         for spec in args.write or []:
             target, _, hexvalue = spec.partition('=')
             ch = next(c for s in peer.services for c in s.characteristics if uuid_text(c.uuid) == target.upper())
             await peer.write_value(ch, bytes.fromhex(hexvalue), with_response=True)
             emit(event='written', uuid=target.upper(), length=len(hexvalue) // 2)
-        if args.subscribe:
-            ch = next(c for s in peer.services for c in s.characteristics if uuid_text(c.uuid) == args.subscribe.upper())
+        for spec in args.write_no_response or []:
+            target, _, hexvalue = spec.partition('=')
+            ch = next(c for s in peer.services for c in s.characteristics if uuid_text(c.uuid) == target.upper())
+            await peer.write_value(ch, bytes.fromhex(hexvalue), with_response=False)
+            emit(event='written_no_response', uuid=target.upper(), length=len(hexvalue) // 2)
+        for target, kind in [(args.subscribe, 'notification'), (args.indicate, 'indication')]:
+            if not target:
+                continue
+            ch = next(c for s in peer.services for c in s.characteristics if uuid_text(c.uuid) == target.upper())
             got = asyncio.Queue()
-            await peer.subscribe(ch, lambda value: got.put_nowait(bytes(value)))
-            emit(event='subscribed', uuid=args.subscribe.upper())
+            await peer.subscribe(ch, lambda value: got.put_nowait(bytes(value)), prefer_notify=(kind == 'notification'))
+            emit(event='subscribed', uuid=target.upper(), kind=kind)
             for _ in range(args.count):
                 v = await asyncio.wait_for(got.get(), args.timeout)
-                emit(event='notification', uuid=args.subscribe.upper(), value=v.hex())
+                emit(event=kind, uuid=target.upper(), value=v.hex())
+        if args.wait_for_disconnect:
+            done = asyncio.get_running_loop().create_future()
+            connection.on('disconnection', lambda reason: done.done() or done.set_result(reason))
+            reason = await asyncio.wait_for(done, args.timeout)
+            emit(event='disconnected', by='peer', reason=reason)
+            return
         await connection.disconnect()
-        emit(event='disconnected')
+        emit(event='disconnected', by='us')
 
 
 def main():
@@ -104,6 +128,11 @@ def main():
     p.add_argument('--mtu', type=int, default=247)
     p.add_argument('--write', action='append')
     p.add_argument('--subscribe')
+    p.add_argument('--indicate')
+    p.add_argument('--find-service', action='append')
+    p.add_argument('--read-by-uuid', action='append')
+    p.add_argument('--write-no-response', action='append')
+    p.add_argument('--wait-for-disconnect', action='store_true')
     p.add_argument('--count', type=int, default=3)
     p.add_argument('--timeout', type=float, default=10.0)
     args = p.parse_args()

@@ -53,6 +53,12 @@ async def run(args):
 
         def on_connection(connection):
             emit(event='connected', address=str(connection.peer_address))
+            if args.disconnect_after:
+                async def later():
+                    await asyncio.sleep(args.disconnect_after)
+                    await connection.disconnect()
+                    emit(event='disconnecting')
+                asyncio.get_running_loop().create_task(later())
             connection.on('disconnection', lambda reason: emit(event='disconnected', reason=reason))
             connection.on('connection_att_mtu_update', lambda: emit(event='mtu', mtu=connection.att_mtu))
 
@@ -84,6 +90,7 @@ def main():
     p.add_argument('--name', default='Bumble HR')
     p.add_argument('--address', default='E0:E1:E2:E3:E4:E5')
     p.add_argument('--duration', type=float, default=30.0)
+    p.add_argument('--disconnect-after', type=float, default=0.0)
     args = p.parse_args()
     try:
         asyncio.run(run(args))
