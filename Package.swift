@@ -31,7 +31,7 @@ let package = Package(
         ]),
         .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLEWire"]),
         .executableTarget(name: "ble", dependencies: [
-            "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGAP", "BLEWire",
+            "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),

@@ -192,7 +192,7 @@ public struct GATTDatabase: Sendable, Equatable {
                 cp.descriptors.append(plan.count)
                 plan.append(Planned(type: d.uuid, value: isCCCD ? .clientConfiguration : (d.value.map(GATTAttributeValue.stored) ?? .dynamic),
                                     permissions: d.permissions, maximumLength: isCCCD ? 2 : 512,
-                                    hasFixedLength: isCCCD || d.uuid == .characteristicExtendedProperties))
+                                    hasFixedLength: isCCCD || d.uuid == .characteristicExtendedProperties, fixedHandle: d.handle))
             }
             charPlans.append(cp)
         }

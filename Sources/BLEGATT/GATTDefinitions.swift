@@ -15,10 +15,13 @@ public struct GATTDescriptorDefinition: Sendable, Equatable {
     public var uuid: BluetoothUUID
     public var permissions: AttributePermissions
     public var value: [UInt8]?
-    public init(uuid: BluetoothUUID, permissions: AttributePermissions = .readable, value: [UInt8]?) {
+    /// A fixed handle (needs fixed handles on its service); must follow the attributes before it.
+    public var handle: UInt16?
+    public init(uuid: BluetoothUUID, permissions: AttributePermissions = .readable, value: [UInt8]?, handle: UInt16? = nil) {
         self.uuid = uuid
         self.permissions = permissions
         self.value = value
+        self.handle = handle
     }
 
     /// A Characteristic User Description (0x2901), read-only.

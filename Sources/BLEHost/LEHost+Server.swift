@@ -5,6 +5,17 @@ import BLEATT
 import BLEGATT
 
 extension LEHost {
+    /// Replaces the whole local database (before clients connect: no Service Changed is sent).
+    public func useDatabase(_ database: GATTDatabase) {
+        gattServer = GATTServer(database: database)
+    }
+
+    /// The stored value of an attribute, if it has one.
+    public func storedValue(at handle: UInt16) -> [UInt8]? {
+        if case let .stored(v) = gattServer.database.attribute(at: handle)?.value { return v }
+        return nil
+    }
+
     /// Adds a service to the local database; Service Changed is indicated to connected clients.
     public func addService(_ definition: GATTServiceDefinition) throws -> GATTServiceHandles {
         let handles = try gattServer.addService(definition)

@@ -178,3 +178,39 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
     try await waitFor("disconnect") { central.log.has("disconnected:nil") }
     try await bumble.waitFor("disconnected")
 }
+
+@Suite(.serialized) struct ServeTests {
+    /// `ble serve` with the example database, attached to rootcanal; a Bumble central reads it all (long
+    /// reads at ATT_MTU 23), writes, and receives notifications and indications.
+    @Test func bumbleCentralAgainstBleServeOverRootCanal() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let serve = Process()
+        serve.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
+        serve.arguments = ["serve", Interop.root.appendingPathComponent("examples/heart-rate.json").path, "--notify-every", "0.1"]
+        serve.environment = ProcessInfo.processInfo.environment.merging(["BLE_TRANSPORT": rc.transport]) { $1 }
+        let out = Pipe()
+        serve.standardOutput = out
+        try serve.run()
+        defer { Interop.terminate(serve) }
+        let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
+            "--transport", rc.transport, "--name", "Served HR", "--mtu", "23",
+            "--subscribe", "2A37", "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--count", "2",
+            "--find-service", "180D", "--write", "2A39=07", "--write-no-response", "2A39=08",
+            "--write", "6E400002-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ee", count: 60)])
+        defer { bumble.stop() }
+        try await bumble.waitFor("disconnected", seconds: 60)
+        let chars = Dictionary(bumble.events("characteristic").map { ($0["uuid"] as! String, $0) }, uniquingKeysWith: { a, _ in a })
+        #expect(bumble.events("service").compactMap { $0["handle"] as? Int } == [1, 6, 48, 81])
+        #expect(chars["2A38"]?["value"] as? String == "01")
+        #expect(chars["2A37"]?["handle"] as? Int == 51)   // Bumble reports the value handle; the declaration is at 50
+        let long = "A long value that needs several Read Blob requests when the ATT MTU is the default twenty-three octets, so that long reads are exercised."
+        #expect(chars["6E400002-B5A3-F393-E0A9-E50E24DCCA9E"]?["value"] as? String == Array(long.utf8).map { String(format: "%02x", $0) }.joined())
+        // Reading a characteristic that needs encryption over an unencrypted, unbonded link: Insufficient Authentication (0x05).
+        #expect(chars["6E400005-B5A3-F393-E0A9-E50E24DCCA9E"]?["read_error"] as? Int == 0x05)
+        #expect(bumble.events("included").first?["uuids"] as? [String] == ["180F"])
+        #expect(bumble.events("notification").compactMap { ($0["value"] as? String)?.prefix(4) } == ["0048", "0048"])
+        #expect(bumble.events("indication").compactMap { ($0["value"] as? String)?.prefix(2) } == ["a0", "a0"])
+        #expect(bumble.events("written").count == 2 && bumble.events("written_no_response").count == 1)
+    }
+}

@@ -70,10 +70,15 @@ async def run(args):
             await service.discover_characteristics()
             for ch in service.characteristics:
                 value = None
+                read_error = None
                 if ch.properties & Characteristic.Properties.READ:
-                    value = (await peer.read_value(ch)).hex()
+                    try:
+                        value = (await peer.read_value(ch)).hex()
+                    except Exception as e:  # e.g. insufficient authentication: report it and go on
+                        read_error = getattr(e, 'error_code', None)
+                        read_error = int(read_error) if read_error is not None else type(e).__name__
                 emit(event='characteristic', service=uuid_text(service.uuid), uuid=uuid_text(ch.uuid), handle=ch.handle,
-                     properties=int(ch.properties), value=value)
+                     properties=int(ch.properties), value=value, read_error=read_error)
                 await ch.discover_descriptors()
                 for d in ch.descriptors:
                     dv = (await peer.read_value(d)).hex()
@@ -104,7 +109,7 @@ async def run(args):
                 continue
             ch = next(c for s in peer.services for c in s.characteristics if uuid_text(c.uuid) == target.upper())
             got = asyncio.Queue()
-            await peer.subscribe(ch, lambda value: got.put_nowait(bytes(value)), prefer_notify=(kind == 'notification'))
+            await peer.subscribe(ch, lambda value, q=got: q.put_nowait(bytes(value)), prefer_notify=(kind == 'notification'))
             emit(event='subscribed', uuid=target.upper(), kind=kind)
             for _ in range(args.count):
                 v = await asyncio.wait_for(got.get(), args.timeout)

@@ -1,0 +1,255 @@
+// A GATT database described in JSON, for `ble serve FILE.json`: to emulate a real device exactly (fixed
+// handles, reserved handle ranges) or to serve a database without writing Swift.
+//
+//   { "advertise": { "name": "…", "serviceUUIDs": ["180D"] },
+//     "defaultServices": true,                       // false leaves out the GAP and GATT services
+//     "services": [ { "uuid": "180D", "primary": true, "handle": 16, "endHandle": 40, "includes": ["180F"],
+//                     "characteristics": [ { "uuid": "2A37", "properties": ["notify"], "permissions": ["readable"],
+//                                            "value": "hex:0048", "handle": 17,
+//                                            "descriptors": [ { "uuid": "2901", "value": "utf8:Heart", "handle": 20 } ] } ] } ] }
+//
+// Every error names its place in the file, e.g. `services[0].characteristics[2].properties[1]`.
+import Foundation
+import BLEWire
+
+public struct GATTDatabaseFile: Sendable {
+    public struct Advertising: Sendable, Equatable {
+        public var name: String?
+        public var serviceUUIDs: [BluetoothUUID]
+    }
+
+    public var advertise: Advertising
+    public var defaultServices: Bool
+    public var services: [GATTServiceDefinition]
+    /// For each service, the file references of its includes (UUID strings or handles), resolved on build.
+    var includeRefs: [[IncludeRef]]
+
+    enum IncludeRef: Sendable { case uuid(BluetoothUUID), handle(UInt16) }
+
+    public struct FileError: Error, Equatable, CustomStringConvertible, Sendable {
+        public var path: String
+        public var message: String
+        public var description: String { path.isEmpty ? message : "\(path): \(message)" }
+    }
+
+    public static let propertyNames: [String: GATTCharacteristicProperties] = [
+        "broadcast": .broadcast, "read": .read, "writeWithoutResponse": .writeWithoutResponse, "write": .write,
+        "notify": .notify, "indicate": .indicate, "authenticatedSignedWrites": .authenticatedSignedWrites,
+        "extendedProperties": .extendedProperties,
+        // Core Bluetooth's two extra flags are notify/indicate that need encryption.
+        "notifyEncryptionRequired": .notify, "indicateEncryptionRequired": .indicate,
+    ]
+
+    public static let permissionNames: [String: AttributePermissions] = [
+        "readable": .readable, "writeable": .writeable,
+        "readEncryptionRequired": [.readable, .readEncryptionRequired], "writeEncryptionRequired": [.writeable, .writeEncryptionRequired],
+        "readAuthenticationRequired": [.readable, .readEncryptionRequired, .readAuthenticationRequired],
+        "writeAuthenticationRequired": [.writeable, .writeEncryptionRequired, .writeAuthenticationRequired],
+    ]
+
+    public init(path: String) throws {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw FileError(path: "", message: "cannot read \(path)")
+        }
+        try self.init(json: data)
+    }
+
+    public init(json: Data) throws {
+        let root: Any
+        do { root = try JSONSerialization.jsonObject(with: json) } catch {
+            throw FileError(path: "", message: "not valid JSON: \(error.localizedDescription)")
+        }
+        let top = try Self.object(root, "")
+        try Self.allowKeys(top, ["advertise", "defaultServices", "services"], "")
+        defaultServices = try top["defaultServices"].map { try Self.bool($0, "defaultServices") } ?? true
+        if let a = top["advertise"] {
+            let o = try Self.object(a, "advertise")
+            try Self.allowKeys(o, ["name", "serviceUUIDs"], "advertise")
+            advertise = Advertising(name: try o["name"].map { try Self.string($0, "advertise.name") },
+                                    serviceUUIDs: try Self.array(o["serviceUUIDs"] ?? [Any](), "advertise.serviceUUIDs").enumerated().map {
+                                        try Self.uuid($1, "advertise.serviceUUIDs[\($0)]")
+                                    })
+        } else {
+            advertise = Advertising(name: nil, serviceUUIDs: [])
+        }
+        var services: [GATTServiceDefinition] = []
+        var includes: [[IncludeRef]] = []
+        var lastHandle = 0
+        for (i, raw) in try Self.array(top["services"] ?? [Any](), "services").enumerated() {
+            let p = "services[\(i)]"
+            let o = try Self.object(raw, p)
+            try Self.allowKeys(o, ["uuid", "primary", "includes", "characteristics", "handle", "endHandle"], p)
+            let uuid = try Self.uuid(try Self.required(o, "uuid", p), "\(p).uuid")
+            let handle = try o["handle"].map { try Self.handle($0, "\(p).handle") }
+            try Self.checkOrder(handle, after: &lastHandle, "\(p).handle")
+            var refs: [IncludeRef] = []
+            for (k, inc) in try Self.array(o["includes"] ?? [Any](), "\(p).includes").enumerated() {
+                if let n = inc as? NSNumber, !(inc is Bool) {
+                    refs.append(.handle(try Self.handle(n, "\(p).includes[\(k)]")))
+                } else {
+                    refs.append(.uuid(try Self.uuid(inc, "\(p).includes[\(k)]")))
+                }
+            }
+            var chars: [GATTCharacteristicDefinition] = []
+            for (j, rawC) in try Self.array(o["characteristics"] ?? [Any](), "\(p).characteristics").enumerated() {
+                let cp = "\(p).characteristics[\(j)]"
+                let c = try Self.object(rawC, cp)
+                try Self.allowKeys(c, ["uuid", "properties", "permissions", "value", "descriptors", "handle"], cp)
+                var props: GATTCharacteristicProperties = []
+                for (k, name) in try Self.array(c["properties"] ?? [Any](), "\(cp).properties").enumerated() {
+                    let s = try Self.string(name, "\(cp).properties[\(k)]")
+                    guard let v = Self.propertyNames[s] else {
+                        throw FileError(path: "\(cp).properties[\(k)]", message: "unknown property \"\(s)\" (known: \(Self.propertyNames.keys.sorted().joined(separator: ", ")))")
+                    }
+                    props.formUnion(v)
+                }
+                let perms = try Self.permissions(c["permissions"], "\(cp).permissions")
+                let ch = try c["handle"].map { try Self.handle($0, "\(cp).handle") }
+                if ch != nil && handle == nil { throw FileError(path: "\(cp).handle", message: "a fixed characteristic handle needs a fixed service handle") }
+                try Self.checkOrder(ch, after: &lastHandle, "\(cp).handle")
+                if let ch { lastHandle = Int(ch) + 2 }   // the value takes the next handle
+                var descriptors: [GATTDescriptorDefinition] = []
+                for (k, rawD) in try Self.array(c["descriptors"] ?? [Any](), "\(cp).descriptors").enumerated() {
+                    let dp = "\(cp).descriptors[\(k)]"
+                    let d = try Self.object(rawD, dp)
+                    try Self.allowKeys(d, ["uuid", "permissions", "value", "handle"], dp)
+                    let dh = try d["handle"].map { try Self.handle($0, "\(dp).handle") }
+                    if dh != nil && handle == nil { throw FileError(path: "\(dp).handle", message: "a fixed descriptor handle needs a fixed service handle") }
+                    try Self.checkOrder(dh, after: &lastHandle, "\(dp).handle")
+                    descriptors.append(GATTDescriptorDefinition(
+                        uuid: try Self.uuid(try Self.required(d, "uuid", dp), "\(dp).uuid"),
+                        permissions: d["permissions"] == nil ? .readable : try Self.permissions(d["permissions"], "\(dp).permissions"),
+                        value: try d["value"].map { try Self.value($0, "\(dp).value") } ?? [], handle: dh))
+                }
+                let value = try c["value"].map { try Self.value($0, "\(cp).value") }
+                if let value, value.count > 512 { throw FileError(path: "\(cp).value", message: "\(value.count) octets; an attribute value holds at most 512") }
+                chars.append(GATTCharacteristicDefinition(
+                    uuid: try Self.uuid(try Self.required(c, "uuid", cp), "\(cp).uuid"), properties: props, permissions: perms,
+                    value: value ?? [], descriptors: descriptors, handle: ch))
+            }
+            let end = try o["endHandle"].map { try Self.handle($0, "\(p).endHandle") }
+            if let end {
+                guard Int(end) >= lastHandle - 1 else { throw FileError(path: "\(p).endHandle", message: "0x\(String(end, radix: 16)) is below the service's last attribute") }
+                lastHandle = Int(end) + 1
+            }
+            services.append(GATTServiceDefinition(uuid: uuid, isPrimary: try o["primary"].map { try Self.bool($0, "\(p).primary") } ?? true,
+                                                  characteristics: chars, handle: handle, endHandle: end))
+            includes.append(refs)
+        }
+        self.services = services
+        self.includeRefs = includes
+    }
+
+    /// Builds the database, adding services in file order and resolving includes (which must come earlier).
+    public func makeDatabase(deviceName: String = "OpenCoreBluetooth") throws -> GATTDatabase {
+        var db = defaultServices ? GATTDatabase.withDefaultServices(deviceName: deviceName) : GATTDatabase()
+        var added: [(BluetoothUUID, UInt16)] = []
+        for (i, var s) in services.enumerated() {
+            s.includedServices = try includeRefs[i].enumerated().map { k, ref in
+                switch ref {
+                case let .uuid(u):
+                    guard let h = added.first(where: { $0.0 == u })?.1 else {
+                        throw FileError(path: "services[\(i)].includes[\(k)]", message: "no earlier service \(u.uuidString) in the file")
+                    }
+                    return GATTServiceReference(handle: h)
+                case let .handle(h):
+                    guard added.contains(where: { $0.1 == h }) else {
+                        throw FileError(path: "services[\(i)].includes[\(k)]", message: "no earlier service declared at handle \(h)")
+                    }
+                    return GATTServiceReference(handle: h)
+                }
+            }
+            do {
+                let handles = try db.add(s)
+                added.append((s.uuid, handles.range.lowerBound))
+            } catch {
+                throw FileError(path: "services[\(i)]", message: Self.describe(error))
+            }
+        }
+        return db
+    }
+
+    static func describe(_ e: GATTDatabaseError) -> String {
+        switch e {
+        case let .handleConflict(r): return "handles overlap the service at 0x\(String(r.lowerBound, radix: 16))–0x\(String(r.upperBound, radix: 16))"
+        case .handlesExhausted: return "no room left in the handle space"
+        case .includedServiceNotFound: return "included service not found"
+        case let .invalidDefinition(why): return why
+        case .serviceNotFound: return "service not found"
+        case let .serviceIsIncluded(h): return "included by the service at 0x\(String(h, radix: 16))"
+        }
+    }
+
+    // MARK: JSON helpers
+
+    static func object(_ v: Any, _ p: String) throws -> [String: Any] {
+        guard let o = v as? [String: Any] else { throw FileError(path: p, message: "expected an object") }
+        return o
+    }
+    static func array(_ v: Any, _ p: String) throws -> [Any] {
+        guard let a = v as? [Any] else { throw FileError(path: p, message: "expected an array") }
+        return a
+    }
+    static func string(_ v: Any, _ p: String) throws -> String {
+        guard let s = v as? String else { throw FileError(path: p, message: "expected a string") }
+        return s
+    }
+    static func bool(_ v: Any, _ p: String) throws -> Bool {
+        guard let n = v as? NSNumber, isJSONBool(n) else { throw FileError(path: p, message: "expected true or false") }
+        return n.boolValue
+    }
+    static func required(_ o: [String: Any], _ key: String, _ p: String) throws -> Any {
+        guard let v = o[key] else { throw FileError(path: p, message: "\"\(key)\" is missing") }
+        return v
+    }
+    static func allowKeys(_ o: [String: Any], _ keys: Set<String>, _ p: String) throws {
+        if let bad = o.keys.sorted().first(where: { !keys.contains($0) }) {
+            throw FileError(path: p.isEmpty ? bad : "\(p).\(bad)", message: "unknown key \"\(bad)\" (known: \(keys.sorted().joined(separator: ", ")))")
+        }
+    }
+    static func uuid(_ v: Any, _ p: String) throws -> BluetoothUUID {
+        let s = try string(v, p)
+        guard let u = BluetoothUUID(string: s) else { throw FileError(path: p, message: "\"\(s)\" is not a 16-, 32- or 128-bit UUID") }
+        return u
+    }
+    static func handle(_ v: Any, _ p: String) throws -> UInt16 {
+        guard let n = v as? NSNumber, !isJSONBool(n), let h = UInt16(exactly: n.doubleValue), h != 0 else {
+            throw FileError(path: p, message: "expected a handle 1…65535")
+        }
+        return h
+    }
+    static func permissions(_ v: Any?, _ p: String) throws -> AttributePermissions {
+        var perms: AttributePermissions = []
+        for (k, name) in try array(v ?? [Any](), p).enumerated() {
+            let s = try string(name, "\(p)[\(k)]")
+            guard let x = permissionNames[s] else {
+                throw FileError(path: "\(p)[\(k)]", message: "unknown permission \"\(s)\" (known: \(permissionNames.keys.sorted().joined(separator: ", ")))")
+            }
+            perms.formUnion(x)
+        }
+        return perms
+    }
+    /// "hex:0a0b" or "utf8:text".
+    static func value(_ v: Any, _ p: String) throws -> [UInt8] {
+        let s = try string(v, p)
+        if s.hasPrefix("hex:") {
+            guard let b = [UInt8](hexString: String(s.dropFirst(4))) else { throw FileError(path: p, message: "\"\(s)\" is not valid hex") }
+            return b
+        }
+        if s.hasPrefix("utf8:") { return Array(s.dropFirst(5).utf8) }
+        throw FileError(path: p, message: "a value starts with \"hex:\" or \"utf8:\"")
+    }
+    /// Handles given in the file must increase in file order.
+    static func checkOrder(_ h: UInt16?, after last: inout Int, _ p: String) throws {
+        guard let h else { return }
+        guard Int(h) >= last else {
+            throw FileError(path: p, message: "handle \(h) overlaps or comes before the attribute before it (next free handle is \(last))")
+        }
+        last = Int(h) + 1
+    }
+}
+
+/// JSON booleans arrive as NSNumber too; Foundation marks them with the objCType "c".
+func isJSONBool(_ n: NSNumber) -> Bool {
+    String(cString: n.objCType) == "c"
+}

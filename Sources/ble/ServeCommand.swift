@@ -1,0 +1,95 @@
+// `ble serve FILE.json`: advertises and serves a GATT database described in JSON (see GATTDatabaseFile).
+import ArgumentParser
+import Foundation
+import BLEWire
+import BLEHCI
+import BLEGATT
+import BLEGAP
+import BLEHost
+import BLETransport
+
+struct ServeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve", abstract: "Advertise and serve a GATT database described in a JSON file.")
+
+    @Argument(help: "The database file (JSON).")
+    var file: String
+
+    @Option(help: "Send each notify/indicate characteristic's value to its subscribers every this many seconds (0: never).")
+    var notifyEvery: Double = 0
+
+    @Option(help: "Stop after this many seconds (0: run until killed).")
+    var duration: Double = 0
+
+    func run() throws {
+        let description: GATTDatabaseFile
+        let database: GATTDatabase
+        do {
+            description = try GATTDatabaseFile(path: file)
+            database = try description.makeDatabase()
+        } catch {
+            throw ValidationError("\(file): \(error)")
+        }
+        let host = try HostFactory.makeHostFromEnvironment(name: "serve")
+        let server = Server(host: host, database: database)
+        let packed = AdvertisingPacker.pack(localName: description.advertise.name, serviceUUIDs: description.advertise.serviceUUIDs)
+        host.loop.execute {
+            host.useDatabase(database)
+            host.peripheralDelegate = server
+            host.addPowerObserver { state in
+                print("controller \(state)")
+                guard state == .on else { return }
+                host.startAdvertising(AdvertisingConfiguration(data: packed.advertisingData, scanResponse: packed.scanResponseData)) { e in
+                    print(e.map { "advertising failed: \($0)" } ?? "advertising \(description.advertise.name ?? "(no name)") on \(host.transport.name)")
+                    fflush(nil)
+                }
+                fflush(nil)
+            }
+            host.powerOn()
+        }
+        if notifyEvery > 0 {
+            let interval = LoopTime.seconds(notifyEvery)
+            host.loop.execute { server.tick(every: interval) }
+        }
+        if duration > 0 { DispatchQueue.main.asyncAfter(deadline: .now() + duration) { Foundation.exit(0) } }
+        dispatchMain()
+    }
+}
+
+/// Logs what clients do and sends periodic updates.
+final class Server: HostPeripheralDelegate, @unchecked Sendable {
+    let host: LEHost
+    let database: GATTDatabase
+    var counter: UInt8 = 0
+
+    init(host: LEHost, database: GATTDatabase) {
+        self.host = host
+        self.database = database
+    }
+
+    func say(_ s: String) { print(s); fflush(nil) }
+
+    func host(_ host: LEHost, didConnect connection: HostConnection) { say("connected: \(connection.peerAddress)") }
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { say("disconnected: \(connection.peerAddress) (\(reason))") }
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {
+        host.respondToRead(id: request.id, result: .failure(.readNotPermitted))
+    }
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
+        for i in request.items { say("write 0x\(String(i.attributeHandle, radix: 16)) offset \(i.offset): \(i.value.hexString)") }
+        host.respondToWrite(id: request.id, error: nil)
+    }
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
+        say("subscription 0x\(String(valueHandle, radix: 16)): notify \(notify) indicate \(indicate)")
+    }
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) { say("mtu \(mtu)") }
+
+    /// Sends every notify/indicate characteristic's stored value (with a counter octet) to its subscribers.
+    func tick(every interval: LoopTime) {
+        counter &+= 1
+        for c in database.characteristics where !c.properties.isDisjoint(with: [.notify, .indicate]) {
+            let value = (host.storedValue(at: c.valueHandle) ?? []) + [counter]
+            _ = host.updateValue(value, forHandle: c.valueHandle)
+        }
+        host.loop.schedule(after: interval) { [weak self] in self?.tick(every: interval) }
+    }
+}

@@ -1,0 +1,68 @@
+// The JSON database description of `ble serve`: the example file, fixed handles, and errors that name
+// their place in the file.
+import Foundation
+import Testing
+import BLEWire
+@testable import BLEGATT
+
+@Suite struct GATTDatabaseFileTests {
+    static let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("examples/heart-rate.json").path
+
+    @Test func exampleFileBuildsWithItsFixedHandles() throws {
+        let f = try GATTDatabaseFile(path: Self.example)
+        #expect(f.advertise.name == "Served HR")
+        #expect(f.advertise.serviceUUIDs == [BluetoothUUID(0x180D)])
+        let db = try f.makeDatabase()
+        #expect(db.services.map(\.uuid.uuidString) == ["1800", "1801", "180F", "180D", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"])
+        let hr = try #require(db.services.first { $0.uuid == BluetoothUUID(0x180D) })
+        #expect(hr.range == 48...80)   // endHandle reserves unused handles
+        #expect(db.services.first { $0.uuid == BluetoothUUID(0x180F) }?.range == 32...39)
+        #expect(db.characteristic(valueHandle: 51)?.uuid == BluetoothUUID(0x2A37))
+        // The include declaration follows the service declaration and points at 0x0020–0x0027.
+        #expect(db.attribute(at: 49)?.type == .include)
+        // The stack added the CCCD; the file's user description follows it.
+        #expect(db.attribute(at: 52)?.type == .clientCharacteristicConfiguration)
+        #expect(db.attribute(at: 53)?.type == .characteristicUserDescription)
+        // Extended properties was requested: its descriptor is added.
+        #expect(db.attributes.contains { $0.type == .characteristicExtendedProperties })
+        let noDefaults = try GATTDatabaseFile(json: Data(#"{"defaultServices": false, "services": [{"uuid": "180D"}]}"#.utf8)).makeDatabase()
+        #expect(noDefaults.services.map(\.uuid) == [BluetoothUUID(0x180D)])
+    }
+
+    func error(_ json: String) -> String? {
+        do {
+            _ = try GATTDatabaseFile(json: Data(json.utf8)).makeDatabase()
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func errorsNameTheirPlace() {
+        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "properties": ["read", "reed"]}]}]}"#)?
+                    .hasPrefix("services[0].characteristics[0].properties[1]: unknown property \"reed\"") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "permissions": ["readible"]}]}]}"#)?
+                    .hasPrefix("services[0].characteristics[0].permissions[0]: unknown permission") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "0x12"}]}]}"#)?
+                    .hasPrefix("services[0].characteristics[0].value: a value starts with") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "hex:1"}]}]}"#)?
+                    .hasPrefix("services[0].characteristics[0].value: \"hex:1\" is not valid hex") == true)
+        #expect(error(#"{"services": [{"uuid": "180Z"}]}"#)?.hasPrefix("services[0].uuid:") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "colour": 1}]}"#)?.hasPrefix("services[0].colour: unknown key") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "handle": 20}, {"uuid": "180F", "handle": 15}]}"#)?
+                    .hasPrefix("services[1].handle: handle 15 overlaps") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "handle": 20, "characteristics": [{"uuid": "2A37", "handle": 30}, {"uuid": "2A38", "handle": 31}]}]}"#)?
+                    .hasPrefix("services[0].characteristics[1].handle: handle 31 overlaps") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "handle": 30}]}]}"#)?
+                    .hasPrefix("services[0].characteristics[0].handle: a fixed characteristic handle needs a fixed service handle") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "endHandle": 11, "characteristics": [{"uuid": "2A37"}]}]}"#)?
+                    .hasPrefix("services[0]:") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "includes": ["180F"]}, {"uuid": "180F"}]}"#)?
+                    .hasPrefix("services[0].includes[0]: no earlier service 180F") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "primary": "yes"}]}"#)?.hasPrefix("services[0].primary: expected true or false") == true)
+        #expect(error(#"{"services": "#)?.hasPrefix("not valid JSON") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "handle": 65536}]}"#)?.hasPrefix("services[0].handle: expected a handle") == true)
+        #expect(error(#"{"defaultServices": false, "services": [{"uuid": "180D"}]}"#) == nil)
+    }
+}
