@@ -204,6 +204,7 @@ extension LEHost {
             aclWaiting.removeAll(keepingCapacity: true)
             aclWaitingHead = 0
         }
+        mirrorWaitingPackets()
         guard hasRoomForUnacknowledgedData else { return }
         for (_, c) in connections where c.wantsWriteReady {
             c.wantsWriteReady = false

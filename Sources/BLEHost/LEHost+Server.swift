@@ -53,12 +53,54 @@ extension LEHost {
     }
 
     /// Notifies or indicates a value to the subscribed clients (all, or those listed). Returns false and
-    /// later calls `hostIsReadyToUpdateSubscribers` when the transmit queue is full.
+    /// later calls `hostIsReadyToUpdateSubscribers` when the transmit queue is full. Call on the loop.
     public func updateValue(_ value: [UInt8], forHandle handle: UInt16, to clients: [UInt16]? = nil) -> Bool {
         guard hasRoomForUnacknowledgedData else {
             subscribersWaitingForRoom = true
             return false
         }
+        sendUpdate(value, forHandle: handle, to: clients)
+        return true
+    }
+
+    /// `updateValue` from any thread, without waiting for the loop: the update is queued if the transmit
+    /// queue (updates not yet handed to the controller plus packets waiting for controller buffers) has room;
+    /// otherwise it returns false and `hostIsReadyToUpdateSubscribers` follows when room frees.
+    public func submitUpdate(_ value: [UInt8], forHandle handle: UInt16, to clients: [UInt16]? = nil) -> Bool {
+        let limit = transmitQueueLimit
+        let accepted = transmitQueue.withLock { q -> Bool in
+            if q.submitted + q.waitingPackets >= limit {
+                q.wantsReady = true
+                return false
+            }
+            q.submitted += 1
+            return true
+        }
+        guard accepted else { return false }
+        loop.execute { [self] in
+            transmitQueue.withLock { $0.submitted -= 1 }
+            sendUpdate(value, forHandle: handle, to: clients)
+            mirrorWaitingPackets()
+        }
+        return true
+    }
+
+    /// Keeps the thread-safe copy of the controller backlog current, and reports room to a refused submitter.
+    func mirrorWaitingPackets() {
+        let waiting = aclWaiting.count - aclWaitingHead
+        let limit = transmitQueueLimit
+        let ready = transmitQueue.withLock { q -> Bool in
+            q.waitingPackets = waiting
+            if q.wantsReady && q.submitted + waiting < limit / 2 {
+                q.wantsReady = false
+                return true
+            }
+            return false
+        }
+        if ready { peripheralDelegate?.hostIsReadyToUpdateSubscribers(self) }
+    }
+
+    func sendUpdate(_ value: [UInt8], forHandle handle: UInt16, to clients: [UInt16]?) {
         let targets = clients ?? connections.keys.sorted()
         for h in targets {
             guard let c = connections[h] else { continue }
@@ -69,6 +111,5 @@ extension LEHost {
                 perform(gattServer.indicate(handle: handle, value: value, to: c.clientID))
             }
         }
-        return true
     }
 }

@@ -13,6 +13,7 @@ import BLEATT
 import BLEGATT
 import BLEGAP
 import BLETransport
+import Synchronization
 
 public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let loop: EventLoop
@@ -77,6 +78,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public internal(set) var gattServer: GATTServer
     var nextRequestID: UInt64 = 0
     var subscribersWaitingForRoom = false
+    /// Updates submitted from other threads (see `submitUpdate`), shared under a lock.
+    struct TransmitQueue { var submitted = 0; var waitingPackets = 0; var wantsReady = false }
+    let transmitQueue = Mutex(TransmitQueue())
+    /// How many updates may wait in the host before `submitUpdate` says the queue is full.
+    public var transmitQueueLimit = 32
 
     public init(transport: any HCITransport, loop: EventLoop, name: String = "host",
                 database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)) {

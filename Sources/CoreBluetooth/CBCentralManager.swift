@@ -245,6 +245,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         p.connection = connection
         connection.context = p
         connection.exchangeMTU()
+        p.watchServiceChanged(on: connection)
         let q = queue
         q.async { [self] in
             p.didConnect(mtu: connection.attMTU)

@@ -218,6 +218,7 @@ extension CBPeripheral {
 
     /// Loop: a notification or indication arrived for `handle`.
     package func received(value: [UInt8], handle: UInt16) {
+        if handle != 0, handle == serviceChangedHandle { return serviceChanged(value) }
         let data = Data(value)
         queue.async { [self] in
             guard state == .connected, let ch = characteristic(forValueHandle: handle) else { return }

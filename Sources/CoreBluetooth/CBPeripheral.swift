@@ -28,6 +28,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     // Loop-confined.
     package var connection: HostConnection?
     package var localCancel = false
+    /// The peer's Service Changed value handle, once found.
+    package var serviceChangedHandle: UInt16 = 0
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager

@@ -342,9 +342,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         let handles: [UInt16]? = centrals.map { wanted in
             managerLock.withLock { self.centrals.filter { entry in wanted.contains { $0 === entry.value } }.map(\.key) }
         }
-        let bytes = [UInt8](value)
-        if host.loop.isInLoop { return host.updateValue(bytes, forHandle: handle, to: handles) }
-        return host.loop.sync { host.updateValue(bytes, forHandle: handle, to: handles) }
+        return host.submitUpdate([UInt8](value), forHandle: handle, to: handles)
     }
 
     public func hostIsReadyToUpdateSubscribers(_ host: LEHost) {

@@ -39,6 +39,8 @@ final class TestAir: @unchecked Sendable {
 
     func host(_ name: String) throws -> LEHost {
         nextX += 2
-        return try HostFactory.makeHost(on: air, name: name, position: VirtualPosition(x: nextX, y: 0, z: 0))
+        // OCB_TEST_CAPTURE=DIR records each host's packets to DIR/NAME.btsnoop, for debugging a test.
+        let capture = ProcessInfo.processInfo.environment["OCB_TEST_CAPTURE"].map { "\($0)/\(name).btsnoop" }
+        return try HostFactory.makeHost(on: air, name: name, position: VirtualPosition(x: nextX, y: 0, z: 0), capture: capture)
     }
 }
