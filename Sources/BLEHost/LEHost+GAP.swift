@@ -149,3 +149,13 @@ extension LEHost {
         }
     }
 }
+
+extension LEHost {
+    /// As peripheral, asks the central for new connection parameters with an L2CAP Connection Parameter
+    /// Update Request (Vol 3 Part A §4.20); the central decides. Intervals in 1.25 ms, timeout in 10 ms units.
+    public func requestConnectionParameters(handle: UInt16, minInterval: UInt16, maxInterval: UInt16, latency: UInt16, timeout: UInt16) {
+        guard let c = connections[handle], c.role == .peripheral else { return }
+        sendL2CAP(c.signaling.connectionParameterUpdateRequest(minInterval: minInterval, maxInterval: maxInterval, latency: latency, timeout: timeout),
+                  cid: .leSignaling, on: c)
+    }
+}

@@ -317,5 +317,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         return options.isEmpty
     }
 
+    /// The host this manager runs on (for tests and tools).
+    package var leHostForTests: LEHost { leHost! }
+
     open override var description: String { "<CBCentralManager: \(address(of: self))>" }
 }

@@ -136,10 +136,19 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         host.loop.execute { host.stopAdvertising() }
     }
 
-    /// A best-effort latency hint for a connected central.
+    /// A best-effort latency hint for a connected central: sent as an L2CAP Connection Parameter Update
+    /// Request (low 7.5–15 ms, medium 30–50 ms, high 100–150 ms connection intervals); the central decides.
     open func setDesiredConnectionLatency(_ latency: CBPeripheralManagerConnectionLatency, for central: CBCentral) {
-        guard !misusedOutsidePoweredOn() else { return }
-        // Recorded only: the central decides the connection parameters.
+        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard let handle = managerLock.withLock({ centrals.first { $0.value === central }?.key }) else { return }
+        let (lo, hi): (UInt16, UInt16)
+        switch latency {
+        case .low: (lo, hi) = (6, 12)
+        case .medium: (lo, hi) = (24, 40)
+        case .high: (lo, hi) = (80, 120)
+        @unknown default: (lo, hi) = (24, 40)
+        }
+        host.loop.execute { host.requestConnectionParameters(handle: handle, minInterval: lo, maxInterval: hi, latency: 0, timeout: 500) }
     }
 
     // MARK: Services
@@ -348,6 +357,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     public func hostIsReadyToUpdateSubscribers(_ host: LEHost) {
         queue.async { [self] in delegate?.peripheralManagerIsReady(toUpdateSubscribers: self) }
     }
+
+    /// The host this manager runs on (for tests and tools).
+    package var leHostForTests: LEHost { leHost! }
 
     open override var description: String { "<CBPeripheralManager: \(address(of: self))>" }
 }

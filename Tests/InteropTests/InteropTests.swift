@@ -134,8 +134,12 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil,
                                           host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"))
         try await waitFor("advertising") { per.log.has("advertising:true") }
-        let bumble = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", rc.transport, "--name", "OCB Interop",
-                                                                            "--subscribe", "2A37", "--count", "3"])
+        let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
+            "--transport", rc.transport, "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
+            "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--mtu", "23",
+            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0a0b",
+            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "5a", count: 100),
+            "--write-no-response", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0c"])
         defer { bumble.stop() }
         try await bumble.waitFor("disconnected", seconds: 40)
         let services = bumble.events("service").compactMap { $0["uuid"] as? String }
@@ -143,6 +147,12 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         let long = bumble.events("characteristic").first { $0["uuid"] as? String == "6E400002-B5A3-F393-E0A9-E50E24DCCA9E" }
         #expect(long?["value"] as? String == per.longValue.map { String(format: "%02x", $0) }.joined())
         #expect(bumble.events("notification").count == 3)
+        #expect(bumble.events("indication").compactMap { $0["value"] as? String } == ["a0", "a1", "a2"])
+        // At ATT_MTU 23 the 100-octet write is a long write: our delegate gets it as one batch with offsets.
+        let written = per.queue.sync { per.written }
+        #expect(written.first == Data([0x0A, 0x0B]))
+        #expect(written.dropFirst().dropLast().reduce(Data(), +) == Data(repeating: 0x5A, count: 100))
+        #expect(written.last == Data([0x0C]))
     }
 }
 

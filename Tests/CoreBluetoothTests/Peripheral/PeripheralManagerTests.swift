@@ -249,6 +249,22 @@ func connectedPair(_ air: TestAir, name: String) async throws -> (TestPeripheral
         #expect(notifying.subscribedCentrals?.isEmpty == true)
     }
 
+    @Test func desiredConnectionLatencyReachesTheLink() async throws {
+        let air = TestAir()
+        let (per, cen, _) = try await connectedPair(air, name: "latency")
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.setNotifyValue(true, for: cen.characteristic(notifyUUID.uuidString)!) }
+        try await waitUntil("subscribed") { per.log.contains("subscribe:") }
+        let central = try #require(per.queue.sync { per.subscribers.first })
+        let host = cen.manager.leHostForTests
+        let before = host.loop.sync { host.connections.values.first?.interval }
+        per.queue.sync { per.manager.setDesiredConnectionLatency(.high, for: central) }
+        try await waitUntil("updated") { host.loop.sync { host.connections.values.first?.interval } == 120 }
+        #expect(before != 120)
+        per.queue.sync { per.manager.setDesiredConnectionLatency(.low, for: central) }
+        try await waitUntil("updated again") { host.loop.sync { host.connections.values.first?.interval } == 12 }
+    }
+
     @Test func removingAServiceTellsTheCentral() async throws {
         let air = TestAir()
         let (per, cen, service) = try await connectedPair(air, name: "changes")
