@@ -49,7 +49,7 @@ struct AdvertisementFields {
 }
 
 /// Carries a non-Sendable value across a queue hop whose ownership transfer is clear.
-struct UncheckedBox<T>: @unchecked Sendable {
-    let value: T
+public struct UncheckedBox<T>: @unchecked Sendable {
+    public let value: T
     init(_ value: T) { self.value = value }
 }

@@ -29,6 +29,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     private var cancelledConnects: Set<BluetoothAddress> = []
     private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
 
+    let eventListeners = EventListeners<CBCentralManagerEvent>()
+
     // Any thread (under managerLock).
     private var peripheralsByIdentifier: [UUID: CBPeripheral] = [:]
 
@@ -103,6 +105,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             guard state != newState else { return }
             setState(newState)
             delegate?.centralManagerDidUpdateState(self)
+            broadcast(.stateUpdated(newState))
         }
     }
 
@@ -155,6 +158,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             if let uuids = advertisement[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID] { p.addAdvertisedServices(uuids) }
             guard isScanning else { return }
             delegate?.centralManager(self, didDiscover: p, advertisementData: advertisement, rssi: rssi)
+            broadcast(.discovered(CBDiscovery(peripheral: p, advertisementData: UncheckedBox(advertisement), rssi: rssi.intValue)))
         }
     }
 
@@ -194,7 +198,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             return
         }
         if peripheral.state == .connected {
-            queue.async { [self] in delegate?.centralManager(self, didConnect: peripheral) }
+            queue.async { [self] in delegate?.centralManager(self, didConnect: peripheral); broadcast(.connected(peripheral)) }
             return
         }
         peripheral.setState(.connecting)
@@ -250,6 +254,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         q.async { [self] in
             p.didConnect(mtu: connection.attMTU)
             delegate?.centralManager(self, didConnect: p)
+            broadcast(.connected(p))
             if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
                 delegate?.centralManager(self, connectionEventDidOccur: .peerConnected, for: p)
             }
@@ -265,7 +270,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let q = queue
         q.async { [self] in
             p.resetAfterDisconnect()
-            delegate?.centralManager(self, didFailToConnect: p, error: CBError.from(hciStatus: status, connecting: true))
+            let e = CBError.from(hciStatus: status, connecting: true)
+            delegate?.centralManager(self, didFailToConnect: p, error: e)
+            broadcast(.failedToConnect(p, e))
         }
     }
 
@@ -283,6 +290,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             p.resetAfterDisconnect()
             delegate?.centralManager(self, didDisconnectPeripheral: p, timestamp: CFAbsoluteTimeGetCurrent(),
                                      isReconnecting: false, error: error)
+            broadcast(.disconnected(p, error.map { UncheckedBox($0) }))
             if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
                 delegate?.centralManager(self, connectionEventDidOccur: .peerDisconnected, for: p)
             }

@@ -30,7 +30,7 @@ extension CBPeripheral {
     }
 
     /// Merges discovered services into `services`, keeping existing objects (keyed by handle).
-    private func mergeServices(_ found: [GATTRemoteService]) {
+    func mergeServices(_ found: [GATTRemoteService]) {
         var list = services ?? []
         for s in found where !list.contains(where: { $0.handle == s.handle }) {
             list.append(CBService(uuid: CBUUID(s.uuid), isPrimary: true, handle: s.handle, endHandle: s.endHandle, peripheral: self))
@@ -75,18 +75,8 @@ extension CBPeripheral {
             c.gatt(.discoverCharacteristics(start: start, end: end, uuid: nil)) { [self] r in
                 switch r {
                 case let .success(.characteristics(found)):
-                    deliver({ $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }, prepare: {
-                        var list = service._characteristics ?? []
-                        for (i, ch) in found.enumerated() {
-                            let endHandle = i + 1 < found.count ? found[i + 1].declarationHandle - 1 : service.endHandle
-                            guard filter?.contains(CBUUID(ch.uuid)) ?? true,
-                                  !list.contains(where: { $0.handle == ch.declarationHandle }) else { continue }
-                            list.append(CBCharacteristic(
-                                uuid: CBUUID(ch.uuid), properties: CBCharacteristicProperties(rawValue: UInt(ch.properties)),
-                                service: service, handle: ch.declarationHandle, valueHandle: ch.valueHandle, endHandle: endHandle))
-                        }
-                        list.sort { $0.handle < $1.handle }
-                        service._characteristics = list
+                    deliver({ $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }, prepare: { [self] in
+                        mergeCharacteristics(found, into: service, filter: filter)
                     })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: f.cbError) }
@@ -120,6 +110,22 @@ extension CBPeripheral {
                 }
             }
         }
+    }
+
+    /// Merges discovered characteristics into a service (keyed by declaration handle); every one found bounds
+    /// the descriptors of the one before it.
+    func mergeCharacteristics(_ found: [GATTRemoteCharacteristic], into service: CBService, filter: Set<CBUUID>?) {
+        var list = service._characteristics ?? []
+        for (i, ch) in found.enumerated() {
+            let endHandle = i + 1 < found.count ? found[i + 1].declarationHandle - 1 : service.endHandle
+            guard filter?.contains(CBUUID(ch.uuid)) ?? true,
+                  !list.contains(where: { $0.handle == ch.declarationHandle }) else { continue }
+            list.append(CBCharacteristic(
+                uuid: CBUUID(ch.uuid), properties: CBCharacteristicProperties(rawValue: UInt(ch.properties)),
+                service: service, handle: ch.declarationHandle, valueHandle: ch.valueHandle, endHandle: endHandle))
+        }
+        list.sort { $0.handle < $1.handle }
+        service._characteristics = list
     }
 
     func mergeDescriptors(_ found: [GATTRemoteDescriptor], into characteristic: CBCharacteristic) {
@@ -220,6 +226,7 @@ extension CBPeripheral {
     package func received(value: [UInt8], handle: UInt16) {
         if handle != 0, handle == serviceChangedHandle { return serviceChanged(value) }
         let data = Data(value)
+        valueListeners.yield(data, handle: handle)
         queue.async { [self] in
             guard state == .connected, let ch = characteristic(forValueHandle: handle) else { return }
             ch._value = data
@@ -309,7 +316,8 @@ extension GATTClient.Failure {
         switch self {
         case let .att(code, _): return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)))
         case .timeout: return CBError(.connectionTimeout)
-        case .disconnected, .bearerClosed: return CBError(.notConnected)
+        case .disconnected: return CBError(.peripheralDisconnected)
+        case .bearerClosed: return CBError(.notConnected)
         case .invalidResponse: return CBError(.unknown)
         case .invalidRequest: return CBError(.invalidParameters)
         }

@@ -30,6 +30,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     package var localCancel = false
     /// The peer's Service Changed value handle, once found.
     package var serviceChangedHandle: UInt16 = 0
+    /// Async listeners of notifications and indications.
+    let valueListeners = ValueListeners()
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
@@ -86,6 +88,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     /// Delegate-queue: the link is gone; every attribute is invalidated (C6).
     package func resetAfterDisconnect() {
+        valueListeners.finishAll()
         lock.withLock {
             storedState = .disconnected
             storedServices = nil

@@ -1,0 +1,65 @@
+// The Swift concurrency API beside the delegates: events streams for several listeners, async operations,
+// value streams, and everything pending ending when the link drops.
+import Foundation
+import Testing
+import CoreBluetooth
+
+@Suite(.serialized) struct ConcurrencyTests {
+    @Test func asyncCentralFlow() async throws {
+        let air = TestAir()
+        let per = HRPeripheral()
+        per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try air.host("peripheral"))
+        try await waitUntil("advertising") { per.log.contains("advertising:true") }
+
+        let central = CBCentralManager(delegate: nil, queue: DispatchQueue(label: "async.central"), options: nil, host: try air.host("central"))
+        // Two listeners at once see the same events.
+        let listenerA = central.events, listenerB = central.events
+        try await central.waitUntilPoweredOn()
+        var found: CBDiscovery?
+        for await d in central.discoveries(withServices: [CBUUID(string: "180D")]) { found = d; break }
+        let discovery = try #require(found)
+        #expect(discovery.advertisementData[CBAdvertisementDataLocalNameKey] as? String == "HR Sensor")
+        #expect(!central.isScanning)   // dropping the stream stopped the scan
+        let p = discovery.peripheral
+        try await central.connectAndWait(p)
+        #expect(p.state == .connected)
+        for listener in [listenerA, listenerB] {
+            var sawConnected = false
+            for await e in listener { if case let .connected(x) = e, x === p { sawConnected = true; break } }
+            #expect(sawConnected)
+        }
+
+        let services = try await p.services([CBUUID(string: "180D")])
+        #expect(services.map(\.uuid) == [CBUUID(string: "180D")])
+        let chars = try await p.characteristics(for: services[0])
+        #expect(chars.map(\.uuid.uuidString) == ["2A37", "2A38", "2A39"])
+        #expect(try await p.value(for: chars[1]) == Data([0x01]))
+        try await p.write(Data([0x01]), to: chars[2])
+        #expect(per.queue.sync { per.writes.count } == 1)
+        let descriptors = try await p.descriptors(for: chars[0])
+        #expect(descriptors.map(\.uuid.uuidString) == ["2902", "2901"])
+        #expect(try await p.currentRSSI() < 0)
+
+        // Two streams of the same characteristic both get every value.
+        let s1 = try await p.updates(of: chars[0])
+        let s2 = try await p.updates(of: chars[0])
+        try await waitUntil("subscribed") { per.log.contains("subscribe:2A37") }
+        for b in UInt8(60)..<UInt8(63) { _ = per.queue.sync { per.manager.updateValue(Data([0, b]), for: per.measurement, onSubscribedCentrals: nil) } }
+        var got1: [Data] = [], got2: [Data] = []
+        for await v in s1 { got1.append(v); if got1.count == 3 { break } }
+        for await v in s2 { got2.append(v); if got2.count == 3 { break } }
+        #expect(got1 == [Data([0, 60]), Data([0, 61]), Data([0, 62])] && got2 == got1)
+
+        // The link drops: a pending operation fails with peripheralDisconnected and streams end.
+        per.queue.sync { per.writes.removeAll() }
+        let s3 = try await p.updates(of: chars[0])
+        let ended = Task { var n = 0; for await _ in s3 { n += 1 }; return n }
+        per.manager.leHostForTests.loop.sync {
+            let h = per.manager.leHostForTests
+            for (handle, _) in h.connections { h.disconnect(handle: handle) }
+        }
+        _ = await ended.value
+        await #expect(throws: CBError.self) { try await p.value(for: chars[1]) }
+        #expect(p.state == .disconnected)
+    }
+}
