@@ -78,8 +78,10 @@ extension CBCentralManager {
     public func discoveries(withServices services: [CBUUID]?, options: [String: Any]? = nil) -> AsyncStream<CBDiscovery> {
         let box = UncheckedBox(options)
         return AsyncStream { c in
+            // Listen before scanning starts, so that no discovery is missed.
+            let stream = events
             let task = Task {
-                for await e in events { if case let .discovered(d) = e { c.yield(d) } }
+                for await e in stream { if case let .discovered(d) = e { c.yield(d) } }
             }
             scanForPeripherals(withServices: services, options: box.value)
             c.onTermination = { [weak self] _ in task.cancel(); self?.stopScan() }

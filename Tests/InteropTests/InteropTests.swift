@@ -15,7 +15,7 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
     return (server, air)
 }
 
-@Suite(.serialized) struct BumbleOnOurRadioTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct BumbleOnOurRadioTests {
     @Test func bumbleCentralReadsOurWholeDatabase() async throws {
         try Interop.requireReady()
         let (server, air) = try startRadio()
@@ -117,7 +117,7 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
     }
 }
 
-@Suite(.serialized) struct RootCanalTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct RootCanalTests {
     @Test func ourCentralReadsABumbleDatabaseOverRootCanal() async throws {
         let rc = try RootCanal()
         defer { rc.stop() }
@@ -189,7 +189,7 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
     try await bumble.waitFor("disconnected")
 }
 
-@Suite(.serialized) struct ServeTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct ServeTests {
     /// `ble serve` with the example database, attached to rootcanal; a Bumble central reads it all (long
     /// reads at ATT_MTU 23), writes, and receives notifications and indications.
     @Test func bumbleCentralAgainstBleServeOverRootCanal() async throws {

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 import CoreBluetooth
 
-@Suite(.serialized) struct ConcurrencyTests {
+@Suite(.serialized, .timeLimit(.minutes(1))) struct ConcurrencyTests {
     @Test func asyncCentralFlow() async throws {
         let air = TestAir()
         let per = HRPeripheral()
