@@ -19,7 +19,7 @@ open class CBMutableCharacteristic: CBCharacteristic, @unchecked Sendable {
     /// Read, write and encryption permissions of the value.
     open var permissions: CBAttributePermissions {
         get { lock.withLock { storedPermissions } }
-        set { lock.withLock { storedPermissions = newValue } }
+        set { if !isFrozen { lock.withLock { storedPermissions = newValue } } }
     }
 
     /// The centrals subscribed to this characteristic (nil before publication).
@@ -27,7 +27,7 @@ open class CBMutableCharacteristic: CBCharacteristic, @unchecked Sendable {
 
     open override var properties: CBCharacteristicProperties {
         get { _properties }
-        set { _properties = newValue }
+        set { if !isFrozen { _properties = newValue } }
     }
 
     /// The cached value (copied: `Data` is a value type).
@@ -38,7 +38,7 @@ open class CBMutableCharacteristic: CBCharacteristic, @unchecked Sendable {
 
     open override var descriptors: [CBDescriptor]? {
         get { _descriptors }
-        set { _descriptors = newValue }
+        set { if !isFrozen { _descriptors = newValue } }
     }
 
     // MARK: For the peripheral manager
@@ -65,4 +65,7 @@ open class CBMutableCharacteristic: CBCharacteristic, @unchecked Sendable {
         }
         return nil
     }
+
+    /// True (with a warning) once the owning service is published; the cached value is also frozen then.
+    var isFrozen: Bool { (_service as? CBMutableService)?.refusesChangeAfterPublication() ?? false }
 }

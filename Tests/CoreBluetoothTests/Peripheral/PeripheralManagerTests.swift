@@ -147,6 +147,12 @@ func connectedPair(_ air: TestAir, name: String) async throws -> (TestPeripheral
         per.queue.sync { per.manager.add(outer); per.manager.add(inner) }
         try await waitUntil("outer") { per.log.contains("added:1810:ok") && per.log.count("added:180A") == 2 }
         #expect(per.log.all.filter { $0.hasPrefix("added:180A") } == ["added:180A:ok", "added:180A:\(CBError.Code.invalidParameters.rawValue)"])
+        // Published services are immutable: changes are ignored.
+        inner.characteristics = [CBMutableCharacteristic(type: CBUUID(string: "2A29"), properties: [.read], value: Data([1]), permissions: [.readable])]
+        #expect(inner.characteristics == nil)
+        let published = cachedWritable   // refused earlier, so still mutable
+        published.characteristics = []
+        #expect(published.characteristics?.isEmpty == true)
         // Advertising: only once at a time.
         per.queue.sync {
             per.manager.startAdvertising([CBAdvertisementDataLocalNameKey: "P"])
