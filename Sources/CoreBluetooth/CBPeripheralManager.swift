@@ -22,6 +22,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     package let queue: DispatchQueue
     package let leHost: LEHost?
     private var storedIsAdvertising = false
+    /// State restoration (CBPeripheralManagerOptionRestoreIdentifierKey): what is published and advertised
+    /// is saved, and a manager created later with the same identifier gets it back.
+    let restoreIdentifier: String?
+    private var restorationChecked = false
+    private var advertisedData: [String: Any]?
 
     // Under managerLock.
     private var characteristicsByValueHandle: [UInt16: CBMutableCharacteristic] = [:]
@@ -41,16 +46,19 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
         let made = Result { try HostFactory.makeHostFromEnvironment(name: "peripheral") }
-        self.init(delegate: delegate, queue: queue, made: made)
+        self.init(delegate: delegate, queue: queue, made: made,
+                  restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
 
     /// Creates a manager on a given host (for tests and tools that choose the controller themselves).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
-        self.init(delegate: delegate, queue: queue, made: .success(host))
+        self.init(delegate: delegate, queue: queue, made: .success(host),
+                  restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
 
-    private init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>) {
+    private init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?) {
         self.queue = queue ?? .main
+        self.restoreIdentifier = restoreIdentifier
         self.leHost = try? made.get()
         super.init()
         storedDelegate = delegate
@@ -97,9 +105,33 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
                 }
             }
             guard state != newState else { return }
+            let restored = newState == .poweredOn ? takeRestoredState() : nil
+            if let restored {
+                // willRestoreState is "the first method invoked", before the state update.
+                delegate?.peripheralManager(self, willRestoreState: [
+                    CBPeripheralManagerRestoredStateServicesKey: restored.services,
+                    CBPeripheralManagerRestoredStateAdvertisementDataKey: restored.advertisement ?? [:]])
+            }
             setState(newState)
             delegate?.peripheralManagerDidUpdateState(self)
+            if let restored {
+                for s in restored.services { publish(s, announce: false) }
+                if let adv = restored.advertisement { advertise(adv, announce: false) }
+            }
         }
+    }
+
+    /// The saved state, once per manager, if it has a restore identifier and something was saved.
+    private func takeRestoredState() -> RestoredPeripheralState? {
+        guard let id = restoreIdentifier, !restorationChecked else { return nil }
+        restorationChecked = true
+        return RestorationStore.loadPeripheral(id: id)
+    }
+
+    func saveRestorationState() {
+        guard let id = restoreIdentifier else { return }
+        let services = managerLock.withLock { publishedServices.values.sorted { $0.range.lowerBound < $1.range.lowerBound }.map(\.service) }
+        RestorationStore.savePeripheral(id: id, services: services, advertisement: managerLock.withLock { advertisedData })
     }
 
     @available(*, deprecated, message: "Use CBManager.authorization instead")
@@ -118,13 +150,24 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             queue.async { [self] in delegate?.peripheralManagerDidStartAdvertising(self, error: CBError(.alreadyAdvertising)) }
             return
         }
+        var honoured: [String: Any] = [CBAdvertisementDataServiceUUIDsKey: uuids]
+        if let name { honoured[CBAdvertisementDataLocalNameKey] = name }
+        advertise(honoured, announce: true)
+    }
+
+    /// Starts advertising the honoured keys; `announce` calls didStartAdvertising.
+    func advertise(_ data: [String: Any], announce: Bool) {
+        guard let host = leHost else { return }
+        let name = data[CBAdvertisementDataLocalNameKey] as? String
+        let uuids = (data[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         let packed = AdvertisingPacker.pack(localName: name, serviceUUIDs: uuids.map(\.bluetoothUUID))
-        managerLock.withLock { storedIsAdvertising = true }
+        managerLock.withLock { storedIsAdvertising = true; advertisedData = data }
+        saveRestorationState()
         host.loop.execute { [self] in
             host.startAdvertising(AdvertisingConfiguration(data: packed.advertisingData, scanResponse: packed.scanResponseData)) { [self] e in
                 queue.async { [self] in
                     if e != nil { managerLock.withLock { storedIsAdvertising = false } }
-                    delegate?.peripheralManagerDidStartAdvertising(self, error: e.map { _ in CBError(.unknown) })
+                    if announce { delegate?.peripheralManagerDidStartAdvertising(self, error: e.map { _ in CBError(.unknown) }) }
                 }
             }
         }
@@ -132,7 +175,8 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     open func stopAdvertising() {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
-        managerLock.withLock { storedIsAdvertising = false }
+        managerLock.withLock { storedIsAdvertising = false; advertisedData = nil }
+        saveRestorationState()
         host.loop.execute { host.stopAdvertising() }
     }
 
@@ -154,12 +198,18 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     // MARK: Services
 
     open func add(_ service: CBMutableService) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn() else { return }
         if let problem = publicationProblem(service) {
             CBLog.warning(problem.message)
             queue.async { [self] in delegate?.peripheralManager(self, didAdd: service, error: problem.error) }
             return
         }
+        publish(service, announce: true)
+    }
+
+    /// Puts a service in the local database; `announce` calls didAdd.
+    func publish(_ service: CBMutableService, announce: Bool) {
+        guard let host = leHost else { return }
         let includes: [GATTServiceReference] = managerLock.withLock {
             (service.includedServices ?? []).compactMap { inc in
                 publishedServices[ObjectIdentifier(inc)].map { GATTServiceReference(handle: $0.range.lowerBound) }
@@ -183,7 +233,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
                             c.valueHandle = h.value
                             c.endHandle = h.endHandle
                             c._service = service
-                            for (d, dh) in zip(c.descriptors ?? [], h.descriptors) {
+                            // The stack's own CCCD (and Extended Properties) come first; the app's descriptors follow.
+                            var own = h.descriptors.filter { $0 != h.clientConfiguration }
+                            if c.properties.contains(.extendedProperties), !own.isEmpty { own.removeFirst() }
+                            for (d, dh) in zip(c.descriptors ?? [], own) {
                                 descriptorsByHandle[dh] = d
                                 d.handle = dh
                             }
@@ -191,7 +244,8 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
                     }
                     service.handle = handles.range.lowerBound
                     service.endHandle = handles.range.upperBound
-                    delegate?.peripheralManager(self, didAdd: service, error: nil)
+                    saveRestorationState()
+                    if announce { delegate?.peripheralManager(self, didAdd: service, error: nil) }
                 case let .failure(e):
                     service.isPublished = false
                     CBLog.warning("could not publish \(service): \(e)")
@@ -231,6 +285,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             descriptorsByHandle = descriptorsByHandle.filter { !entry.range.contains($0.key) }
         }
         service.isPublished = false
+        saveRestorationState()
         host.loop.execute { host.removeService(startHandle: entry.range.lowerBound) }
     }
 

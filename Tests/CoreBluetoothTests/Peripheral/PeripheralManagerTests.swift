@@ -287,3 +287,60 @@ func connectedPair(_ air: TestAir, name: String) async throws -> (TestPeripheral
         #expect(!(p.services ?? []).contains { $0.uuid == CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E") })
     }
 }
+
+final class RestoringPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked Sendable {
+    let queue = DispatchQueue(label: "restore.test")
+    let log = EventLog()
+    var restored: [String: Any] = [:]
+    func peripheralManager(_ p: CBPeripheralManager, willRestoreState dict: [String: Any]) {
+        restored = dict
+        log.add("willRestore")
+    }
+    func peripheralManagerDidUpdateState(_ p: CBPeripheralManager) { log.add("state:\(p.state.rawValue)") }
+    func peripheralManager(_ p: CBPeripheralManager, didAdd service: CBService, error: Error?) { log.add("added") }
+    func peripheralManagerDidStartAdvertising(_ p: CBPeripheralManager, error: Error?) { log.add("advertising") }
+}
+
+@Suite(.serialized) struct RestorationTests {
+    @Test func aManagerWithTheSameRestoreIdentifierGetsServicesAndAdvertisingBack() async throws {
+        let dir = NSTemporaryDirectory() + "ocb-restore-\(UUID().uuidString.prefix(8))"
+        setenv("OCB_STATE_DIR", dir, 1)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let air = TestAir()
+        let id = "restore-\(UUID().uuidString.prefix(6))"
+        let first = RestoringPeripheral()
+        var m1: CBPeripheralManager? = CBPeripheralManager(delegate: first, queue: first.queue,
+                                                           options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("first"))
+        try await waitUntil("on") { first.log.contains("state:5") }
+        #expect(!first.log.contains("willRestore"))   // nothing saved yet
+        let s = CBMutableService(type: CBUUID(string: "180F"), primary: true)
+        let level = CBMutableCharacteristic(type: CBUUID(string: "2A19"), properties: [.read], value: Data([77]), permissions: [.readable])
+        level.descriptors = [CBMutableDescriptor(type: CBUUID(string: "2901"), value: "Battery")]
+        s.characteristics = [level]
+        first.queue.sync { m1!.add(s); m1!.startAdvertising([CBAdvertisementDataLocalNameKey: "Restored"]) }
+        try await waitUntil("published") { first.log.contains("added") && first.log.contains("advertising") }
+        first.queue.sync { m1 = nil }
+
+        // A new manager (as after a relaunch) with the same identifier.
+        let second = RestoringPeripheral()
+        let m2 = CBPeripheralManager(delegate: second, queue: second.queue,
+                                     options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("second"))
+        try await waitUntil("restored") { second.log.contains("state:5") }
+        #expect(second.log.all.prefix(2) == ["willRestore", "state:5"])
+        let services = try #require(second.queue.sync { second.restored[CBPeripheralManagerRestoredStateServicesKey] } as? [CBMutableService])
+        #expect(services.map(\.uuid) == [CBUUID(string: "180F")])
+        #expect((services[0].characteristics?.first as? CBMutableCharacteristic)?.value == Data([77]))
+        let adv = second.queue.sync { second.restored[CBPeripheralManagerRestoredStateAdvertisementDataKey] } as? [String: Any]
+        #expect(adv?[CBAdvertisementDataLocalNameKey] as? String == "Restored")
+        // It serves and advertises again: a central finds it and reads the restored value.
+        let cen = TestCentral(name: "Restored")
+        cen.manager = CBCentralManager(delegate: cen, queue: cen.queue, options: nil, host: try air.host("central"))
+        try await waitUntil("discovered") { cen.log.contains("characteristics:180F") }
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.readValue(for: cen.characteristic("2A19")!) }
+        try await waitUntil("read") { cen.log.contains("value:2A19") }
+        #expect(cen.queue.sync { cen.values["2A19"]?.first } == Data([77]))
+        #expect(m2.isAdvertising)
+        unsetenv("OCB_STATE_DIR")
+    }
+}
