@@ -202,6 +202,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             return
         }
         peripheral.setState(.connecting)
+        peripheral.autoReconnect = (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? NSNumber)?.boolValue
+            ?? (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? Bool) ?? false
         let delay = (options?[CBConnectPeripheralOptionStartDelayKey] as? NSNumber)?.doubleValue ?? 0
         host.loop.execute { [self] in
             let start = { [self] in
@@ -217,6 +219,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     open func cancelPeripheralConnection(_ peripheral: CBPeripheral) {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         let wasState = peripheral.state
+        peripheral.autoReconnect = false
         guard wasState != .disconnected else { return }
         peripheral.setState(.disconnecting)
         host.loop.execute { [self] in
@@ -235,7 +238,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     public func host(_ host: LEHost, didConnect connection: HostConnection) {
         guard let p = connectingPeripherals.removeValue(forKey: connection.peerAddress) ?? peripheralsByAddress[connection.peerAddress],
-              p.state == .connecting || p.state == .disconnecting || cancelledConnects.contains(connection.peerAddress) else {
+              p.state == .connecting || p.state == .disconnecting || p.autoReconnect || cancelledConnects.contains(connection.peerAddress) else {
             // A link nobody here asked for (another manager on the same host): leave it alone.
             return
         }
@@ -281,15 +284,23 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let local = p.localCancel
         p.localCancel = false
         p.connection = nil
-        announceDisconnect(p, error: local ? nil : CBError.from(hciStatus: reason, connecting: false))
+        // CBConnectPeripheralOptionEnableAutoReconnect: a link lost (not cancelled here) is connected again by
+        // the system, and the app hears isReconnecting = true.
+        let reconnect = !local && p.autoReconnect
+        announceDisconnect(p, error: local ? nil : CBError.from(hciStatus: reason, connecting: false), isReconnecting: reconnect)
+        if reconnect {
+            connectingPeripherals[p.deviceAddress] = p
+            host.connect(to: p.deviceAddress)
+        }
     }
 
-    private func announceDisconnect(_ p: CBPeripheral, error: (any Error)?) {
+    private func announceDisconnect(_ p: CBPeripheral, error: (any Error)?, isReconnecting: Bool = false) {
         let q = queue
         q.async { [self] in
             p.resetAfterDisconnect()
+            if isReconnecting { p.setState(.connecting) }
             delegate?.centralManager(self, didDisconnectPeripheral: p, timestamp: CFAbsoluteTimeGetCurrent(),
-                                     isReconnecting: false, error: error)
+                                     isReconnecting: isReconnecting, error: error)
             broadcast(.disconnected(p, error.map { UncheckedBox($0) }))
             if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
                 delegate?.centralManager(self, connectionEventDidOccur: .peerDisconnected, for: p)

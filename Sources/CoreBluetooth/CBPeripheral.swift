@@ -28,6 +28,12 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     // Loop-confined.
     package var connection: HostConnection?
     package var localCancel = false
+    /// Connected with CBConnectPeripheralOptionEnableAutoReconnect.
+    package var autoReconnect: Bool {
+        get { lock.withLock { storedAutoReconnect } }
+        set { lock.withLock { storedAutoReconnect = newValue } }
+    }
+    private var storedAutoReconnect = false
     /// The peer's Service Changed value handle, once found.
     package var serviceChangedHandle: UInt16 = 0
     /// Async listeners of notifications and indications.
