@@ -30,6 +30,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
 
     let eventListeners = EventListeners<CBCentralManagerEvent>()
+    /// State restoration (CBCentralManagerOptionRestoreIdentifierKey).
+    let restoreIdentifier: String?
+    private var restorationChecked = false
+    private var scanRecord: (services: [CBUUID]?, options: [String: Any]?)?
 
     // Any thread (under managerLock).
     private var peripheralsByIdentifier: [UUID: CBPeripheral] = [:]
@@ -45,16 +49,17 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
     public convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
         let made = Result { try HostFactory.makeHostFromEnvironment(name: "central") }
-        self.init(delegate: delegate, queue: queue, made: made)
+        self.init(delegate: delegate, queue: queue, made: made, restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String)
     }
 
     /// Creates a manager on a given host (for tests and tools that choose the controller themselves).
     public convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
-        self.init(delegate: delegate, queue: queue, made: .success(host))
+        self.init(delegate: delegate, queue: queue, made: .success(host), restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String)
     }
 
-    private init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>) {
+    private init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?) {
         self.queue = queue ?? .main
+        self.restoreIdentifier = restoreIdentifier
         self.leHost = try? made.get()
         super.init()
         storedDelegate = delegate
@@ -103,9 +108,21 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
                 for p in managerLock.withLock({ Array(peripheralsByIdentifier.values) }) { p.resetAfterDisconnect() }
             }
             guard state != newState else { return }
+            let restored = newState == .poweredOn ? takeRestoredState() : nil
+            if let restored {
+                // willRestoreState comes first; then the state; then the restored work resumes.
+                var dict: [String: Any] = [CBCentralManagerRestoredStatePeripheralsKey: restored.peripherals]
+                if let scan = restored.scanServices { dict[CBCentralManagerRestoredStateScanServicesKey] = scan }
+                if let opts = restored.scanOptions { dict[CBCentralManagerRestoredStateScanOptionsKey] = opts }
+                delegate?.centralManager(self, willRestoreState: dict)
+            }
             setState(newState)
             delegate?.centralManagerDidUpdateState(self)
             broadcast(.stateUpdated(newState))
+            if let restored {
+                for p in restored.peripherals { connect(p, options: nil) }
+                if restored.scanning { scanForPeripherals(withServices: restored.scanServices, options: restored.scanOptions) }
+            }
         }
     }
 
@@ -124,7 +141,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let solicited = (options?[CBCentralManagerScanOptionSolicitedServiceUUIDsKey] as? [CBUUID]) ?? []
         let state = ScanState(services: serviceUUIDs.map { Set($0.map(\.bluetoothUUID)) }.flatMap { $0.isEmpty ? nil : $0 },
                               solicited: Set(solicited.map(\.bluetoothUUID)), allowDuplicates: allowDuplicates)
-        managerLock.withLock { storedIsScanning = true }
+        managerLock.withLock { storedIsScanning = true; scanRecord = (serviceUUIDs, options) }
+        saveRestorationState()
         host.loop.execute { [self] in
             scan = state
             host.startScanning(active: true, filterDuplicates: false) { [weak self] e in
@@ -137,7 +155,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     open func stopScan() {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
-        managerLock.withLock { storedIsScanning = false }
+        managerLock.withLock { storedIsScanning = false; scanRecord = nil }
+        saveRestorationState()
         host.loop.execute { [self] in
             scan = nil
             host.stopScanning()
@@ -160,6 +179,29 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             delegate?.centralManager(self, didDiscover: p, advertisementData: advertisement, rssi: rssi)
             broadcast(.discovered(CBDiscovery(peripheral: p, advertisementData: UncheckedBox(advertisement), rssi: rssi.intValue)))
         }
+    }
+
+    /// The saved state, once per manager, if it has a restore identifier and something was saved.
+    private func takeRestoredState() -> RestoredCentralState? {
+        guard let id = restoreIdentifier, !restorationChecked else { return nil }
+        restorationChecked = true
+        guard let saved = RestorationStore.loadCentral(id: id) else { return nil }
+        let peripherals = saved.addresses.map { a -> CBPeripheral in
+            let p = CBPeripheral(manager: self, address: a, identifier: CBPeripheral.identifier(for: a))
+            managerLock.withLock { peripheralsByIdentifier[p.identifier] = p }
+            leHost?.loop.execute { [self] in if peripheralsByAddress[a] == nil { peripheralsByAddress[a] = p } }
+            return p
+        }
+        return RestoredCentralState(peripherals: peripherals, scanning: saved.scanning, scanServices: saved.scanServices, scanOptions: saved.scanOptions)
+    }
+
+    /// Saves the peripherals connected or being connected, and the scan, for a later manager with this identifier.
+    func saveRestorationState() {
+        guard let id = restoreIdentifier else { return }
+        let (peripherals, scanRecord) = managerLock.withLock { (Array(peripheralsByIdentifier.values), self.scanRecord) }
+        let kept = peripherals.filter { $0.state == .connected || $0.state == .connecting }.map(\.deviceAddress)
+        RestorationStore.saveCentral(id: id, addresses: kept, scanning: scanRecord != nil,
+                                     scanServices: scanRecord?.services ?? nil, scanOptions: scanRecord?.options ?? nil)
     }
 
     /// The one CBPeripheral of this manager for an address (created on first sight). Loop only.
@@ -256,6 +298,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let q = queue
         q.async { [self] in
             p.didConnect(mtu: connection.attMTU)
+            saveRestorationState()
             delegate?.centralManager(self, didConnect: p)
             broadcast(.connected(p))
             if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
@@ -299,6 +342,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         q.async { [self] in
             p.resetAfterDisconnect()
             if isReconnecting { p.setState(.connecting) }
+            saveRestorationState()
             delegate?.centralManager(self, didDisconnectPeripheral: p, timestamp: CFAbsoluteTimeGetCurrent(),
                                      isReconnecting: isReconnecting, error: error)
             broadcast(.disconnected(p, error.map { UncheckedBox($0) }))

@@ -10,7 +10,51 @@ struct RestoredPeripheralState {
     var advertisement: [String: Any]?
 }
 
+struct RestoredCentralState {
+    var peripherals: [CBPeripheral]
+    var scanning: Bool
+    var scanServices: [CBUUID]?
+    var scanOptions: [String: Any]?
+}
+
+struct SavedCentralState {
+    var addresses: [BluetoothAddress]
+    var scanning: Bool
+    var scanServices: [CBUUID]?
+    var scanOptions: [String: Any]?
+}
+
 enum RestorationStore {
+    static func saveCentral(id: String, addresses: [BluetoothAddress], scanning: Bool, scanServices: [CBUUID]?, scanOptions: [String: Any]?) {
+        var root: [String: Any] = ["version": 1, "scanning": scanning,
+                                   "peripherals": addresses.map { ["address": $0.string, "random": $0.type.isRandom] }]
+        if let scanServices { root["scanServices"] = scanServices.map(\.uuidString) }
+        if let dup = scanOptions?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool { root["allowDuplicates"] = dup }
+        write(root, to: file("central", id), id: id)
+    }
+
+    static func loadCentral(id: String) -> SavedCentralState? {
+        guard let data = try? Data(contentsOf: file("central", id)),
+              let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any], root["version"] as? Int == 1 else { return nil }
+        let addresses = ((root["peripherals"] as? [[String: Any]]) ?? []).compactMap { p -> BluetoothAddress? in
+            guard let s = p["address"] as? String else { return nil }
+            return BluetoothAddress(string: s, type: (p["random"] as? Bool ?? false) ? .random : .public)
+        }
+        let services = (root["scanServices"] as? [String])?.compactMap { CBUUID.bluetoothUUID(parsing: $0).map { CBUUID($0) } }
+        let options: [String: Any]? = (root["allowDuplicates"] as? Bool).map { [CBCentralManagerScanOptionAllowDuplicatesKey: $0] }
+        return SavedCentralState(addresses: addresses, scanning: root["scanning"] as? Bool ?? false, scanServices: services, scanOptions: options)
+    }
+
+    static func write(_ root: [String: Any], to url: URL, id: String) {
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let data = try JSONSerialization.data(withJSONObject: root, options: [.sortedKeys])
+            try data.write(to: url, options: .atomic)
+        } catch {
+            CBLog.warning("could not save the restoration state \(id): \(error)")
+        }
+    }
+
     static var directory: URL {
         let env = ProcessInfo.processInfo.environment
         if let d = env["OCB_STATE_DIR"] { return URL(fileURLWithPath: d) }
@@ -48,13 +92,7 @@ enum RestorationStore {
             adv["serviceUUIDs"] = ((a[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []).map(\.uuidString)
             root["advertisement"] = adv
         }
-        do {
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            let data = try JSONSerialization.data(withJSONObject: root, options: [.sortedKeys])
-            try data.write(to: file("peripheral", id), options: .atomic)
-        } catch {
-            CBLog.warning("could not save the restoration state \(id): \(error)")
-        }
+        write(root, to: file("peripheral", id), id: id)
     }
 
     static func loadPeripheral(id: String) -> RestoredPeripheralState? {

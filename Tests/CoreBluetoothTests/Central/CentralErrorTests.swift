@@ -98,3 +98,44 @@ import CoreBluetooth
         #expect(q.sync { d.disconnects[1].0 } == false && q.sync { d.disconnects[1].1 } == nil)
     }
 }
+
+@Suite(.serialized) struct CentralRestorationTests {
+    @Test func restoredCentralGetsItsPeripheralsAndScanBack() async throws {
+        _ = testStateDirectory
+        let air = TestAir()
+        _ = try advertiser(air, name: "rs", data: ad("RS", [3, 3, 0x0D, 0x18]))
+        final class D: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
+            var order: [String] = []
+            var restored: [String: Any] = [:]
+            var found: CBPeripheral?
+            func centralManager(_ c: CBCentralManager, willRestoreState dict: [String: Any]) { restored = dict; order.append("restore") }
+            func centralManagerDidUpdateState(_ c: CBCentralManager) { order.append("state:\(c.state.rawValue)") }
+            func centralManager(_ c: CBCentralManager, didDiscover p: CBPeripheral, advertisementData: [String: Any], rssi: NSNumber) {
+                if found == nil { found = p }
+            }
+            func centralManager(_ c: CBCentralManager, didConnect p: CBPeripheral) { order.append("connected") }
+        }
+        let id = "central-\(UUID().uuidString.prefix(6))"
+        let first = D()
+        let q1 = DispatchQueue(label: "first")
+        var m1: CBCentralManager? = CBCentralManager(delegate: first, queue: q1, options: [CBCentralManagerOptionRestoreIdentifierKey: id], host: try air.host("c1"))
+        try await waitUntil("on") { q1.sync { first.order.contains("state:5") } }
+        q1.sync { m1!.scanForPeripherals(withServices: [CBUUID(string: "180D")]) }
+        try await waitUntil("found") { q1.sync { first.found != nil } }
+        let p1 = try #require(q1.sync { first.found })
+        q1.sync { m1!.connect(p1) }
+        try await waitUntil("connected") { q1.sync { first.order.contains("connected") } }
+        q1.sync { m1 = nil }
+
+        let second = D()
+        let q2 = DispatchQueue(label: "second")
+        let m2 = CBCentralManager(delegate: second, queue: q2, options: [CBCentralManagerOptionRestoreIdentifierKey: id], host: try air.host("c2"))
+        try await waitUntil("reconnected") { q2.sync { second.order.contains("connected") } }
+        #expect(q2.sync { Array(second.order.prefix(2)) } == ["restore", "state:5"])
+        let peripherals = try #require(q2.sync { second.restored[CBCentralManagerRestoredStatePeripheralsKey] } as? [CBPeripheral])
+        #expect(peripherals.map(\.identifier) == [p1.identifier])
+        #expect(q2.sync { second.restored[CBCentralManagerRestoredStateScanServicesKey] } as? [CBUUID] == [CBUUID(string: "180D")])
+        #expect(m2.isScanning)
+        #expect(peripherals[0].state == .connected)
+    }
+}

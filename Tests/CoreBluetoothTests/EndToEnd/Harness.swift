@@ -44,3 +44,10 @@ final class TestAir: @unchecked Sendable {
         return try HostFactory.makeHost(on: air, name: name, position: VirtualPosition(x: nextX, y: 0, z: 0), capture: capture)
     }
 }
+
+/// One state directory for every restoration test of this process (set once: tests run in parallel).
+let testStateDirectory: String = {
+    let dir = NSTemporaryDirectory() + "ocb-state-\(getpid())"
+    setenv("OCB_STATE_DIR", dir, 1)
+    return dir
+}()

@@ -303,9 +303,7 @@ final class RestoringPeripheral: NSObject, CBPeripheralManagerDelegate, @uncheck
 
 @Suite(.serialized) struct RestorationTests {
     @Test func aManagerWithTheSameRestoreIdentifierGetsServicesAndAdvertisingBack() async throws {
-        let dir = NSTemporaryDirectory() + "ocb-restore-\(UUID().uuidString.prefix(8))"
-        setenv("OCB_STATE_DIR", dir, 1)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        _ = testStateDirectory
         let air = TestAir()
         let id = "restore-\(UUID().uuidString.prefix(6))"
         let first = RestoringPeripheral()
@@ -341,6 +339,5 @@ final class RestoringPeripheral: NSObject, CBPeripheralManagerDelegate, @uncheck
         try await waitUntil("read") { cen.log.contains("value:2A19") }
         #expect(cen.queue.sync { cen.values["2A19"]?.first } == Data([77]))
         #expect(m2.isAdvertising)
-        unsetenv("OCB_STATE_DIR")
     }
 }
