@@ -139,3 +139,29 @@ import CoreBluetooth
         #expect(peripherals[0].state == .connected)
     }
 }
+
+@Suite(.serialized) struct CentralModelTests {
+    @Test func servicesMergeWithoutDuplicatesAndConnectedRetrieval() async throws {
+        let air = TestAir()
+        let (_, cen, _) = try await connectedPair(air, name: "merge")
+        let p = try #require(cen.peripheral)
+        let before = try #require(p.services)
+        final class Once: NSObject, CBPeripheralDelegate, @unchecked Sendable {
+            var done = 0
+            func peripheral(_ p: CBPeripheral, didDiscoverServices error: Error?) { done += 1 }
+        }
+        let once = Once()
+        p.delegate = once
+        cen.queue.sync { p.discoverServices(nil); p.discoverServices([CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")]) }
+        try await waitUntil("rediscovered") { cen.queue.sync { once.done } == 2 }
+        let after = try #require(p.services)
+        // The same objects, no duplicates, and their characteristics kept.
+        #expect(after.count == before.count)
+        #expect(zip(after, before).allSatisfy { $0 === $1 })
+        #expect(after.last?.characteristics?.count == 5)
+        #expect(cen.manager.retrieveConnectedPeripherals(withServices: [CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")]).map(\.identifier) == [p.identifier])
+        #expect(cen.manager.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180F")]).isEmpty)
+        #expect(CBCentralManager.supports([]))
+        #expect(p.description.hasPrefix("<CBPeripheral: 0x") && p.description.contains("state = connected"))
+    }
+}
