@@ -69,20 +69,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     private func attach(failure: String?) {
-        guard let host = leHost else {
-            let q = queue
-            q.async { [self] in
-                CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
-                setState(.unsupported)
-                delegate?.centralManagerDidUpdateState(self)
-            }
-            return
-        }
-        host.loop.execute { [self] in
-            host.centralDelegate = self
-            host.addPowerObserver { [weak self] s in self?.hostPowerChanged(s) }
-            if host.powerState == .on { hostPowerChanged(.on) } else { host.powerOn() }
-        }
+        start(on: leHost, queue: queue, failure: failure,
+              announceUnsupported: { [weak self] in if let self { self.delegate?.centralManagerDidUpdateState(self) } },
+              register: { [weak self] host in host.centralDelegate = self },
+              powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
     deinit {

@@ -22,6 +22,28 @@ open class CBManager: NSObject, @unchecked Sendable {
     @available(*, deprecated, message: "Use the class property authorization instead")
     open var authorization: CBManagerAuthorization { .allowedAlways }
 
+    /// Starts a manager on its host: without one, the state becomes `.unsupported` (announced on `queue`);
+    /// with one, `register` installs the manager as the host's delegate, power changes are observed, and the
+    /// host is powered on (or its current state reported).
+    package func start(on host: LEHost?, queue: DispatchQueue, failure: String?,
+                       announceUnsupported: @escaping @Sendable () -> Void,
+                       register: @escaping @Sendable (LEHost) -> Void,
+                       powerChanged: @escaping @Sendable (HostPowerState) -> Void) {
+        guard let host else {
+            queue.async { [self] in
+                CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
+                setState(.unsupported)
+                announceUnsupported()
+            }
+            return
+        }
+        host.loop.execute {
+            register(host)
+            host.addPowerObserver { s in powerChanged(s) }
+            if host.powerState == .on { powerChanged(.on) } else { host.powerOn() }
+        }
+    }
+
     /// Logs Apple's "API MISUSE" line for a call made outside `.poweredOn`, and returns true if so.
     package func misusedOutsidePoweredOn() -> Bool {
         guard state != .poweredOn else { return false }

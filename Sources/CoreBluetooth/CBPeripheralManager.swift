@@ -68,19 +68,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     private func attach(failure: String?) {
-        guard let host = leHost else {
-            queue.async { [self] in
-                CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
-                setState(.unsupported)
-                delegate?.peripheralManagerDidUpdateState(self)
-            }
-            return
-        }
-        host.loop.execute { [self] in
-            host.peripheralDelegate = self
-            host.addPowerObserver { [weak self] s in self?.hostPowerChanged(s) }
-            if host.powerState == .on { hostPowerChanged(.on) } else { host.powerOn() }
-        }
+        start(on: leHost, queue: queue, failure: failure,
+              announceUnsupported: { [weak self] in if let self { self.delegate?.peripheralManagerDidUpdateState(self) } },
+              register: { [weak self] host in host.peripheralDelegate = self },
+              powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
     deinit {
