@@ -224,3 +224,26 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         #expect(bumble.events("written").count == 2 && bumble.events("written_no_response").count == 1)
     }
 }
+
+@Suite struct BenchToolTests {
+    /// `ble bench` moves exactly what it was asked to and ends with one JSON line (figures are for benchmarks).
+    @Test(arguments: ["notify", "write", "rtt", "read"])
+    func benchReportsWhatItMoved(mode: String) throws {
+        let p = Process()
+        p.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
+        p.arguments = ["bench", "--mode", mode, "--size", "20", "--count", "500"]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let last = try #require(String(decoding: data, as: UTF8.self).split(separator: "\n").last)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
+        #expect(json["mode"] as? String == mode)
+        #expect(json["bytes"] as? Int == 500 * 20)
+        #expect(json["packets"] as? Int == 500)
+        #expect((json["throughput_bytes_per_s"] as? Double ?? 0) > 0)
+        #expect((json["rtt_ms"] != nil) == (mode == "rtt" || mode == "read"))
+    }
+}

@@ -1,0 +1,179 @@
+// `ble bench`: moves data between a central and a peripheral and reports throughput, CPU time and round
+// trips, with one JSON line at the end. Both sides run in this process on the virtual radio (airtime not
+// modelled yet: this measures the host stack's own cost).
+import ArgumentParser
+import Foundation
+import BLEWire
+import BLEHCI
+import BLEGATT
+import BLEHost
+import BLETransport
+import BLEVirtualRadio
+
+struct BenchCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "bench", abstract: "Measure throughput, CPU time and round trips.")
+
+    enum Mode: String, ExpressibleByArgument, CaseIterable { case notify, write, rtt, read }
+
+    @Option(help: "notify (peripheral → central), write (without response, central → peripheral), rtt (write-with-response round trips), read.")
+    var mode: Mode = .notify
+    @Option(help: "Payload size in octets (at most ATT_MTU − 3 = 244 here).")
+    var size = 20
+    @Option(help: "Number of packets (round trips for rtt and read).")
+    var count = 100_000
+
+    func run() throws {
+        guard (1...244).contains(size) else { throw ValidationError("--size must be 1…244") }
+        let bench = Bench(mode: mode, size: size, count: count)
+        let result = try bench.run()
+        print(result.summary)
+        print(result.json)
+    }
+}
+
+struct BenchResult {
+    var mode: String, bytes: Int, packets: Int, seconds: Double, cpuSeconds: Double, rtts: [Double]
+    var throughput: Double { Double(bytes) / seconds }
+    var summary: String {
+        var s = String(format: "%@: %d bytes in %.3f s = %.1f kB/s (%.0f packets/s), CPU %.3f s", mode, bytes, seconds, throughput / 1000,
+                       Double(packets) / seconds, cpuSeconds)
+        if !rtts.isEmpty { s += String(format: ", RTT p50 %.3f ms p99 %.3f ms", percentile(0.5), percentile(0.99)) }
+        return s
+    }
+    func percentile(_ p: Double) -> Double {
+        let sorted = rtts.sorted()
+        return sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+    }
+    var json: String {
+        var j = "{\"mode\":\"\(mode)\",\"bytes\":\(bytes),\"packets\":\(packets),\"seconds\":\(seconds),\"throughput_bytes_per_s\":\(throughput),\"cpu_seconds\":\(cpuSeconds)"
+        if !rtts.isEmpty { j += ",\"rtt_ms\":{\"p50\":\(percentile(0.5)),\"p99\":\(percentile(0.99))}" }
+        return j + "}"
+    }
+}
+
+func cpuSeconds() -> Double {
+    var u = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
+
+final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+    let mode: BenchCommand.Mode, size: Int, count: Int
+    let air = VirtualAir(loop: EventLoop(label: "bench", clock: .real))
+    var central: LEHost!, peripheral: LEHost!
+    var link: HostConnection?
+    var valueHandle: UInt16 = 0
+    var sent = 0, received = 0, receivedBytes = 0
+    var start = 0.0, end = 0.0, cpuStart = 0.0
+    var rtts: [Double] = []
+    var lastSend = 0.0
+    let done = DispatchSemaphore(value: 0)
+    let payload: [UInt8]
+
+    init(mode: BenchCommand.Mode, size: Int, count: Int) {
+        self.mode = mode; self.size = size; self.count = count
+        payload = (0..<size).map { UInt8($0 & 0xFF) }
+    }
+
+    func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    func run() throws -> BenchResult {
+        central = try HostFactory.makeHost(on: air, name: "bench-central")
+        peripheral = try HostFactory.makeHost(on: air, name: "bench-peripheral")
+        let handles = try air.loop.sync { () throws -> GATTServiceHandles in
+            central.centralDelegate = self
+            peripheral.peripheralDelegate = self
+            central.powerOn(); peripheral.powerOn()
+            return try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(string: "50DB505C-8AC4-4738-8448-3B1D9CC09CC5")!, characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "E789AC1E-0F50-4D37-8F3D-5AE9D3D0B6E1")!,
+                                             properties: [.notify, .read, .write, .writeWithoutResponse], permissions: .readWrite, value: nil)]))
+        }
+        valueHandle = handles.characteristics[0].value
+        let cccd = handles.characteristics[0].clientConfiguration!
+        while air.loop.sync({ central.powerState != .on || peripheral.powerState != .on }) { usleep(1000) }
+        let target = BluetoothAddress(bytes: (peripheral.transport as! VirtualController).address.bytes)
+        air.loop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)); central.connect(to: target) }
+        while air.loop.sync({ link == nil }) { usleep(1000) }
+        let ready = DispatchSemaphore(value: 0)
+        air.loop.sync {
+            link!.exchangeMTU(247) { _ in
+                self.link!.gatt(.write(handle: cccd, value: [1, 0])) { _ in ready.signal() }
+            }
+        }
+        ready.wait()
+        air.loop.sync {
+            start = now(); cpuStart = cpuSeconds()
+            switch mode {
+            case .notify: pumpNotifications()
+            case .write: pumpWrites()
+            case .rtt, .read: roundTrip()
+            }
+        }
+        done.wait()
+        let cpu = cpuSeconds() - cpuStart
+        return BenchResult(mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cpu, rtts: rtts)
+    }
+
+    // Notify: the peripheral sends while the transmit queue has room, and resumes when told it drained.
+    func pumpNotifications() {
+        while sent < count {
+            guard peripheral.updateValue(payload, forHandle: valueHandle) else { return }
+            sent += 1
+        }
+    }
+
+    func hostIsReadyToUpdateSubscribers(_ host: LEHost) { if mode == .notify { pumpNotifications() } }
+
+    func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
+        received += 1
+        receivedBytes += value.count
+        if received == count { finish() }
+    }
+
+    // Write without response: the central writes while it may, and resumes when buffers free.
+    func pumpWrites() {
+        guard let link else { return }
+        while sent < count {
+            // Refused when full; the host then calls connectionIsReadyToSendWriteWithoutResponse.
+            guard link.writeWithoutResponse(handle: valueHandle, value: payload) else { return }
+            sent += 1
+        }
+    }
+
+    func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) { pumpWrites() }
+
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
+        if mode == .write {
+            received += 1
+            receivedBytes += request.items.reduce(0) { $0 + $1.value.count }
+            if received == count { finish() }
+        }
+        host.respondToWrite(id: request.id, error: nil)
+    }
+
+    // Round trips: write with response (rtt) or read, one after the other.
+    func roundTrip() {
+        guard let link else { return }
+        lastSend = now()
+        let procedure: GATTClient.Procedure = mode == .rtt ? .write(handle: valueHandle, value: payload) : .read(handle: valueHandle)
+        link.gatt(procedure) { [self] r in
+            rtts.append((now() - lastSend) * 1000)
+            received += 1
+            receivedBytes += size
+            if received == count { finish() } else { roundTrip() }
+        }
+    }
+
+    func finish() {
+        end = now()
+        done.signal()
+    }
+
+    func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
+    func host(_ host: LEHost, didConnect connection: HostConnection) { if host === central { link = connection } }
+    func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {}
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {}
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest) { host.respondToRead(id: request.id, result: .success(payload)) }
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
+}
