@@ -15,10 +15,15 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         .target(name: "BLEWire"),
         .target(name: "BLEHCI", dependencies: ["BLEWire"]),
+        .target(name: "BLECrypto", dependencies: [
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+        ]),
         .target(name: "BLEL2CAP", dependencies: ["BLEWire"]),
         .target(name: "BLEATT", dependencies: ["BLEWire"]),
         .target(name: "BLEGATT", dependencies: ["BLEATT", "BLEWire"]),
@@ -35,6 +40,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
+        .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
         .testTarget(name: "BLEHCITests", dependencies: ["BLEHCI", "BLEWire"]),
         .testTarget(name: "BLEL2CAPTests", dependencies: ["BLEL2CAP", "BLEWire"]),
         .testTarget(name: "BLEATTTests", dependencies: ["BLEATT", "BLEWire"]),
