@@ -30,7 +30,7 @@ let package = Package(
         .target(name: "BLEGAP", dependencies: ["BLEWire"]),
         .target(name: "BLETransport", dependencies: ["BLEHCI", "BLEWire"]),
         .target(name: "BLETransportLinux", dependencies: ["BLETransport", "BLEHCI"]),
-        .target(name: "BLEVirtualRadio", dependencies: ["BLETransport", "BLEHCI", "BLEWire"]),
+        .target(name: "BLEVirtualRadio", dependencies: ["BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .target(name: "BLEHost", dependencies: [
             "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
         ]),
@@ -47,7 +47,7 @@ let package = Package(
         .testTarget(name: "BLEGATTTests", dependencies: ["BLEGATT", "BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGAPTests", dependencies: ["BLEGAP", "BLEWire"]),
         .testTarget(name: "BLETransportTests", dependencies: ["BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
-        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
         .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
         .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport"], exclude: ["peers"]),

@@ -5,6 +5,7 @@ import Foundation
 import BLEWire
 import BLEHCI
 import BLETransport
+import BLECrypto
 
 extension VirtualController {
     func complete(_ op: HCIOpcode, _ ret: some HCIReturnParameters) {
@@ -30,7 +31,7 @@ extension VirtualController {
         set(15, 1); set(15, 5)                      // Read BD_ADDR, Read RSSI
         for b in [0, 1, 2, 4, 5, 6, 7] { set(25, b) }   // LE Set Event Mask … LE Set Advertising Data
         for b in 0...3 { set(26, b) }; set(26, 4); set(26, 5)   // scan response … LE Create Connection Cancel
-        set(27, 2); set(27, 5); set(27, 7)          // LE Connection Update, LE Read Remote Features, LE Rand
+        set(27, 2); set(27, 5); set(27, 6); set(27, 7)  // LE Connection Update, Read Remote Features, Encrypt, Rand
         set(28, 0); set(28, 1); set(28, 2)          // LE Enable Encryption, LTK Request Reply / Negative Reply
         set(33, 6); set(33, 7); set(34, 0)          // LE Set Data Length, Read/Write Suggested Default Data Length
         set(35, 3); set(35, 4); set(35, 5); set(35, 6)  // LE Read Maximum Data Length, Read PHY, Set Default PHY, Set PHY
@@ -221,9 +222,12 @@ extension VirtualController {
             complete(op, ConnectionHandleReturn(status: .success, handle: h))
             link.pendingLTK = nil
             if let peer = link.peer { peer.deliver(.encryptionChange(status: .pinOrKeyMissing, handle: link.peerHandle, enabled: 0)) }
-        case .leEncrypt:
-            // AES-128 is not available to the virtual controller (no crypto dependency below the host).
-            complete(op, .unknownCommand)
+        case let .leEncrypt(key, plaintext):
+            // HCI carries both little-endian; AES works most significant octet first (Vol 4 Part E §7.8.22).
+            guard let out = try? SMPCrypto.e(key.reversed(), plaintext.reversed()) else {
+                return complete(op, LEEncryptReturn(status: .invalidParameters, encryptedData: [UInt8](repeating: 0, count: 16)))
+            }
+            complete(op, LEEncryptReturn(status: .success, encryptedData: out.reversed()))
         case .setEventMaskPage2, .unknown:
             complete(op, .unknownCommand)
         }

@@ -89,6 +89,17 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
         #expect(LEFeatures(rawValue: f.features).contains(.encryption))
     }
 
+    @Test func leEncryptIsAES128() throws {
+        let air = virtualAir()
+        let h = try ScriptedHost(air)
+        // FIPS-197 Appendix C.1, sent little-endian as HCI does.
+        let key: [UInt8] = Array(0x00...0x0F).map(UInt8.init)
+        let plaintext: [UInt8] = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF]
+        let r = try LEEncryptReturn(decoding: try #require(h.returnParameters(.leEncrypt(key: key.reversed(), plaintext: plaintext.reversed()))))
+        #expect(r.status == .success)
+        #expect(Array(r.encryptedData.reversed()) == [0x69, 0xC4, 0xE0, 0xD8, 0x6A, 0x7B, 0x04, 0x30, 0xD8, 0xCD, 0xB7, 0x80, 0x70, 0xB4, 0xC5, 0x5A])
+    }
+
     @Test func unknownAndMalformedCommandsGetErrors() throws {
         let air = virtualAir()
         let h = try ScriptedHost(air)
