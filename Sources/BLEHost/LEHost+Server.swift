@@ -68,21 +68,30 @@ extension LEHost {
     /// otherwise it returns false and `hostIsReadyToUpdateSubscribers` follows when room frees.
     public func submitUpdate(_ value: [UInt8], forHandle handle: UInt16, to clients: [UInt16]? = nil) -> Bool {
         let limit = transmitQueueLimit
-        let accepted = transmitQueue.withLock { q -> Bool in
+        let (accepted, schedule) = transmitQueue.withLock { q -> (Bool, Bool) in
             if q.submitted + q.waitingPackets >= limit {
                 q.wantsReady = true
-                return false
+                return (false, false)
             }
             q.submitted += 1
-            return true
+            q.updates.append(PendingUpdate(value: value, handle: handle, clients: clients))
+            return (true, q.updates.count == 1)
         }
         guard accepted else { return false }
-        loop.execute { [self] in
-            transmitQueue.withLock { $0.submitted -= 1 }
-            sendUpdate(value, forHandle: handle, to: clients)
-            mirrorWaitingPackets()
-        }
+        // One loop turn takes every update submitted meanwhile.
+        if schedule { loop.execute { [self] in sendSubmittedUpdates() } }
         return true
+    }
+
+    func sendSubmittedUpdates() {
+        let batch = transmitQueue.withLock { q -> [PendingUpdate] in
+            let b = q.updates
+            q.updates.removeAll(keepingCapacity: true)
+            q.submitted -= b.count
+            return b
+        }
+        for u in batch { sendUpdate(u.value, forHandle: u.handle, to: u.clients) }
+        mirrorWaitingPackets()
     }
 
     /// Keeps the thread-safe copy of the controller backlog current, and reports room to a refused submitter.

@@ -79,7 +79,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var nextRequestID: UInt64 = 0
     var subscribersWaitingForRoom = false
     /// Updates submitted from other threads (see `submitUpdate`), shared under a lock.
-    struct TransmitQueue { var submitted = 0; var waitingPackets = 0; var wantsReady = false }
+    struct PendingUpdate { var value: [UInt8]; var handle: UInt16; var clients: [UInt16]? }
+    struct TransmitQueue { var submitted = 0; var waitingPackets = 0; var wantsReady = false; var updates: [PendingUpdate] = [] }
     let transmitQueue = Mutex(TransmitQueue())
     /// How many updates may wait in the host before `submitUpdate` says the queue is full.
     public var transmitQueueLimit = 32

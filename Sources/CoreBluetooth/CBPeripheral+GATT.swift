@@ -227,8 +227,23 @@ extension CBPeripheral {
         if handle != 0, handle == serviceChangedHandle { return serviceChanged(value) }
         let data = Data(value)
         valueListeners.yield(data, handle: handle)
-        queue.async { [self] in
-            guard state == .connected, let ch = characteristic(forValueHandle: handle) else { return }
+        // Values that arrive while earlier ones wait for the delegate queue join them: one queue hop carries
+        // a burst, and the delegate still gets one callback per value, in order.
+        if inbound.append(handle, data) { queue.async { [self] in deliverInbound() } }
+    }
+
+    /// Delegate queue: hands every waiting value to the delegate.
+    private func deliverInbound() {
+        let batch = inbound.take()
+        guard state == .connected else { return }
+        var lastHandle: UInt16 = 0
+        var lastCharacteristic: CBCharacteristic?
+        for (handle, data) in batch {
+            if handle != lastHandle || lastCharacteristic == nil {
+                lastHandle = handle
+                lastCharacteristic = characteristic(forValueHandle: handle)
+            }
+            guard let ch = lastCharacteristic else { continue }
             ch._value = data
             delegate?.peripheral(self, didUpdateValueFor: ch, error: nil)
         }

@@ -38,6 +38,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     package var serviceChangedHandle: UInt16 = 0
     /// Async listeners of notifications and indications.
     let valueListeners = ValueListeners()
+    /// Notifications and indications waiting for the delegate queue.
+    let inbound = InboundValues()
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
@@ -178,5 +180,27 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     open override var description: String {
         let (n, s, m) = lock.withLock { (gapName ?? storedName, storedState, mtu) }
         return "<CBPeripheral: \(address(of: self)), identifier = \(identifier.uuidString), name = \(n ?? "(null)"), mtu = \(m), state = \(s)>"
+    }
+}
+
+/// Values received on the host loop, waiting to be delivered on the delegate queue.
+final class InboundValues: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [(UInt16, Data)] = []
+
+    /// Adds a value; returns true when the queue was empty (the caller schedules a delivery).
+    func append(_ handle: UInt16, _ data: Data) -> Bool {
+        lock.withLock {
+            items.append((handle, data))
+            return items.count == 1
+        }
+    }
+
+    func take() -> [(UInt16, Data)] {
+        lock.withLock {
+            let out = items
+            items.removeAll(keepingCapacity: true)
+            return out
+        }
     }
 }

@@ -22,10 +22,19 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "Number of packets (round trips for rtt and read).")
     var count = 100_000
 
+    enum API: String, ExpressibleByArgument { case host, corebluetooth }
+    @Option(help: "host: the host core's API; corebluetooth: end to end through CBPeripheralManager and the CBPeripheral delegate (notify only).")
+    var api: API = .host
+
     func run() throws {
         guard (1...244).contains(size) else { throw ValidationError("--size must be 1…244") }
-        let bench = Bench(mode: mode, size: size, count: count)
-        let result = try bench.run()
+        let result: BenchResult
+        if api == .corebluetooth {
+            guard mode == .notify else { throw ValidationError("--api corebluetooth supports --mode notify") }
+            result = try CoreBluetoothNotifyBench(size: size, count: count).run()
+        } else {
+            result = try Bench(mode: mode, size: size, count: count).run()
+        }
         print(result.summary)
         print(result.json)
     }
