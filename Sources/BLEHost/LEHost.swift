@@ -206,8 +206,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         case let .success(.status(s)): why = "\(s)"
         case .success: why = "unexpected answer during start-up"
         }
+        log("controller start-up failed: \(why)")
         transport.close()
-        controllerLost(error: nil, finalState: .unsupported(why))
+        controllerLost(error: nil, finalState: hadController ? .off : .unsupported(why))
+        // A controller that did not answer in time (busy, still booting) is tried again.
+        scheduleReconnect()
     }
 
     /// Tears everything down after the controller went away or was powered off.

@@ -22,7 +22,7 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         defer { server.stop() }
         let per = InteropPeripheral(name: "OCB Interop")
         per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
-        try await waitFor("advertising") { per.log.has("advertising:true") }
+        try await waitFor("advertising", seconds: 40) { per.log.has("advertising:true") }
 
         let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
             "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
@@ -75,7 +75,7 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         defer { server.stop() }
         let per = InteropPeripheral(name: "OCB Interop")
         per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
-        try await waitFor("advertising") { per.log.has("advertising:true") }
+        try await waitFor("advertising", seconds: 40) { per.log.has("advertising:true") }
         // Advertising goes on while connected, so a second central connects too; both subscribe.
         let a = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
                                                                         "--address", "F0:F1:F2:F3:F4:01", "--subscribe", "2A37", "--count", "3"])
@@ -133,7 +133,7 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         let per = InteropPeripheral(name: "OCB Interop")
         per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil,
                                           host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"))
-        try await waitFor("advertising") { per.log.has("advertising:true") }
+        try await waitFor("advertising", seconds: 40) { per.log.has("advertising:true") }
         let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
             "--transport", rc.transport, "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
             "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--mtu", "23",
