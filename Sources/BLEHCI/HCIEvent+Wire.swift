@@ -14,9 +14,9 @@ extension HCIEvent {
         case let .disconnectionComplete(st, h, reason):
             w.write(st.rawValue); w.write(h); w.write(reason.rawValue)
         case let .numberOfCompletedPackets(list):
+            // Arrays interleave element by element (Vol 4 Part E §5.2): handle, count, handle, count…
             w.write(UInt8(list.count))
-            for e in list { w.write(e.handle) }
-            for e in list { w.write(e.count) }
+            for e in list { w.write(e.handle); w.write(e.count) }
         case let .encryptionChange(st, h, en):
             w.write(st.rawValue); w.write(h); w.write(en)
         case let .encryptionKeyRefreshComplete(st, h):
@@ -66,10 +66,8 @@ extension HCIEvent {
                                           reason: HCIStatus(rawValue: try r.readUInt8()))
         case 0x13:
             let n = Int(try r.readUInt8())
-            var handles: [UInt16] = []
-            for _ in 0..<n { handles.append(try r.readUInt16()) }
             var list: [CompletedPackets] = []
-            for h in handles { list.append(CompletedPackets(handle: h, count: try r.readUInt16())) }
+            for _ in 0..<n { list.append(CompletedPackets(handle: try r.readUInt16(), count: try r.readUInt16())) }
             return .numberOfCompletedPackets(list)
         case 0x08:
             return .encryptionChange(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(), enabled: try r.readUInt8())
@@ -100,14 +98,13 @@ extension LEMetaEvent {
             w.write(e.peerAddress); w.write(e.localResolvablePrivateAddress); w.write(e.peerResolvablePrivateAddress)
             w.write(e.connectionInterval); w.write(e.peripheralLatency); w.write(e.supervisionTimeout); w.write(e.centralClockAccuracy)
         case let .advertisingReport(reports):
-            // Field-by-field arrays, as §7.7.65.2 lays them out.
+            // One report after another (arrays interleave element by element, Vol 4 Part E §5.2), as
+            // controllers send them and Linux and Bumble read them.
             w.write(UInt8(reports.count))
-            for x in reports { w.write(x.eventType.rawValue) }
-            for x in reports { w.write(x.addressType) }
-            for x in reports { w.write(x.address) }
-            for x in reports { w.write(UInt8(x.data.count)) }
-            for x in reports { w.write(contentsOf: x.data) }
-            for x in reports { w.write(x.rssi) }
+            for x in reports {
+                w.write(x.eventType.rawValue); w.write(x.addressType); w.write(x.address)
+                w.write(UInt8(x.data.count)); w.write(contentsOf: x.data); w.write(x.rssi)
+            }
         case let .connectionUpdateComplete(e):
             w.write(e.status.rawValue); w.write(e.connectionHandle); w.write(e.connectionInterval)
             w.write(e.peripheralLatency); w.write(e.supervisionTimeout)
@@ -144,21 +141,15 @@ extension LEMetaEvent {
         case LESubevent.advertisingReport:
             let n = Int(try r.readUInt8())
             guard n >= 1 && n <= 0x19 else { throw WireError.invalidValue("Num_Reports \(n)") }
-            var types: [UInt8] = [], addrTypes: [UInt8] = [], addrs: [BluetoothAddress] = [], lengths: [Int] = []
-            for _ in 0..<n { types.append(try r.readUInt8()) }
-            for _ in 0..<n { addrTypes.append(try r.readUInt8()) }
-            for i in 0..<n { addrs.append(try r.readAddress(type: AddressType(hciAddressType: addrTypes[i]))) }
+            var reports: [LEAdvertisingReport] = []
             for _ in 0..<n {
+                let type = try r.readUInt8()
+                let addrType = try r.readUInt8()
+                let address = try r.readAddress(type: AddressType(hciAddressType: addrType))
                 let l = Int(try r.readUInt8())
                 guard l <= 31 else { throw WireError.invalidValue("advertising data length \(l) > 31") }
-                lengths.append(l)
-            }
-            var datas: [[UInt8]] = []
-            for l in lengths { datas.append(try r.readBytes(l)) }
-            var reports: [LEAdvertisingReport] = []
-            for i in 0..<n {
-                reports.append(LEAdvertisingReport(eventType: LEAdvertisingReportType(rawValue: types[i]), addressType: addrTypes[i],
-                                                   address: addrs[i], data: datas[i], rssi: try r.readInt8()))
+                reports.append(LEAdvertisingReport(eventType: LEAdvertisingReportType(rawValue: type), addressType: addrType,
+                                                   address: address, data: try r.readBytes(l), rssi: try r.readInt8()))
             }
             return .advertisingReport(reports)
         case LESubevent.connectionUpdateComplete:

@@ -70,12 +70,16 @@ let allEvents: [HCIEvent] = [
         #expect(HCICommand.leSetAdvertisingData([2, 1, 6]).encode().bytes.count == 3 + 32)
     }
 
-    @Test func advertisingReportUsesFieldByFieldArrays() throws {
+    @Test func multipleReportsAndCompletedPacketsInterleaveElementByElement() throws {
         let two = HCIEvent.le(.advertisingReport([
             LEAdvertisingReport(eventType: .advInd, addressType: 0, address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6]), data: [0xAA], rssi: -10),
             LEAdvertisingReport(eventType: .scanRsp, addressType: 1, address: BluetoothAddress(bytes: [7, 8, 9, 10, 11, 12], type: .random), data: [], rssi: -20)]))
-        #expect(two.encode().bytes == [0x3E, 0x17, 0x02, 0x02, 0x00, 0x04, 0x00, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                                       0x01, 0x00, 0xAA, 0xF6, 0xEC])
+        #expect(two.encode().bytes == [0x3E, 0x17, 0x02, 0x02,
+                                       0x00, 0x00, 1, 2, 3, 4, 5, 6, 0x01, 0xAA, 0xF6,
+                                       0x04, 0x01, 7, 8, 9, 10, 11, 12, 0x00, 0xEC])
+        // Number Of Completed Packets: handle, count, handle, count (Vol 4 Part E §7.7.19).
+        #expect(HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 3), CompletedPackets(handle: 0x41, count: 1)]).encode().bytes
+                == [0x13, 0x09, 0x02, 0x40, 0x00, 0x03, 0x00, 0x41, 0x00, 0x01, 0x00])
     }
 
     @Test func aclHeaderFlags() throws {
