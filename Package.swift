@@ -25,6 +25,7 @@ let package = Package(
             .product(name: "CryptoExtras", package: "swift-crypto"),
         ]),
         .target(name: "BLEL2CAP", dependencies: ["BLEWire"]),
+        .target(name: "BLESMP", dependencies: ["BLEWire", "BLECrypto"]),
         .target(name: "BLEATT", dependencies: ["BLEWire"]),
         .target(name: "BLEGATT", dependencies: ["BLEATT", "BLEWire"]),
         .target(name: "BLEGAP", dependencies: ["BLEWire"]),
@@ -32,7 +33,7 @@ let package = Package(
         .target(name: "BLETransportLinux", dependencies: ["BLETransport", "BLEHCI"]),
         .target(name: "BLEVirtualRadio", dependencies: ["BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .target(name: "BLEHost", dependencies: [
-            "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
+            "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLECrypto", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
         ]),
         .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLEWire"]),
         .executableTarget(name: "ble", dependencies: [
@@ -41,6 +42,7 @@ let package = Package(
         ]),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
+        .testTarget(name: "BLESMPTests", dependencies: ["BLESMP", "BLECrypto", "BLEWire"]),
         .testTarget(name: "BLEHCITests", dependencies: ["BLEHCI", "BLEWire"]),
         .testTarget(name: "BLEL2CAPTests", dependencies: ["BLEL2CAP", "BLEWire"]),
         .testTarget(name: "BLEATTTests", dependencies: ["BLEATT", "BLEWire"]),

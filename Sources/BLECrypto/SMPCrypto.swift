@@ -104,6 +104,11 @@ public enum SMPCrypto {
         }
     }
 
+    /// A fresh P-256 private key (32 octets, most significant first).
+    public static func generatePrivateKey() -> [UInt8] {
+        Array(P256.KeyAgreement.PrivateKey().rawRepresentation)
+    }
+
     /// The public key (x, y) of a private key.
     public static func publicKey(privateKey: [UInt8]) throws -> (x: [UInt8], y: [UInt8]) {
         let raw = Array(try P256.KeyAgreement.PrivateKey(rawRepresentation: privateKey).publicKey.rawRepresentation)
