@@ -6,6 +6,7 @@ import BLEL2CAP
 import BLEATT
 import BLEGATT
 import BLETransport
+import BLESMP
 
 public final class HostConnection: @unchecked Sendable, CustomStringConvertible {
     public enum Role: Sendable, Equatable { case central, peripheral }
@@ -18,12 +19,18 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     public internal(set) var supervisionTimeout: UInt16
     /// ATT_MTU in force on this link (Vol 3 Part F §3.2.8).
     public internal(set) var attMTU: UInt16 = 23
-    public internal(set) var isEncrypted = false
+    public var isEncrypted: Bool { security.encrypted }
+    /// Encryption, authentication and key size of the link now.
+    public internal(set) var security = LinkSecurity()
+    /// The peer's identity: its identity address once known (bond or key distribution), else its link address.
+    public internal(set) var identityAddress: BluetoothAddress
+    /// The address we use on this link.
+    public internal(set) var localLinkAddress: BluetoothAddress
     public internal(set) var isOpen = true
     /// Free-form slot for the layer above (the façade keeps its peer object here).
     public var context: AnyObject?
 
-    weak var host: LEHost?
+    public internal(set) weak var host: LEHost?
     var recombiner: L2CAPRecombiner
     var signaling: L2CAPSignalingState
     var gattClient = GATTClient()
@@ -37,8 +44,19 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
     var wantsWriteReady = false
 
-    init(handle: UInt16, role: Role, peerAddress: BluetoothAddress, interval: UInt16, latency: UInt16, timeout: UInt16, host: LEHost) {
+    // Security state (LEHost+Security.swift).
+    var smp: SMPSession?
+    var smpTimer: LoopTimer?
+    var smpTimedOut = false
+    var securityWaiters: [(Result<LinkSecurity, PairingError>) -> Void] = []
+    var encryptingWithBond = false
+    var bondSecurity: LinkSecurity?
+    var mitmRequested = false
+
+    init(handle: UInt16, role: Role, peerAddress: BluetoothAddress, localAddress: BluetoothAddress, interval: UInt16, latency: UInt16, timeout: UInt16, host: LEHost) {
         self.handle = handle
+        self.identityAddress = peerAddress
+        self.localLinkAddress = localAddress
         self.role = role
         self.peerAddress = peerAddress
         self.interval = interval
@@ -53,9 +71,29 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
 
     // MARK: GATT client operations (call on the host's loop)
 
-    /// Runs a GATT client procedure; `completion` runs on the loop.
+    /// Runs a GATT client procedure; `completion` runs on the loop. A procedure refused for insufficient
+    /// authentication or encryption secures the link (bond or pairing) and runs once more, as iOS does; the
+    /// caller sees only the final result.
     public func gatt(_ procedure: GATTClient.Procedure,
                      completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void) {
+        guard isOpen, let host else { return completion(.failure(.disconnected)) }
+        guard host.pairsOnInsufficientSecurity, role == .central else { return runGATT(procedure, completion: completion) }
+        runGATT(procedure) { [weak self] result in
+            guard let self, let host = self.host, case let .failure(.att(code, _)) = result,
+                  code == .insufficientAuthentication || code == .insufficientEncryption || code == .encryptionKeySizeTooShort else {
+                return completion(result)
+            }
+            // Authentication on an encrypted link means a stronger (MITM-protected) key is needed.
+            let mitm = code == .insufficientAuthentication && self.security.encrypted
+            host.secure(self, mitm: mitm) { [weak self] secured in
+                guard let self, case .success = secured else { return completion(result) }
+                self.runGATT(procedure, completion: completion)
+            }
+        }
+    }
+
+    func runGATT(_ procedure: GATTClient.Procedure,
+                 completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void) {
         guard isOpen, let host else { return completion(.failure(.disconnected)) }
         let (id, actions) = gattClient.start(procedure)
         gattCompletions[id] = completion

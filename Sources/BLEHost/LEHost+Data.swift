@@ -37,8 +37,7 @@ extension LEHost {
         case .att: handleATT(frame.payload, on: c)
         case .leSignaling: handleSignaling(frame.payload, on: c)
         case .smp:
-            // Pairing is not supported yet: Pairing Failed, reason Pairing Not Supported (Vol 3 Part H §3.5.5).
-            if let code = frame.payload.first, code != 0x05 { sendL2CAP([0x05, 0x05], cid: .smp, on: c) }
+            handleSMP(frame.payload, on: c)
         default:
             log("frame for unsupported CID \(frame.channelID) dropped")
         }

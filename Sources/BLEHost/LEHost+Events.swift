@@ -3,6 +3,7 @@ import BLEWire
 import BLEHCI
 import BLEGATT
 import BLETransport
+import BLEATT
 
 extension LEHost {
     func handle(event: HCIEvent) {
@@ -18,9 +19,9 @@ extension LEHost {
             guard status == .success, let c = connections[handle] else { return }
             connectionClosed(c, reason: reason)
         case let .encryptionChange(status, handle, enabled):
-            if let c = connections[handle], status == .success { c.isEncrypted = enabled != 0 }
-        case .encryptionKeyRefreshComplete:
-            break
+            if let c = connections[handle] { encryptionFinished(c, status: status, enabled: enabled != 0) }
+        case let .encryptionKeyRefreshComplete(status, handle):
+            if let c = connections[handle] { encryptionFinished(c, status: status, enabled: true) }
         case let .hardwareError(code):
             log("controller hardware error 0x\(String(code, radix: 16))")
         case let .le(meta):
@@ -53,9 +54,9 @@ extension LEHost {
                 c.latency = e.peripheralLatency
                 c.supervisionTimeout = e.supervisionTimeout
             }
-        case let .longTermKeyRequest(handle, _, _):
-            // No bond store yet: refuse, as a host without keys must (Vol 4 Part E §7.8.26).
-            command(.leLongTermKeyRequestNegativeReply(handle: handle))
+        case let .longTermKeyRequest(handle, random, ediv):
+            if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) }
+            else { command(.leLongTermKeyRequestNegativeReply(handle: handle)) }
         default:
             break
         }
@@ -81,10 +82,13 @@ extension LEHost {
             guard status == .success else { return }
         }
         let c = HostConnection(handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
-                               interval: interval, latency: latency, timeout: timeout, host: self)
+                               localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
         aclInFlight[handle] = 0
-        gattServer.clientConnected(GATTClientID(UInt64(handle)))
+        let bond = bondStore.bond(matching: peer)
+        if let bond { c.identityAddress = bond.identityAddress }
+        gattServer.clientConnected(GATTClientID(UInt64(handle)),
+                                   security: ATTSecurity(hasLongTermKey: bond != nil), bonded: bond != nil)
         if asCentral {
             centralDelegate?.host(self, didConnect: c)
             startNextConnect()
@@ -107,6 +111,10 @@ extension LEHost {
         let actions = c.gattClient.disconnected()
         perform(actions, on: c)
         for w in c.rssiWaiters { w(.failure(.invalidState("disconnected"))) }
+        loop.cancel(c.smpTimer)
+        c.smpTimer = nil
+        if let s = c.smp { perform(s.disconnected(), session: s, on: c) }
+        finishSecurity(c, .failure(.disconnected))
         c.rssiWaiters.removeAll()
         loop.cancel(c.confirmationTimer)
         c.confirmationTimer = nil

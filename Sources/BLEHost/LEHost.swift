@@ -13,6 +13,7 @@ import BLEATT
 import BLEGATT
 import BLEGAP
 import BLETransport
+import BLESMP
 import Synchronization
 
 public final class LEHost: HCITransportSink, @unchecked Sendable {
@@ -85,6 +86,22 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// How many updates may wait in the host before `submitUpdate` says the queue is full.
     public var transmitQueueLimit = 32
 
+    // Security (LEHost+Security.swift).
+    /// Bonds and our IRK; in memory unless the host is given a file-backed store.
+    public var bondStore = BondStore()
+    public var pairingAgent: any PairingAgent = JustWorksAgent()
+    public var securityConfiguration = HostSecurityConfiguration()
+    /// Our P-256 key pair for Secure Connections (one per host, so OOB data stays valid).
+    public internal(set) lazy var smpKeyPair = SMPKeyPair.generate()
+    /// Per device (identity address octets): when it may try pairing again, and the current waiting interval.
+    var pairingBackoff: [[UInt8]: (until: LoopTime, interval: LoopTime)] = [:]
+    var securityObservers: [UInt64: (HostConnection, HostSecurityEvent) -> Void] = [:]
+    /// The resolvable private address in use while privacy is on (LEHost+Privacy.swift).
+    public internal(set) var currentPrivateAddress: BluetoothAddress?
+    var privacyTimer: LoopTimer?
+    /// Retry reads, writes and subscriptions that fail for lack of encryption after securing the link (iOS behaviour).
+    public var pairsOnInsufficientSecurity = true
+
     public init(transport: any HCITransport, loop: EventLoop, name: String = "host",
                 database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)) {
         self.transport = transport
@@ -104,6 +121,16 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     }
 
     public func removePowerObserver(_ token: UInt64) { powerObservers[token] = nil }
+
+    /// Observes pairing and encryption on every link; the handler runs on the loop.
+    @discardableResult
+    public func addSecurityObserver(_ handler: @escaping (HostConnection, HostSecurityEvent) -> Void) -> UInt64 {
+        nextObserverID += 1
+        securityObservers[nextObserverID] = handler
+        return nextObserverID
+    }
+
+    public func removeSecurityObserver(_ token: UInt64) { securityObservers[token] = nil }
 
     func setPowerState(_ s: HostPowerState) {
         guard s != powerState else { return }

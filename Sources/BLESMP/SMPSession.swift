@@ -32,7 +32,7 @@ public struct SMPKeyPair: Sendable {
     }
 }
 
-public final class SMPSession {
+public final class SMPSession: @unchecked Sendable {   // confined to its host's loop
     public enum Role: Sendable { case initiator, responder }
 
     public enum Action: Sendable, Equatable {
@@ -272,7 +272,7 @@ public final class SMPSession {
         responseFeatures = r
         method = PairingMethodSelection.method(initiator: f, responder: r, secureConnections: secureConnections)
         if method == .outOfBand && !secureConnections && c.legacyOOBKey == nil { throw Failure(reason: .oobNotAvailable) }
-        if c.mitm && !method.isAuthenticated { throw Failure(reason: .authenticationRequirements) }
+        if c.requireMITM && !method.isAuthenticated { throw Failure(reason: .authenticationRequirements) }
         if method == .justWorks {
             // Just Works has nothing to compare: the user (or the default agent) accepts the device.
             pendingPrompt = .acceptPairing
@@ -311,7 +311,7 @@ public final class SMPSession {
         if keySize < c.minimumKeySize { throw Failure(reason: .encryptionKeySize) }
         method = PairingMethodSelection.method(initiator: req, responder: f, secureConnections: secureConnections)
         if method == .outOfBand && !secureConnections && c.legacyOOBKey == nil { throw Failure(reason: .oobNotAvailable) }
-        if c.mitm && !method.isAuthenticated { throw Failure(reason: .authenticationRequirements) }
+        if c.requireMITM && !method.isAuthenticated { throw Failure(reason: .authenticationRequirements) }
         if secureConnections {
             phase = .waitPublicKey
             return [.send(SMPPDU.pairingPublicKey(x: keyPair.x.reversed(), y: keyPair.y.reversed()).encode())]

@@ -20,8 +20,10 @@ public struct SecureConnectionsOOBData: Sendable, Hashable, Codable {
 public struct SMPConfiguration: Sendable {
     public var ioCapability: IOCapability
     public var bondable: Bool
-    /// Ask for man-in-the-middle protection.
+    /// Ask for man-in-the-middle protection (the MITM flag; iOS always sets it).
     public var mitm: Bool
+    /// Fail pairing (Authentication Requirements) when the method chosen cannot give MITM protection.
+    public var requireMITM: Bool
     public var secureConnections: Bool
     /// Refuse LE legacy pairing (Secure Connections Only mode, Vol 3 Part C §10.2.4).
     public var secureConnectionsOnly: Bool
@@ -36,7 +38,7 @@ public struct SMPConfiguration: Sendable {
     public var localOOB: SecureConnectionsOOBData?
     public var peerOOB: SecureConnectionsOOBData?
 
-    public init(ioCapability: IOCapability = .noInputNoOutput, bondable: Bool = true, mitm: Bool = false,
+    public init(ioCapability: IOCapability = .noInputNoOutput, bondable: Bool = true, mitm: Bool = true, requireMITM: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 maximumKeySize: UInt8 = 16, minimumKeySize: UInt8 = 7,
                 keysToDistribute: KeyDistribution = .le, keysToRequest: KeyDistribution = .le,
@@ -44,6 +46,7 @@ public struct SMPConfiguration: Sendable {
         self.ioCapability = ioCapability
         self.bondable = bondable
         self.mitm = mitm
+        self.requireMITM = requireMITM
         self.secureConnections = secureConnections
         self.secureConnectionsOnly = secureConnectionsOnly
         self.maximumKeySize = maximumKeySize

@@ -206,10 +206,17 @@ extension VirtualController {
             complete(op, ConnectionHandleReturn(status: .success, handle: h))
             link.pendingLTK = nil
             if ltk == expected {
+                // On a link that was already encrypted this is a key refresh (Vol 4 Part E §7.7.39).
+                let refresh = link.encrypted && cl.encrypted
                 link.encrypted = true
                 cl.encrypted = true
-                deliver(.encryptionChange(status: .success, handle: h, enabled: 1))
-                peer.deliver(.encryptionChange(status: .success, handle: cl.handle, enabled: 1))
+                if refresh {
+                    deliver(.encryptionKeyRefreshComplete(status: .success, handle: h))
+                    peer.deliver(.encryptionKeyRefreshComplete(status: .success, handle: cl.handle))
+                } else {
+                    deliver(.encryptionChange(status: .success, handle: h, enabled: 1))
+                    peer.deliver(.encryptionChange(status: .success, handle: cl.handle, enabled: 1))
+                }
             } else {
                 // Different keys on each side: the first encrypted packet fails its MIC and the link drops.
                 links[h] = nil

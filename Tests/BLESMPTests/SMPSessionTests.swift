@@ -179,7 +179,7 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         let numbers = run.prompts.compactMap { p -> UInt32? in if case let .confirmNumber(n) = p.1 { return n }; return nil }
         #expect(numbers.count == 2 && numbers[0] == numbers[1] && numbers[0] < 1_000_000)
         // Under legacy pairing the same IO capabilities fall back to Just Works (Table 2.8).
-        let legacy = SMPConfiguration(ioCapability: .displayYesNo, mitm: false, secureConnections: false)
+        let legacy = SMPConfiguration(ioCapability: .displayYesNo, secureConnections: false)
         #expect(success(runPairing(legacy, legacy).resultI)?.method == .justWorks)
     }
 
@@ -218,12 +218,18 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         #expect(failure(other.resultR) == .local(.confirmValueFailed))
     }
 
+    @Test func withoutMITMFlagsEvenCapableDevicesUseJustWorks() throws {
+        let c = SMPConfiguration(ioCapability: .keyboardDisplay, mitm: false)
+        let run = runPairing(c, c)
+        #expect(success(run.resultI)?.method == .justWorks && success(run.resultI)?.authenticated == false)
+    }
+
     @Test func unsupportedFeaturesEndWithTheirReasons() throws {
         // The responder refuses Just Works (the default agent's "no").
         let refused = runPairing(SMPConfiguration(), SMPConfiguration(), userR: ScriptedUser(accept: false))
         #expect(failure(refused.resultI) == .remote(.pairingNotSupported) && failure(refused.resultR) == .local(.pairingNotSupported))
         // MITM required but neither side can display or type.
-        let mitm = runPairing(SMPConfiguration(), SMPConfiguration(mitm: true))
+        let mitm = runPairing(SMPConfiguration(), SMPConfiguration(requireMITM: true))
         #expect(failure(mitm.resultR) == .local(.authenticationRequirements) && failure(mitm.resultI) == .remote(.authenticationRequirements))
         // Secure Connections Only against a legacy-only initiator.
         let scOnly = runPairing(SMPConfiguration(secureConnections: false), SMPConfiguration(secureConnectionsOnly: true))
