@@ -20,9 +20,14 @@ public struct Bond: Sendable, Hashable {
     public var authenticated: Bool
     public var secureConnections: Bool
     public var keySize: UInt8
+    /// Other fixed addresses the device paired from (a device may distribute an identity address other than
+    /// the static address it connects with); private addresses are resolved with the IRK instead.
+    public var otherAddresses: [BluetoothAddress]
 
-    public init(identityAddress: BluetoothAddress, keys: PairingKeys, authenticated: Bool, secureConnections: Bool, keySize: UInt8) {
+    public init(identityAddress: BluetoothAddress, keys: PairingKeys, authenticated: Bool, secureConnections: Bool, keySize: UInt8,
+                otherAddresses: [BluetoothAddress] = []) {
         self.identityAddress = identityAddress
+        self.otherAddresses = otherAddresses
         self.keys = keys
         self.authenticated = authenticated
         self.secureConnections = secureConnections
@@ -37,6 +42,12 @@ public struct Bond: Sendable, Hashable {
         if let k = keys.secureConnectionsLTK, ediv == 0, rand == 0 { return k }
         if let k = keys.localLTK, k.ediv == ediv, k.rand == rand { return k }
         return nil
+    }
+
+    /// Whether `address` is this device's: its identity, another fixed address it used, or an RPA from its IRK.
+    public func matches(_ address: BluetoothAddress) -> Bool {
+        func same(_ a: BluetoothAddress) -> Bool { a.bytes == address.bytes && a.type.isRandom == address.type.isRandom }
+        return same(identityAddress) || otherAddresses.contains(where: same) || resolves(address)
     }
 
     /// Whether a resolvable private address was made from this peer's IRK.
@@ -100,7 +111,7 @@ public final class BondStore: @unchecked Sendable {
 
     /// The bond of the device using `address`: its identity address, or a private address its IRK resolves.
     public func bond(matching address: BluetoothAddress) -> Bond? {
-        bond(for: address) ?? bonds.first { $0.resolves(address) }
+        bond(for: address) ?? bonds.first { $0.matches(address) }
     }
 
     public func store(_ b: Bond) {
@@ -140,6 +151,7 @@ public final class BondStore: @unchecked Sendable {
                 "identity": addressJSON(b.identityAddress), "authenticated": b.authenticated,
                 "secureConnections": b.secureConnections, "keySize": Int(b.keySize),
                 "ltk": ltkJSON(b.keys.secureConnectionsLTK), "peerLTK": ltkJSON(b.keys.peerLTK), "localLTK": ltkJSON(b.keys.localLTK),
+                "otherAddresses": b.otherAddresses.map(addressJSON),
                 "peerIRK": hex(b.keys.peerIRK), "peerCSRK": hex(b.keys.peerCSRK), "localCSRK": hex(b.keys.localCSRK),
             ]
         }
@@ -180,10 +192,14 @@ public final class BondStore: @unchecked Sendable {
             keys.peerCSRK = try bytes(e["peerCSRK"], 16, "bond \(i) peerCSRK")
             keys.localCSRK = try bytes(e["localCSRK"], 16, "bond \(i) localCSRK")
             keys.peerIdentityAddress = a
+            let others = ((e["otherAddresses"] as? [[String: Any]]) ?? []).compactMap { o -> BluetoothAddress? in
+                guard let s = o["address"] as? String else { return nil }
+                return BluetoothAddress(string: s, type: (o["random"] as? Bool ?? false) ? .random : .public)
+            }
             let size = e["keySize"] as? Int ?? 16
             guard (7...16).contains(size) else { throw BondStoreError.malformed("bond \(i) key size \(size)") }
             loaded.append(Bond(identityAddress: a, keys: keys, authenticated: e["authenticated"] as? Bool ?? false,
-                               secureConnections: e["secureConnections"] as? Bool ?? false, keySize: UInt8(size)))
+                               secureConnections: e["secureConnections"] as? Bool ?? false, keySize: UInt8(size), otherAddresses: others))
         }
         localIRK = irk
         bonds = loaded

@@ -282,8 +282,9 @@ extension LEHost {
             let identity = result.keys.peerIdentityAddress ?? c.peerAddress
             var keys = result.keys
             keys.peerIdentityAddress = identity
+            let seenAt = c.peerAddress.randomKind == .resolvablePrivate || c.peerAddress.bytes == identity.bytes ? [] : [c.peerAddress]
             bondStore.store(Bond(identityAddress: identity, keys: keys, authenticated: result.authenticated,
-                                 secureConnections: result.secureConnections, keySize: result.keySize))
+                                 secureConnections: result.secureConnections, keySize: result.keySize, otherAddresses: seenAt))
         }
         updateServerSecurity(c)
         securityEvent(c, .paired(result))

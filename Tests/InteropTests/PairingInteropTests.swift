@@ -190,7 +190,7 @@ let allPairingCases: [PairingCase] = [
         bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
             "--transport", rc.transport, "--io", k.bumble, "--sc", k.sc ? "true" : "false",
             "--keystore", tempPath("bumble-keys.json").path, "--passkey-file", passkeyFile.path,
-            "--connect", ours.string, "--read", "0000\(read.uuidString)-0000-1000-8000-00805F9B34FB"])
+            "--connect", ours.description, "--read", "0000\(read.uuidString)-0000-1000-8000-00805F9B34FB"])
         defer { bumble?.stop() }
         try await bumble!.waitFor("done", seconds: 60)
         let reads = bumble!.events("read")
@@ -215,7 +215,9 @@ let allPairingCases: [PairingCase] = [
         bumble = try PeerProcess(script: "run_tool.py", arguments: [
             "bumble-pair", "--io", "display", "--linger", "--keystore-file", tempPath("keys.json").path, config.path, rc.transport])
         defer { bumble?.stop() }
-        try await bumble!.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("Listening") ?? false || ($0["text"] as? String)?.contains("dvertis") ?? false }
+        // bumble-pair says nothing more once it advertises and waits.
+        try await bumble!.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("<<< connected") ?? false }
+        try await Task.sleep(nanoseconds: 1_500_000_000)
         let (host, rec) = try makeSecureHost(rc, io: .keyboardOnly, sc: true, passkeyFile: tempPath("unused"), bumble: { bumble })
         try await waitFor("power", seconds: 20) { host.loop.sync { host.powerState == .on } }
         host.loop.sync { host.connect(to: BluetoothAddress(string: "F0:F1:F2:F3:F4:F5", type: .random)!) }

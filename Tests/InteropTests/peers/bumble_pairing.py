@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 
-from bumble.core import AdvertisingData
+from bumble.core import UUID, AdvertisingData
 from bumble.device import Device
 from bumble.gatt import Characteristic, Service
 from bumble.hci import Address
@@ -113,9 +113,10 @@ async def run(args):
             await peer.discover_services()
             characteristics = await peer.discover_characteristics()
             values = {}
+            wanted = [UUID(u) for u in (args.read or [])]
             for c in characteristics:
-                if str(c.uuid).upper() in (args.read or []):
-                    values[str(c.uuid).upper()] = (await c.read_value()).hex()
+                if c.uuid in wanted:
+                    values[str(c.uuid)] = (await c.read_value()).hex()
             emit(event='read', values=values, attempt=attempt)
             await connection.disconnect()
             await asyncio.sleep(0.5)
