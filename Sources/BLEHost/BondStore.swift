@@ -242,6 +242,30 @@ public final class BondStore: @unchecked Sendable {
     }
 }
 
+/// Where OpenCoreBluetooth keeps state: $OCB_STATE_DIR, else $XDG_STATE_HOME/OpenCoreBluetooth, else
+/// ~/.local/state/OpenCoreBluetooth.
+public enum HostStateDirectory {
+    public static var url: URL {
+        let env = ProcessInfo.processInfo.environment
+        if let d = env["OCB_STATE_DIR"], !d.isEmpty { return URL(fileURLWithPath: d) }
+        if let x = env["XDG_STATE_HOME"], !x.isEmpty { return URL(fileURLWithPath: x).appendingPathComponent("OpenCoreBluetooth") }
+        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state/OpenCoreBluetooth")
+    }
+}
+
+extension LEHost {
+    /// Opens `bondStoreDirectory/bonds-<address>.json` once the controller's address is known.
+    func openBondStoreIfNeeded() {
+        guard let dir = bondStoreDirectory else { return }
+        let name = "bonds-" + localAddress.string.replacingOccurrences(of: ":", with: "") + ".json"
+        let url = dir.appendingPathComponent(name)
+        // A store the application gave explicitly (another file) wins.
+        guard bondStore.fileURL != url, bondStore.fileURL == nil || bondStore.fileURL?.deletingLastPathComponent() == dir else { return }
+        bondStore = BondStore(fileURL: url)
+        log("bonds in \(url.path): \(bondStore.bonds.count)")
+    }
+}
+
 /// Resolvable private addresses (Vol 6 Part B §1.3.2.2, Vol 3 Part H §2.2.2).
 public enum PrivateAddress {
     /// A new RPA from an IRK (least significant octet first): prand with its top bits 0b01, and hash = ah(IRK, prand).

@@ -43,7 +43,10 @@ public enum HostFactory {
             transport = TCPServerTransport(port: port)
             loop = EventLoop(label: "ble.\(hostName)")
         }
-        return LEHost(transport: try snooping(transport), loop: loop, name: hostName)
+        let host = LEHost(transport: try snooping(transport), loop: loop, name: hostName)
+        // A real controller keeps its address across runs, so its bonds are kept on disk.
+        host.bondStoreDirectory = HostStateDirectory.url
+        return host
     }
 
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).

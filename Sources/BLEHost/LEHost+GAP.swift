@@ -29,11 +29,12 @@ extension LEHost {
                               interval: UInt16 = 0x0010, window: UInt16 = 0x0010,
                               completion: @escaping (HostError?) -> Void = { _ in }) {
         guard powerState == .on else { return completion(.notPoweredOn) }
+        scanSettings = (active, filterDuplicates, interval, window)
         let restart = isScanning
         isScanning = true
         if restart { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
         let params = LESetScanParameters(scanType: active ? .active : .passive, scanInterval: interval, scanWindow: window,
-                                         ownAddressType: 0, scanningFilterPolicy: 0)
+                                         ownAddressType: ownAddressType, scanningFilterPolicy: 0)
         commandExpectingSuccess(.leSetScanParameters(params)) { [self] e in
             if let e { isScanning = false; return completion(e) }
             commandExpectingSuccess(.leSetScanEnable(enable: true, filterDuplicates: filterDuplicates)) { [self] e in
@@ -41,6 +42,13 @@ extension LEHost {
                 completion(e)
             }
         }
+    }
+
+    /// Scanning again with the same settings after the own address changed (privacy).
+    func restartScanningAfterAddressChange() {
+        guard let s = scanSettings else { return }
+        isScanning = false
+        startScanning(active: s.active, filterDuplicates: s.filterDuplicates, interval: s.interval, window: s.window)
     }
 
     public func stopScanning(completion: @escaping (HostError?) -> Void = { _ in }) {
@@ -62,7 +70,7 @@ extension LEHost {
             let params = LESetAdvertisingParameters(
                 advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
                 advertisingType: config.connectable ? .connectableUndirected : (config.scanResponse.isEmpty ? .nonConnectableUndirected : .scannableUndirected),
-                ownAddressType: 0, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
+                ownAddressType: ownAddressType, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
                 advertisingChannelMap: 0x07, advertisingFilterPolicy: 0)
             commandExpectingSuccess(.leSetAdvertisingParameters(params)) { [self] e in
                 if let e { wantsAdvertising = nil; return completion(e) }
@@ -131,7 +139,7 @@ extension LEHost {
         connectingTo = address
         let params = LECreateConnection(
             leScanInterval: 0x0060, leScanWindow: 0x0030, initiatorFilterPolicy: 0,
-            peerAddressType: address.type.isRandom ? 1 : 0, peerAddress: address, ownAddressType: 0,
+            peerAddressType: address.type.isRandom ? 1 : 0, peerAddress: address, ownAddressType: ownAddressType,
             connectionIntervalMin: 0x0018, connectionIntervalMax: 0x0028, maxLatency: 0,
             supervisionTimeout: 0x01F4, minCELength: 0, maxCELength: 0)
         command(.leCreateConnection(params)) { [self] r in

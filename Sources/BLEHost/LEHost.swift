@@ -15,6 +15,7 @@ import BLEGAP
 import BLETransport
 import BLESMP
 import Synchronization
+import struct Foundation.URL
 
 public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let loop: EventLoop
@@ -87,8 +88,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public var transmitQueueLimit = 32
 
     // Security (LEHost+Security.swift).
-    /// Bonds and our IRK; in memory unless the host is given a file-backed store.
+    /// Bonds and our IRK; in memory unless the host is given a file-backed store or `bondStoreDirectory`.
     public var bondStore = BondStore()
+    /// When set, the host keeps its bonds in `bonds-<controller address>.json` there, opened when the
+    /// controller is up (HostFactory sets it for real controllers; virtual ones keep bonds in memory).
+    public var bondStoreDirectory: URL?
     public var pairingAgent: any PairingAgent = JustWorksAgent()
     public var securityConfiguration = HostSecurityConfiguration()
     /// Our P-256 key pair for Secure Connections (one per host, so OOB data stays valid).
@@ -99,6 +103,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// The resolvable private address in use while privacy is on (LEHost+Privacy.swift).
     public internal(set) var currentPrivateAddress: BluetoothAddress?
     var privacyTimer: LoopTimer?
+    var privacyInterval: LoopTime?
+    var scanSettings: (active: Bool, filterDuplicates: Bool, interval: UInt16, window: UInt16)?
     /// Retry reads, writes and subscriptions that fail for lack of encryption after securing the link (iOS behaviour).
     public var pairsOnInsufficientSecurity = true
 
@@ -216,7 +222,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                                         leFeatures = f.features
                                     }
                                     hadController = true
+                                    openBondStoreIfNeeded()
                                     setPowerState(.on)
+                                    if privacyInterval != nil { rotatePrivateAddress() }
                                 }
                             }
                         }
@@ -259,6 +267,10 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         isScanning = false
         isAdvertising = false
         wantsAdvertising = nil
+        // A new controller has no random address until the host sets one again.
+        currentPrivateAddress = nil
+        loop.cancel(privacyTimer)
+        privacyTimer = nil
         let pending = pendingConnects + (connectingTo.map { [$0] } ?? [])
         pendingConnects.removeAll()
         connectingTo = nil

@@ -71,7 +71,14 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     private func attach(failure: String?) {
         start(on: leHost, queue: queue, failure: failure,
               announceUnsupported: { [weak self] in if let self { self.delegate?.centralManagerDidUpdateState(self) } },
-              register: { [weak self] host in host.centralDelegate = self },
+              register: { [weak self] host in
+                  host.centralDelegate = self
+                  // Once a device has told us its identity, its later private addresses find the same CBPeripheral.
+                  host.addSecurityObserver { [weak self] c, e in
+                      guard let self, case .paired = e, let p = c.context as? CBPeripheral, p.manager === self else { return }
+                      peripheralsByAddress[c.identityAddress] = p
+                  }
+              },
               powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
@@ -195,10 +202,18 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     /// The one CBPeripheral of this manager for an address (created on first sight). Loop only.
+    /// A bonded device seen at a new private address is the same CBPeripheral (its IRK resolves the address).
     func peripheral(for address: BluetoothAddress) -> CBPeripheral {
         if let p = peripheralsByAddress[address] { return p }
-        let p = CBPeripheral(manager: self, address: address, identifier: CBPeripheral.identifier(for: address))
+        let identity = leHost?.identity(of: address) ?? address
+        if identity != address, let p = peripheralsByAddress[identity] {
+            p.deviceAddress = address
+            peripheralsByAddress[address] = p
+            return p
+        }
+        let p = CBPeripheral(manager: self, address: address, identifier: CBPeripheral.identifier(for: identity))
         peripheralsByAddress[address] = p
+        if identity != address { peripheralsByAddress[identity] = p }
         managerLock.withLock { peripheralsByIdentifier[p.identifier] = p }
         return p
     }

@@ -10,6 +10,7 @@ import BLEHost
 open class CBManager: NSObject, @unchecked Sendable {
     package let managerLock = CBLock()
     private var storedState: CBManagerState = .unknown
+    package var storedPairingAgent: (any CBPairingAgent)?
 
     /// The current state; `.unknown` until the first `…DidUpdateState`.
     open var state: CBManagerState { managerLock.withLock { storedState } }

@@ -10,7 +10,12 @@ import BLEHost
 
 open class CBPeripheral: CBPeer, @unchecked Sendable {
     package weak var manager: CBCentralManager?
-    package let deviceAddress: BluetoothAddress
+    /// The address to connect to: the latest one seen (a bonded device's private address changes).
+    package var deviceAddress: BluetoothAddress {
+        get { lock.withLock { storedDeviceAddress } }
+        set { lock.withLock { storedDeviceAddress = newValue } }
+    }
+    private var storedDeviceAddress: BluetoothAddress
     private let lock = CBLock()
 
     // Under `lock`.
@@ -43,7 +48,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
-        self.deviceAddress = address
+        self.storedDeviceAddress = address
         super.init(identifier: identifier)
     }
 

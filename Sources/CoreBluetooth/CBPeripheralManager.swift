@@ -307,10 +307,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
-    private func central(for connection: HostConnection) -> CBCentral {
+    package func central(for connection: HostConnection) -> CBCentral {
         managerLock.withLock {
             if let c = centrals[connection.handle] { return c }
-            let c = CBCentral(identifier: CBPeripheral.identifier(for: connection.peerAddress),
+            let c = CBCentral(identifier: CBPeripheral.identifier(for: connection.identityAddress),
                               maximumUpdateValueLength: Int(connection.attMTU) - 3)
             centrals[connection.handle] = c
             return c

@@ -1,0 +1,105 @@
+// Pairing as an iOS app sees it: no pairing API; a read of an encryption-required characteristic pairs and
+// the app gets the value; agents answer the prompts Linux has no dialog for; a bonded peripheral that
+// changes its private address stays the same CBPeripheral.
+import Foundation
+import Testing
+import CoreBluetooth
+@testable import BLEHost
+import BLETransport
+import BLEWire
+
+/// A user at each side: one shows the passkey, the other reads it off and types it.
+final class BoardAgent: CBPairingAgent, @unchecked Sendable {
+    let ioCapability: CBPairingIOCapability
+    let lock = NSLock()
+    nonisolated(unsafe) static var shown: UInt32?
+    var calls: [String] = []
+    init(_ io: CBPairingIOCapability) { ioCapability = io }
+    func record(_ s: String) { lock.withLock { calls.append(s) } }
+    func display(passkey: UInt32, for peer: CBPeer?) async {
+        record("display:\(peer is CBCentral ? "central" : "peripheral")")
+        BoardAgent.shown = passkey
+    }
+    func passkey(for peer: CBPeer?) async -> UInt32? {
+        record("passkey:\(peer is CBPeripheral ? "peripheral" : "central")")
+        for _ in 0..<200 {
+            if let v = BoardAgent.shown { return v }
+            try? await Task.sleep(nanoseconds: 10_000_000)
+        }
+        return nil
+    }
+}
+
+@Suite(.serialized) struct CoreBluetoothSecurityTests {
+    @Test func encryptedReadPairsTransparentlyWithJustWorks() async throws {
+        let air = TestAir()
+        let (per, cen, _) = try await connectedPair(air, name: "secure-jw")
+        per.queue.sync {
+            per.onRead = { p, r in
+                r.value = Data([0x42])
+                p.respond(to: r, withResult: .success)
+            }
+        }
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("secret value") { cen.log.contains("value:6E400005") }
+        #expect(cen.queue.sync { cen.values[secretUUID.uuidString]?.last } == Data([0x42]))
+        #expect(cen.queue.sync { cen.errors[secretUUID.uuidString] } == nil)
+        // The link is encrypted on both sides, and each keeps a bond.
+        let hosts = (cen.manager.leHost!, per.manager.leHost!)
+        #expect(hosts.0.loop.sync { hosts.0.connections.values.first?.isEncrypted } == true)
+        #expect(hosts.1.loop.sync { hosts.1.bondStore.bonds.count } == 1)
+        #expect(hosts.0.loop.sync { hosts.0.bondStore.bonds.count } == 1)
+    }
+
+    @Test func passkeyEntryThroughPairingAgents() async throws {
+        BoardAgent.shown = nil
+        let air = TestAir()
+        let (per, cen, _) = try await connectedPair(air, name: "secure-passkey")
+        let showing = BoardAgent(.displayOnly), typing = BoardAgent(.keyboardOnly)
+        per.manager.pairingAgent = showing
+        cen.manager.pairingAgent = typing
+        per.queue.sync { per.onRead = { p, r in r.value = Data([7]); p.respond(to: r, withResult: .success) } }
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("secret value", seconds: 15) { cen.log.contains("value:6E400005") }
+        #expect(showing.lock.withLock { showing.calls } == ["display:central"])
+        #expect(typing.lock.withLock { typing.calls } == ["passkey:peripheral"])
+        let host = cen.manager.leHost!
+        #expect(host.loop.sync { host.connections.values.first?.security.authenticated } == true)
+    }
+
+    @Test func bondedPeripheralKeepsItsIdentifierAcrossPrivateAddresses() async throws {
+        let air = TestAir()
+        let (per, cen, _) = try await connectedPair(air, name: "private")
+        per.queue.sync { per.onRead = { p, r in r.value = Data([1]); p.respond(to: r, withResult: .success) } }
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("bonded") { cen.log.contains("value:6E400005") }
+        let identifier = p.identifier
+        // The peripheral turns privacy on: it now advertises from resolvable private addresses.
+        let ph = per.manager.leHost!
+        ph.loop.sync { ph.enablePrivacy(rotatingEvery: .milliseconds(300)) }
+        cen.queue.sync { cen.manager.cancelPeripheralConnection(p) }
+        try await waitUntil("disconnected") { cen.log.contains("disconnected") }
+        var seen: Set<BluetoothAddress> = []
+        let stream = cen.manager.discoveries(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
+        let deadline = Date().addingTimeInterval(8)
+        for await d in stream {
+            // The address the advertisement came from, as the manager recorded it for this peripheral.
+            if d.peripheral.identifier == identifier { seen.insert(d.peripheral.deviceAddress) }
+            if seen.count >= 2 || Date() > deadline { break }
+        }
+        cen.manager.stopScan()
+        // Two different private addresses, one CBPeripheral.
+        #expect(seen.count >= 2)
+        #expect(seen.allSatisfy { $0.randomKind == .resolvablePrivate })
+        // And it reconnects at its current address, encrypting with the bond.
+        try await cen.manager.connectAndWait(p)
+        try await waitUntil("rediscovered") { cen.log.count("characteristics:6E400001") >= 2 }
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("second value") { cen.log.count("value:6E400005") >= 2 }
+        let bonds = ph.loop.sync { ph.bondStore.bonds.count }
+        #expect(bonds == 1)
+    }
+}
