@@ -7,6 +7,7 @@ import BLEGATT
 import BLEGAP
 import BLEHost
 import BLETransport
+import BLESMP
 
 struct ServeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -20,6 +21,12 @@ struct ServeCommand: ParsableCommand {
 
     @Option(help: "Stop after this many seconds (0: run until killed).")
     var duration: Double = 0
+
+    @Option(help: "Pairing: what this terminal can do (none, display, yesno, keyboard, keyboard+display); prompts appear here.")
+    var io: IOCapability = .noInputNoOutput
+
+    @Flag(help: "Accept Just Works pairing and numeric comparisons without asking.")
+    var yes = false
 
     func run() throws {
         let description: GATTDatabaseFile
@@ -36,6 +43,16 @@ struct ServeCommand: ParsableCommand {
         host.loop.execute {
             host.useDatabase(database)
             host.peripheralDelegate = server
+            host.pairingAgent = TerminalAgent(io, autoAccept: yes || io == .noInputNoOutput)
+            host.addSecurityObserver { c, e in
+                switch e {
+                case let .paired(r): print("paired with \(c.identityAddress): \(r.method), \(r.secureConnections ? "Secure Connections" : "legacy")\(r.bonded ? ", bonded" : "")")
+                case let .pairingFailed(err): print("pairing with \(c.peerAddress) failed: \(err)")
+                case let .encryptionChanged(s): print("link to \(c.peerAddress): \(s)")
+                case .bondRemoved: break
+                }
+                fflush(nil)
+            }
             host.addPowerObserver { state in
                 print("controller \(state)")
                 guard state == .on else { return }

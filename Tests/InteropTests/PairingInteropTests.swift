@@ -229,4 +229,33 @@ let allPairingCases: [PairingCase] = [
         try await bumble!.waitFor("log") { ($0["text"] as? String)?.contains("Paired") ?? false }
         host.loop.sync { host.powerOff() }
     }
+
+    /// `ble pair` against a Bumble peripheral: Just Works under Secure Connections, bond written owner-only.
+    @Test func blePairCommand() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
+            "--transport", rc.transport, "--io", "none", "--keystore", tempPath("bumble-keys.json").path])
+        defer { bumble.stop() }
+        let advertised = try await bumble.waitFor("advertising")
+        let address = try #require(advertised[0]["address"] as? String)
+        let state = tempPath("state")
+        let pair = Process()
+        pair.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
+        pair.arguments = ["pair", address, "--io", "none", "--yes", "--timeout", "30"]
+        pair.environment = ProcessInfo.processInfo.environment.merging(["BLE_TRANSPORT": rc.transport, "OCB_STATE_DIR": state.path]) { $1 }
+        let out = Pipe()
+        pair.standardOutput = out
+        pair.standardError = out
+        try pair.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        pair.waitUntilExit()
+        #expect(pair.terminationStatus == 0, "\(text)")
+        #expect(text.contains("bonded with \(address)"), "\(text)")
+        try await bumble.waitFor("paired")
+        let files = try FileManager.default.contentsOfDirectory(atPath: state.path).filter { $0.hasPrefix("bonds-") }
+        #expect(files.count == 1)
+        let attributes = try FileManager.default.attributesOfItem(atPath: state.appendingPathComponent(files[0]).path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+    }
 }
