@@ -419,11 +419,20 @@ extension CBMutableCharacteristic {
         if perms.contains(.writeable) { p.insert(.writeable) }
         if perms.contains(.readEncryptionRequired) { p.formUnion([.readable, .readEncryptionRequired]) }
         if perms.contains(.writeEncryptionRequired) { p.formUnion([.writeable, .writeEncryptionRequired]) }
-        let descriptors: [GATTDescriptorDefinition] = (descriptors ?? []).map { d in
+        var descriptors: [GATTDescriptorDefinition] = (descriptors ?? []).map { d in
             GATTDescriptorDefinition(uuid: d.uuid.bluetoothUUID, permissions: .readable, value: CBDescriptor.wireValue(of: d.value))
         }
+        // notify/indicateEncryptionRequired: the characteristic notifies or indicates, and subscribing (writing
+        // its Client Characteristic Configuration) needs an encrypted link, so a central pairs first.
+        var wire = GATTCharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: properties.rawValue))
+        if properties.contains(.notifyEncryptionRequired) { wire.insert(.notify) }
+        if properties.contains(.indicateEncryptionRequired) { wire.insert(.indicate) }
+        if !properties.isDisjoint(with: [.notifyEncryptionRequired, .indicateEncryptionRequired]) {
+            descriptors.append(GATTDescriptorDefinition(uuid: .clientCharacteristicConfiguration,
+                                                        permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil))
+        }
         return GATTCharacteristicDefinition(
-            uuid: uuid.bluetoothUUID, properties: GATTCharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: properties.rawValue)),
+            uuid: uuid.bluetoothUUID, properties: wire,
             permissions: p, value: value.map { [UInt8]($0) }, descriptors: descriptors)
     }
 }

@@ -102,4 +102,29 @@ final class BoardAgent: CBPairingAgent, @unchecked Sendable {
         let bonds = ph.loop.sync { ph.bondStore.bonds.count }
         #expect(bonds == 1)
     }
+
+    @Test func subscribingToNotifyEncryptionRequiredPairsFirst() async throws {
+        let air = TestAir()
+        let per = TestPeripheral()
+        per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try air.host("peripheral"))
+        try await waitUntil("on") { per.log.contains("state:5") }
+        let service = CBMutableService(type: CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"), primary: true)
+        let secretNotify = CBMutableCharacteristic(type: notifyUUID, properties: [.notifyEncryptionRequired], value: nil, permissions: [])
+        service.characteristics = [secretNotify]
+        per.queue.sync { per.manager.add(service) }
+        try await waitUntil("added") { per.log.contains("added:6E400001") }
+        per.queue.sync { per.manager.startAdvertising([CBAdvertisementDataLocalNameKey: "secret-notify"]) }
+        let cen = TestCentral(name: "secret-notify")
+        cen.manager = CBCentralManager(delegate: cen, queue: cen.queue, options: nil, host: try air.host("central"))
+        try await waitUntil("discovered") { cen.log.contains("characteristics:6E400001") }
+        let p = try #require(cen.peripheral)
+        let c = try #require(cen.characteristic(notifyUUID.uuidString))
+        // On the air it is an ordinary notify characteristic.
+        #expect(c.properties.contains(.notify))
+        cen.queue.sync { p.setNotifyValue(true, for: c) }
+        try await waitUntil("notifying") { cen.log.contains("notifying:\(notifyUUID.uuidString):true") }
+        let host = cen.manager.leHost!
+        #expect(host.loop.sync { host.connections.values.first?.isEncrypted } == true)
+        try await waitUntil("subscribed") { per.log.contains("subscribe:\(notifyUUID.uuidString)") }
+    }
 }
