@@ -50,6 +50,8 @@ public final class EventLoop: @unchecked Sendable {
     private var sequence: UInt64 = 0
     private var dispatchTimer: DispatchSourceTimer?
     private var armedDeadline: LoopTime = .max
+    private var draining = false
+    private var idleHooks: [() -> Void] = []
 
     public init(label: String = "ble.loop", clock: Clock = .real) {
         self.clock = clock
@@ -89,6 +91,8 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func drain() {
+        draining = true
+        defer { draining = false }
         while true {
             let batch = pending.withLock { p -> [() -> Void] in
                 if p.work.isEmpty { p.drainScheduled = false; return [] }
@@ -96,9 +100,23 @@ public final class EventLoop: @unchecked Sendable {
                 p.work.removeAll(keepingCapacity: true)
                 return b
             }
-            if batch.isEmpty { return }
+            if batch.isEmpty {
+                guard !idleHooks.isEmpty else { return }
+                let hooks = idleHooks
+                idleHooks.removeAll(keepingCapacity: true)
+                for h in hooks { h() }
+                continue
+            }
             for w in batch { w() }
         }
+    }
+
+    /// Runs `work` on the loop once the work at hand is done (everything submitted so far, and the timers
+    /// due now): a way to hand a whole burst of results to another thread in one hop. Call on the loop.
+    public func whenIdle(_ work: @escaping () -> Void) {
+        assertInLoop()
+        idleHooks.append(work)
+        if !draining { execute {} }
     }
 
     // MARK: Timers (loop only)

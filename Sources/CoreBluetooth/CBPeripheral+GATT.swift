@@ -229,7 +229,14 @@ extension CBPeripheral {
         valueListeners.yield(data, handle: handle)
         // Values that arrive while earlier ones wait for the delegate queue join them: one queue hop carries
         // a burst, and the delegate still gets one callback per value, in order.
-        if inbound.append(handle, data) { queue.async { [self] in deliverInbound() } }
+        // The hop is taken when the loop has finished what it is doing, so a burst that arrives in one
+        // loop turn crosses together.
+        guard inbound.append(handle, data) else { return }
+        if let loop = connection?.host?.loop {
+            loop.whenIdle { [self] in queue.async { [self] in deliverInbound() } }
+        } else {
+            queue.async { [self] in deliverInbound() }
+        }
     }
 
     /// Delegate queue: hands every waiting value to the delegate.
