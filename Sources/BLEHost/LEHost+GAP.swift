@@ -167,3 +167,35 @@ extension LEHost {
                   cid: .leSignaling, on: c)
     }
 }
+
+extension LEHost {
+    /// Asks the controller for PHYs on a link (HCI LE Set PHY): bit 0 LE 1M, bit 1 LE 2M, bit 2 LE Coded;
+    /// `codedOptions` 1 prefers S=2, 2 prefers S=8.
+    public func setPHY(handle: UInt16, phys: UInt8, codedOptions: UInt16 = 0, completion: @escaping (HostError?) -> Void = { _ in }) {
+        guard connections[handle] != nil else { return completion(.invalidState("no such connection")) }
+        command(.leSetPHY(LESetPHY(connectionHandle: handle, allPHYs: 0, txPHYs: phys, rxPHYs: phys, phyOptions: codedOptions))) { r in
+            if case let .success(.status(s)) = r, s != .success { return completion(.commandFailed(opcode: HCIOpcode.leSetPHY, status: s)) }
+            if case let .failure(e) = r { return completion(e) }
+            completion(nil)
+        }
+    }
+
+    /// Asks the controller for a larger LL data PDU payload on a link (HCI LE Set Data Length), 27…251 octets.
+    public func setDataLength(handle: UInt16, octets: UInt16, completion: @escaping (HostError?) -> Void = { _ in }) {
+        guard connections[handle] != nil else { return completion(.invalidState("no such connection")) }
+        let time = UInt16(min(17040, (Int(octets) + 14) * 8))   // the LE 1M time for that many octets
+        commandExpectingSuccess(.leSetDataLength(handle: handle, txOctets: octets, txTime: max(328, time)), completion: completion)
+    }
+
+    /// As central, changes a link's connection parameters (HCI LE Connection Update). Units of 1.25 ms / 10 ms.
+    public func updateConnection(handle: UInt16, interval: UInt16, latency: UInt16 = 0, timeout: UInt16 = 400,
+                                 completion: @escaping (HostError?) -> Void = { _ in }) {
+        guard let c = connections[handle], c.role == .central else { return completion(.invalidState("not a central link")) }
+        command(.leConnectionUpdate(LEConnectionUpdate(connectionHandle: handle, connectionIntervalMin: interval, connectionIntervalMax: interval,
+                                                       maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0))) { r in
+            if case let .success(.status(s)) = r, s != .success { return completion(.commandFailed(opcode: HCIOpcode.leConnectionUpdate, status: s)) }
+            if case let .failure(e) = r { return completion(e) }
+            completion(nil)
+        }
+    }
+}

@@ -44,6 +44,10 @@ public final class VirtualAir: @unchecked Sendable {
     /// Transmit power assumed for every advertiser, in dBm, and the path loss at 1 m.
     public var txPower: Double = 0
     public var pathLossAt1m: Double = 40
+    /// Airtime model: nil delivers ACL data at once; a model makes links move data in connection events
+    /// with its event length and loss rate (each link's PHY, data length and interval come from the link).
+    /// Set it before connections are made.
+    public var airtime: AirtimeModel?
 
     private let addressCounter = Mutex<UInt32>(0)
     // Loop-confined.

@@ -160,6 +160,8 @@ extension VirtualController {
                 return complete(op, ConnectionHandleReturn(status: .invalidParameters, handle: h))
             }
             complete(op, ConnectionHandleReturn(status: .success, handle: h))
+            link.dataLength = Int(octets)
+            if let peer = link.peer, let pl = peer.links[link.peerHandle] { pl.dataLength = Int(octets) }
             let change = LEDataLengthChange(connectionHandle: h, maxTxOctets: octets, maxTxTime: time, maxRxOctets: octets, maxRxTime: time)
             deliver(.le(.dataLengthChange(change)))
             if let peer = link.peer {
@@ -176,13 +178,18 @@ extension VirtualController {
                                                        supportedMaxRxOctets: 251, supportedMaxRxTime: 17040))
         case let .leReadPHY(h):
             guard links[h] != nil else { return complete(op, LEReadPHYReturn(status: .unknownConnectionIdentifier, handle: h, txPHY: 0, rxPHY: 0)) }
-            complete(op, LEReadPHYReturn(status: .success, handle: h, txPHY: 1, rxPHY: 1))
+            let phy = links[h]!.phy.hciValue
+            complete(op, LEReadPHYReturn(status: .success, handle: h, txPHY: phy, rxPHY: phy))
         case .leSetDefaultPHY:
             complete(op)
         case let .leSetPHY(p):
             guard let link = links[p.connectionHandle] else { return status(op, .unknownConnectionIdentifier) }
             status(op)
-            let phy: UInt8 = p.txPHYs & 0x02 != 0 ? 2 : 1
+            // LE 2M when asked for, else LE Coded (S=8 unless the options prefer S=2), else LE 1M.
+            let chosen: LEPHY = p.txPHYs & 0x02 != 0 ? .le2M : p.txPHYs & 0x04 != 0 ? (p.phyOptions == 1 ? .codedS2 : .codedS8) : .le1M
+            link.phy = chosen
+            if let peer = link.peer, let pl = peer.links[link.peerHandle] { pl.phy = chosen }
+            let phy = chosen.hciValue
             deliver(.le(.phyUpdateComplete(status: .success, handle: link.handle, txPHY: phy, rxPHY: phy)))
             link.peer?.deliver(.le(.phyUpdateComplete(status: .success, handle: link.peerHandle, txPHY: phy, rxPHY: phy)))
         case .leRand:

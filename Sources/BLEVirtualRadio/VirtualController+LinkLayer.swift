@@ -97,6 +97,7 @@ extension VirtualController {
                                          latency: p.maxLatency, timeout: p.supervisionTimeout)
         sendConnectionComplete(status: .success, handle: ph, role: 1, peer: initiatorAddress, interval: p.connectionIntervalMax,
                                latency: p.maxLatency, timeout: p.supervisionTimeout)
+        initiator.startConnectionEvents(central)
     }
 
     func allocateHandle() -> UInt16 {

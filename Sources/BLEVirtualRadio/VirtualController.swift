@@ -28,6 +28,12 @@ final class VirtualLink {
     var pendingLTK: [UInt8]?
     var lost = false
     var lossTimer: LoopTimer?
+    // Airtime model (VirtualController+Airtime.swift).
+    var phy: LEPHY = .le1M
+    var dataLength = 27
+    var airQueue: [AirPacket] = []
+    var airHead = 0
+    var eventTimer: LoopTimer?
 
     init(handle: UInt16, role: UInt8, peer: VirtualController, peerHandle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) {
         self.handle = handle; self.role = role; self.peer = peer; self.peerHandle = peerHandle
@@ -223,11 +229,18 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     func handle(acl: ACLPacket) {
         guard let link = links[acl.handle] else { return }
+        if let model = airtime(for: link) {
+            return enqueueForAir(acl, on: link, model: model)
+        }
         if !link.lost, let peer = link.peer {
             peer.deliver(ACLPacket(handle: link.peerHandle, boundary: acl.boundary, broadcast: acl.broadcast, data: acl.data).encode())
         }
         // The packet left our buffers: return the credit.
-        completedPackets[acl.handle, default: 0] += 1
+        creditReturned(handle: acl.handle)
+    }
+
+    func creditReturned(handle: UInt16) {
+        completedPackets[handle, default: 0] += 1
         if !completedFlushScheduled {
             completedFlushScheduled = true
             loop.execute { [self] in flushCompletedPackets() }

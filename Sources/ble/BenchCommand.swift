@@ -26,7 +26,24 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "host: the host core's API; corebluetooth: end to end through CBPeripheralManager and the CBPeripheral delegate (notify only).")
     var api: API = .host
 
+    @Flag(help: "Charge airtime on the virtual radio (connection events, PHY, data length) and compare with the theoretical maximum.")
+    var airtime = false
+    @Option(help: "With --airtime: 1m, 2m, coded-s2 or coded-s8.")
+    var phy: String = "1m"
+    @Option(help: "With --airtime: LE data length, 27…251 octets.")
+    var dataLength = 251
+    @Option(help: "With --airtime: connection interval in ms (7.5…4000).")
+    var interval = 7.5
+    @Option(help: "With --airtime: connection event length in ms (default: the whole interval).")
+    var eventLength: Double?
+    @Option(help: "With --airtime: probability that a packet is lost and sent again (0…0.9).")
+    var loss = 0.0
+    @Option(help: "Run the airtime grid (LE 1M/2M × data length 27/251 × 7.5/15/30/50 ms) and write an SVG plot here.")
+    var sweep: String?
+
     func run() throws {
+        if let sweep { return try runSweep(to: sweep) }
+        if airtime { return try runAirtime() }
         guard (1...244).contains(size) else { throw ValidationError("--size must be 1…244") }
         let result: BenchResult
         if api == .corebluetooth {
@@ -37,6 +54,38 @@ struct BenchCommand: ParsableCommand {
         }
         print(result.summary)
         print(result.json)
+    }
+}
+
+extension BenchCommand {
+    func runAirtime() throws {
+        guard let p = LEPHY(rawValue: phy) else { throw ValidationError("--phy must be one of 1m, 2m, coded-s2, coded-s8") }
+        guard (27...251).contains(dataLength) else { throw ValidationError("--data-length must be 27…251") }
+        guard interval >= 7.5, interval <= 4000 else { throw ValidationError("--interval must be 7.5…4000 ms") }
+        guard (0...0.9).contains(loss) else { throw ValidationError("--loss must be 0…0.9") }
+        guard mode == .notify || mode == .write else { throw ValidationError("--airtime supports --mode notify and write") }
+        // The default size fills one LL packet; an explicit --size is kept.
+        let payload = CommandLine.arguments.contains("--size") ? size : min(dataLength - 7, 244)
+        let settings = AirtimeSettings(phy: p, dataLength: dataLength, intervalMilliseconds: interval, eventLengthMilliseconds: eventLength, lossRate: loss)
+        let total = CommandLine.arguments.contains("--count") ? count : max(100, 1_000_000 / payload)
+        let o = try AirtimeBench(settings: settings, mode: mode, size: payload, count: total).run()
+        print(o.result.summary)
+        print(String(format: "theoretical maximum %.1f kB/s (%.1f kbit/s); reached %.1f %%", o.theoretical / 1000, o.theoretical * 8 / 1000, o.fraction * 100))
+        var json = o.result.json
+        json.removeLast()
+        print(json + ",\"theoretical_bytes_per_s\":\(o.theoretical),\"fraction\":\(o.fraction),\"phy\":\"\(p.rawValue)\",\"data_length\":\(dataLength),\"interval_ms\":\(interval),\"loss\":\(loss)}")
+    }
+
+    func runSweep(to path: String) throws {
+        print("PHY    DL   CI (ms)   theoretical kbit/s   achieved kbit/s   fraction")
+        let points = try AirtimeSweep.run(bytesPerPoint: CommandLine.arguments.contains("--count") ? count * 244 : 250_000, loss: loss) { p in
+            print(String(format: "%-5@ %4d %8.1f %20.1f %17.1f %9.1f %%", p.phy.rawValue, p.dataLength, p.interval,
+                         p.theoretical * 8 / 1000, p.achieved * 8 / 1000, p.achieved / p.theoretical * 100))
+            fflush(nil)
+        }
+        try AirtimeSweep.svg(points).write(toFile: path, atomically: true, encoding: .utf8)
+        let worst = points.map { $0.achieved / $0.theoretical }.min() ?? 0
+        print(String(format: "worst fraction %.1f %%; plot written to %@", worst * 100, path))
     }
 }
 
