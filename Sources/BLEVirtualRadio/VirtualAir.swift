@@ -52,7 +52,17 @@ public final class VirtualAir: @unchecked Sendable {
     private let addressCounter = Mutex<UInt32>(0)
     // Loop-confined.
     var controllers: [VirtualController] = []
+    var scanners: [VirtualController] = []
+    var initiators: [VirtualController] = []
     var rng: SeededRandom
+
+    func listening(_ c: VirtualController, scanning on: Bool) {
+        if on { scanners.append(c) } else { scanners.removeAll { $0 === c } }
+    }
+
+    func listening(_ c: VirtualController, initiating on: Bool) {
+        if on { initiators.append(c) } else { initiators.removeAll { $0 === c } }
+    }
 
     public init(loop: EventLoop = EventLoop(label: "ble.virtual-air", clock: .real), seed: UInt64 = 0x0CB_0CB) {
         self.loop = loop

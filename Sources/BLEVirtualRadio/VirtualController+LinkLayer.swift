@@ -52,14 +52,14 @@ extension VirtualController {
         guard let air = airRef else { return }
         let me = ownAddress
         let myType: UInt8 = me.type.isRandom ? 1 : 0
-        for other in air.controllers where other !== self && other.isPoweredOn {
+        for other in air.initiators where other !== self && other.isPoweredOn {
             if let target = other.initiating, isConnectableAdvertising, target.peerAddress.bytes == me.bytes,
                (target.peerAddressType & 1) == myType {
                 connect(initiator: other, parameters: target)
                 return   // advertising stopped with the connection
             }
         }
-        for other in air.controllers where other !== self && other.isPoweredOn && other.scanning {
+        for other in air.scanners where other !== self && other.isPoweredOn && other.scanning {
             let rssi = air.rssi(from: self, to: other)
             other.report(LEAdvertisingReport(eventType: reportType, addressType: myType, address: me, data: advertisingData, rssi: rssi))
             if other.scanParameters.scanType == .active && isScannableAdvertising {

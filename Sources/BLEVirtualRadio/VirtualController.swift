@@ -80,10 +80,16 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     var advertising = false
     var advertisingTimer: LoopTimer?
     var scanParameters = LESetScanParameters()
-    var scanning = false
+    /// The air keeps lists of scanning and initiating controllers, so that an advertising event costs
+    /// what it reaches, not the number of devices on the air.
+    var scanning = false {
+        didSet { if scanning != oldValue { airRef?.listening(self, scanning: scanning) } }
+    }
     var filterDuplicates = false
     var reportedDuplicates: Set<[UInt8]> = []
-    var initiating: LECreateConnection?
+    var initiating: LECreateConnection? {
+        didSet { if (initiating == nil) != (oldValue == nil) { airRef?.listening(self, initiating: initiating != nil) } }
+    }
     var links: [UInt16: VirtualLink] = [:]
     var nextHandle: UInt16 = 0x0040
     var completedPackets: [UInt16: UInt16] = [:]

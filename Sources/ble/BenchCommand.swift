@@ -41,7 +41,26 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "Run the airtime grid (LE 1M/2M × data length 27/251 × 7.5/15/30/50 ms) and write an SVG plot here.")
     var sweep: String?
 
+    @Option(help: "Scale run on the virtual radio: connections (one central, --count peripherals notifying) or advertisers (one scanner, --count advertisers).")
+    var scale: String?
+    @Option(help: "With --scale: the sizes to run, each in its own process (default 25,50,100 or 1000,2500,5000,10000).")
+    var sizes: String?
+    @Option(help: "With --scale connections: notifications per connection.")
+    var each = 200
+    @Flag(help: .hidden)
+    var single = false
+
     func run() throws {
+        if let scale {
+            guard scale == "connections" || scale == "advertisers" else { throw ValidationError("--scale connections or advertisers") }
+            if single {
+                let r = scale == "connections" ? try ScaleBench.connections(count, each: each) : try ScaleBench.advertisers(count)
+                print(String(decoding: try JSONSerialization.data(withJSONObject: r, options: [.sortedKeys]), as: UTF8.self))
+                return
+            }
+            let list = (sizes ?? (scale == "connections" ? "25,50,100" : "1000,2500,5000,10000")).split(separator: ",").compactMap { Int($0) }
+            return try ScaleBench.sweep(kind: scale, sizes: list, each: each)
+        }
         if let sweep { return try runSweep(to: sweep) }
         if airtime { return try runAirtime() }
         guard (1...244).contains(size) else { throw ValidationError("--size must be 1…244") }
