@@ -166,21 +166,29 @@ extension LEHost {
 
     func sendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection) {
         guard c.isOpen else { return }
+        var batch: [HCIPacket] = []
         for f in L2CAPFragmenter.fragment(payload, channelID: cid, maximumFragmentSize: aclBufferSize) {
             let acl = ACLPacket(handle: c.handle, boundary: f.boundary == .first ? .firstNonFlushable : .continuing,
                                 broadcast: 0, data: f.bytes)
-            sendACL(acl.encode(), handle: c.handle)
+            enqueueACL(acl.encode(), handle: c.handle, into: &batch)
         }
+        sendBatch(batch)
     }
 
-    func sendACL(_ packet: HCIPacket, handle: UInt16) {
+    /// Sends at once while buffer credits last (collecting into `batch`), else queues behind the waiting ones.
+    func enqueueACL(_ packet: HCIPacket, handle: UInt16, into batch: inout [HCIPacket]) {
         if aclCredits > 0 && aclWaitingHead == aclWaiting.count {
             aclCredits -= 1
             aclInFlight[handle, default: 0] += 1
-            transport.send(packet)
+            batch.append(packet)
         } else {
             aclWaiting.append((handle, packet))
         }
+    }
+
+    /// The fragments of one PDU (or the packets freed credits let go) leave in one transport write.
+    func sendBatch(_ batch: [HCIPacket]) {
+        if batch.count == 1 { transport.send(batch[0]) } else if !batch.isEmpty { transport.send(batch: batch) }
     }
 
     func packetsCompleted(handle: UInt16, count: Int) {
@@ -192,13 +200,15 @@ extension LEHost {
 
     /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.
     func aclCreditsFreed() {
+        var batch: [HCIPacket] = []
         while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
             let (h, p) = aclWaiting[aclWaitingHead]
             aclWaitingHead += 1
             aclCredits -= 1
             aclInFlight[h, default: 0] += 1
-            transport.send(p)
+            batch.append(p)
         }
+        sendBatch(batch)
         if aclWaitingHead == aclWaiting.count {
             aclWaiting.removeAll(keepingCapacity: true)
             aclWaitingHead = 0

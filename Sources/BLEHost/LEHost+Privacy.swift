@@ -55,4 +55,19 @@ extension LEHost {
         }
         privacyTimer = loop.schedule(after: interval) { [weak self] in self?.rotatePrivateAddress() }
     }
+
+    /// Uses a fixed random address (a static one, top bits 0b11, or any the application chooses) for
+    /// advertising, scanning and connecting, without rotation.
+    public func setStaticRandomAddress(_ address: BluetoothAddress, completion: @escaping (HostError?) -> Void = { _ in }) {
+        loop.assertInLoop()
+        loop.cancel(privacyTimer)
+        privacyTimer = nil
+        privacyInterval = nil
+        let random = BluetoothAddress(bytes: address.bytes, type: .random)
+        commandExpectingSuccess(.leSetRandomAddress(random)) { [self] e in
+            if e == nil { currentPrivateAddress = random }
+            if let want = wantsAdvertising { startAdvertising(want) }
+            completion(e)
+        }
+    }
 }

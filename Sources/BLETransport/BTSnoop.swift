@@ -68,6 +68,11 @@ public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked
         inner.send(packet)
     }
 
+    public func send(batch packets: [HCIPacket]) {
+        for p in packets { writer.write(p, direction: .hostToController) }
+        inner.send(batch: packets)
+    }
+
     public func close() { inner.close() }
 
     public func transport(didReceive packet: HCIPacket) {

@@ -18,10 +18,18 @@ public protocol HCITransport: AnyObject, Sendable {
     func open(sink: any HCITransportSink) throws
     /// Sends a packet (command, ACL) to the controller.
     func send(_ packet: HCIPacket)
+    /// Sends several packets in order; stream transports write them with one system call.
+    func send(batch packets: [HCIPacket])
     /// Stops the transport; no more packets are delivered after it returns.
     func close()
     /// A short human description, e.g. "tcp-client:127.0.0.1:6402".
     var name: String { get }
+}
+
+extension HCITransport {
+    public func send(batch packets: [HCIPacket]) {
+        for p in packets { send(p) }
+    }
 }
 
 /// Errors raised while opening a transport.

@@ -32,6 +32,13 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         _ = connection.withLock { $0 }?.write(packet.h4Bytes)
     }
 
+    public func send(batch packets: [HCIPacket]) {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(packets.reduce(0) { $0 + $1.bytes.count + 1 })
+        for p in packets { bytes.append(contentsOf: p.h4Bytes) }
+        _ = connection.withLock { $0 }?.write(bytes)
+    }
+
     public func close() {
         connection.withLock { c in c?.close(); c = nil }
     }

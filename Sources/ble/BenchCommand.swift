@@ -32,7 +32,7 @@ struct BenchCommand: ParsableCommand {
     var phy: String = "1m"
     @Option(help: "With --airtime: LE data length, 27…251 octets.")
     var dataLength = 251
-    @Option(help: "With --airtime: connection interval in ms (7.5…4000).")
+    @Option(help: "With --airtime, or --role central: connection interval in ms (7.5…4000).")
     var interval = 7.5
     @Option(help: "With --airtime: connection event length in ms (default: the whole interval).")
     var eventLength: Double?
@@ -49,8 +49,30 @@ struct BenchCommand: ParsableCommand {
     var each = 200
     @Flag(help: .hidden)
     var single = false
+    @Option(help: "Run one side over BLE_TRANSPORT with bumble-bench's GATT protocol: central (connects to --peer) or peripheral.")
+    var role: String?
+    @Option(help: "With --role: send, receive, ping or pong (bumble-bench's scenarios).")
+    var scenario: String?
+    @Option(help: "With --role central: the peripheral's address (default bumble-bench's F1:F1:F1:F1:F1:F1/R); with --role peripheral: our static random address.")
+    var peer: String = "F1:F1:F1:F1:F1:F1/R"
+    @Option(help: "With --role: give up after this many seconds.")
+    var timeout: Double = 120
 
     func run() throws {
+        if let role {
+            guard let r = BenchPeer.Role(rawValue: role) else { throw ValidationError("--role central or peripheral") }
+            let sc = BenchPeer.Scenario(rawValue: scenario ?? (r == .central ? "send" : "receive"))
+            guard let sc else { throw ValidationError("--scenario send, receive, ping or pong") }
+            guard let address = BluetoothAddress(string: peer, type: .random) else { throw ValidationError("--peer: not an address") }
+            guard (10...244).contains(size) else { throw ValidationError("--size must be 10…244 with --role") }
+            let total = CommandLine.arguments.contains("--count") ? count : (sc == .ping ? 100 : max(1, 1_000_000 / size))
+            let bench = try BenchPeer(role: r, scenario: sc, size: size, count: total, peer: address)
+            bench.intervalMilliseconds = interval
+            let result = try bench.run(timeout: timeout)
+            print(result.summary)
+            print(result.json)
+            return
+        }
         if let scale {
             guard scale == "connections" || scale == "advertisers" else { throw ValidationError("--scale connections or advertisers") }
             if single {
