@@ -247,3 +247,84 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         #expect((json["rtt_ms"] != nil) == (mode == "rtt" || mode == "read"))
     }
 }
+
+/// `ble bench` against `bumble-bench` over rootcanal, both directions of the bumble-bench GATT protocol,
+/// and the airtime and scale modes (figures are for benchmarks; here only what moved is checked).
+@Suite(.serialized, .timeLimit(.minutes(3))) struct BenchInteropTests {
+    func ble(_ args: [String], env: [String: String] = [:]) throws -> Process {
+        let p = Process()
+        p.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
+        p.arguments = args
+        p.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        return p
+    }
+
+    func lastJSON(_ data: Data) throws -> [String: Any] {
+        let last = try #require(String(decoding: data, as: UTF8.self).split(separator: "\n").last)
+        return try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
+    }
+
+    func bumbleBench(_ args: [String]) throws -> PeerProcess {
+        try PeerProcess(script: "../../../scripts/bumble_bench.py", arguments: args)
+    }
+
+    @Test func ourCentralSendsToBumbleBench() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let bumble = try bumbleBench(["--mode", "gatt-server", "--scenario", "receive", "peripheral", rc.transport])
+        defer { bumble.stop() }
+        try await bumble.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("Waiting for connection") ?? false }
+        let p = try ble(["bench", "--role", "central", "--scenario", "send", "--size", "244", "--count", "60"], env: ["BLE_TRANSPORT": rc.transport])
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let json = try lastJSON(data)
+        #expect(json["bytes"] as? Int == 60 * 244 && json["packets"] as? Int == 60)
+        // Bumble received all 60 and counted the right sizes.
+        try await bumble.waitFor("log") { ($0["text"] as? String)?.contains("Received packet 59") ?? false }
+    }
+
+    @Test func bumbleBenchSendsToOurPeripheral() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let p = try ble(["bench", "--role", "peripheral", "--scenario", "receive", "--size", "244"], env: ["BLE_TRANSPORT": rc.transport])
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        defer { if p.isRunning { p.terminate() } }
+        try await Task.sleep(nanoseconds: 2_000_000_000)
+        let bumble = try bumbleBench(["--mode", "gatt-client", "--scenario", "send", "--att-mtu", "247", "-s", "244", "-c", "60", "central", rc.transport])
+        defer { bumble.stop() }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let json = try lastJSON(data)
+        #expect(json["packets"] as? Int == 60 && json["bytes"] as? Int == 60 * 244)
+        // Bumble got our ACK for its last packet.
+        try await bumble.waitFor("log") { ($0["text"] as? String)?.contains("Received ACK") ?? false }
+    }
+
+    @Test func airtimeAndScaleModes() throws {
+        let a = try ble(["bench", "--airtime", "--phy", "2m", "--data-length", "251", "--interval", "15", "--count", "300"])
+        let out = Pipe()
+        a.standardOutput = out
+        try a.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        a.waitUntilExit()
+        let json = try lastJSON(data)
+        #expect(json["packets"] as? Int == 299)
+        #expect((json["fraction"] as? Double ?? 0) > 0.95 && (json["fraction"] as? Double ?? 2) < 1.05)
+        let s = try ble(["bench", "--scale", "connections", "--sizes", "5,10", "--each", "20"])
+        let sout = Pipe()
+        s.standardOutput = sout
+        try s.run()
+        let sdata = sout.fileHandleForReading.readDataToEndOfFile()
+        s.waitUntilExit()
+        let runs = try #require(try lastJSON(sdata)["runs"] as? [[String: Any]])
+        #expect(runs.map { $0["n"] as? Int } == [5, 10] && runs.allSatisfy { $0["connected_all"] as? Bool == true })
+    }
+}
