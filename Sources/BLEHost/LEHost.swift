@@ -284,7 +284,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     // MARK: HCITransportSink
 
     public func transport(didReceive packet: HCIPacket) {
-        if loop.isInLoop { handle(packet) } else { loop.execute { [self] in handle(packet) } }
+        if loop.isInLoop { handle(packet) } else if transport.deliversOnReaderThread { loop.runWaiting { handle(packet) } }
+        else { loop.execute { [self] in handle(packet) } }
     }
 
     public func transportDidClose(error: (any Error)?) {

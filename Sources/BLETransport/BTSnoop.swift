@@ -68,6 +68,8 @@ public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked
         inner.send(packet)
     }
 
+    public var deliversOnReaderThread: Bool { inner.deliversOnReaderThread }
+
     public func send(batch packets: [HCIPacket]) {
         for p in packets { writer.write(p, direction: .hostToController) }
         inner.send(batch: packets)

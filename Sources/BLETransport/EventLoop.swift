@@ -84,6 +84,14 @@ public final class EventLoop: @unchecked Sendable {
         if schedule { queue.async { self.drain() } }
     }
 
+    /// Runs `work` on the loop from a thread that may wait for it (a transport's reader): when the loop is
+    /// idle, libdispatch runs it on the calling thread, saving two thread switches per packet; otherwise
+    /// the caller waits its turn. Must not be called from the loop.
+    public func runWaiting(_ work: () -> Void) {
+        queue.sync { work() }
+        // Work the packet handed to other threads' `execute` runs in the usual drain.
+    }
+
     /// Runs `work` on the loop and waits for it; must not be called from the loop.
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
         precondition(!isInLoop, "EventLoop.sync called from the loop itself")

@@ -20,6 +20,9 @@ public protocol HCITransport: AnyObject, Sendable {
     func send(_ packet: HCIPacket)
     /// Sends several packets in order; stream transports write them with one system call.
     func send(batch packets: [HCIPacket])
+    /// True when packets come from a dedicated reader thread that may block while the host handles them
+    /// (the host then runs them in place instead of hopping threads).
+    var deliversOnReaderThread: Bool { get }
     /// Stops the transport; no more packets are delivered after it returns.
     func close()
     /// A short human description, e.g. "tcp-client:127.0.0.1:6402".
@@ -30,6 +33,7 @@ extension HCITransport {
     public func send(batch packets: [HCIPacket]) {
         for p in packets { send(p) }
     }
+    public var deliversOnReaderThread: Bool { false }
 }
 
 /// Errors raised while opening a transport.

@@ -32,6 +32,8 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         _ = connection.withLock { $0 }?.write(packet.h4Bytes)
     }
 
+    public var deliversOnReaderThread: Bool { true }
+
     public func send(batch packets: [HCIPacket]) {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(packets.reduce(0) { $0 + $1.bytes.count + 1 })
