@@ -258,4 +258,26 @@ let allPairingCases: [PairingCase] = [
         let attributes = try FileManager.default.attributesOfItem(atPath: state.appendingPathComponent(files[0]).path)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
     }
+
+    /// `bumble-pair` as the central: it connects to our peripheral and pairs (Secure Connections, Just Works
+    /// with our default agent); both sides report the bond.
+    @Test func bumblePairAsCentral() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let (host, rec) = try makeSecureHost(rc, io: .noInputNoOutput, sc: true, passkeyFile: tempPath("unused"), bumble: { nil })
+        try await waitFor("power", seconds: 20) { host.loop.sync { host.powerState == .on } }
+        host.loop.sync { host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 4, 9, 0x4F, 0x43, 0x42])) }
+        let ours = host.loop.sync { host.localAddress }
+        let config = tempPath("device.json")
+        try Data("{\"name\": \"Bumble Pair\", \"address\": \"F0:F1:F2:F3:F4:F5\"}".utf8).write(to: config)
+        let bumble = try PeerProcess(script: "run_tool.py", arguments: [
+            "bumble-pair", "--io", "none", "--keystore-file", tempPath("keys.json").path, config.path, rc.transport, ours.description])
+        defer { bumble.stop() }
+        try await bumble.waitFor("log", seconds: 40) { ($0["text"] as? String)?.contains("Paired") ?? false }
+        try await waitFor("our side paired") { !rec.paired.isEmpty }
+        let r = try #require(rec.paired.first)
+        #expect(r.method == .justWorks && r.secureConnections && r.bonded)
+        #expect(host.loop.sync { host.bondStore.bonds.count } == 1)
+        host.loop.sync { host.powerOff() }
+    }
 }
