@@ -16,6 +16,8 @@ public final class StreamConnection: @unchecked Sendable {
     public let fd: Int32
     private let isTCP: Bool
     private let writeLock = Mutex(())
+    /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
+    private let writeCount = Atomic<Int>(0)
     private let state = Mutex<(closed: Bool, started: Bool)>((false, false))
     public let label: String
     /// Re-arm TCP_QUICKACK after each read (OCB_TCP_QUICKACK=0 turns it off, for measurements).
@@ -59,16 +61,18 @@ public final class StreamConnection: @unchecked Sendable {
                     break
                 }
                 if n == 0 { break }
-                // Re-armed after every read: skipping it during bursts saved a third of the CPU time of a
-                // bulk transfer over rootcanal but let delayed ACKs stall 1–2 % of round trips by 40 ms.
-                if isTCP && quickAckEnabled { Self.quickAck(fd) }
                 framer.append(buffer[0..<n])
+                let writesBefore = writeCount.load(ordering: .relaxed)
                 do {
                     while let p = try framer.nextPacket() { onPacket(p) }
                 } catch {
                     closeError = error
                     break readLoop
                 }
+                // A delayed ACK would stall the peer's next segment (Nagle) by 40 ms. When handling what we
+                // read made us write, that write carried the ACK; otherwise re-arm quick-ACK mode. (The host
+                // handles packets in place when its loop is idle, so its answer is known here.)
+                if isTCP && quickAckEnabled && writeCount.load(ordering: .relaxed) == writesBefore { Self.quickAck(fd) }
             }
             close()
             onClose(closeError)
@@ -92,6 +96,7 @@ public final class StreamConnection: @unchecked Sendable {
                 }
                 off += n
             }
+            writeCount.add(1, ordering: .relaxed)
             return true
         }
     }
