@@ -15,7 +15,10 @@ import Synchronization
 public final class StreamConnection: @unchecked Sendable {
     public let fd: Int32
     private let isTCP: Bool
-    private let writeLock = Mutex(())
+    /// Guards writes; while the reader thread handles one read's packets, what it writes is gathered in
+    /// `pending` and leaves in one system call after the last packet (other threads flush it first).
+    private let writeLock = Mutex(WriteState())
+    struct WriteState { var pending: [UInt8] = []; var gathering = false; var reader: pthread_t? }
     /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
     private let writeCount = Atomic<Int>(0)
     private let state = Mutex<(closed: Bool, started: Bool)>((false, false))
@@ -50,6 +53,7 @@ public final class StreamConnection: @unchecked Sendable {
         }
         guard go else { return }
         let thread = Thread { [self] in
+            writeLock.withLock { $0.reader = pthread_self() }
             var framer = H4Framer()
             var buffer = [UInt8](repeating: 0, count: 65_536)
             var closeError: (any Error)?
@@ -63,11 +67,16 @@ public final class StreamConnection: @unchecked Sendable {
                 if n == 0 { break }
                 framer.append(buffer[0..<n])
                 let writesBefore = writeCount.load(ordering: .relaxed)
+                writeLock.withLock { $0.gathering = true }
                 do {
                     while let p = try framer.nextPacket() { onPacket(p) }
                 } catch {
                     closeError = error
                     break readLoop
+                }
+                writeLock.withLock { w in
+                    w.gathering = false
+                    if !w.pending.isEmpty { _ = writeAll(w.pending); w.pending.removeAll(keepingCapacity: true) }
                 }
                 // A delayed ACK would stall the peer's next segment (Nagle) by 40 ms. When handling what we
                 // read made us write, that write carried the ACK; otherwise re-arm quick-ACK mode. (The host
@@ -86,19 +95,32 @@ public final class StreamConnection: @unchecked Sendable {
     /// Writes one packet in full. Returns false if the connection is closed or the write failed.
     @discardableResult
     public func write(_ bytes: [UInt8]) -> Bool {
-        writeLock.withLock { _ in
-            var off = 0
-            while off < bytes.count {
-                let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    return false
-                }
-                off += n
-            }
+        writeLock.withLock { w in
             writeCount.add(1, ordering: .relaxed)
-            return true
+            if w.gathering, let r = w.reader, pthread_equal(r, pthread_self()) != 0 {
+                w.pending.append(contentsOf: bytes)
+                return true
+            }
+            if !w.pending.isEmpty {
+                guard writeAll(w.pending) else { return false }
+                w.pending.removeAll(keepingCapacity: true)
+            }
+            return writeAll(bytes)
         }
+    }
+
+    /// Call with the write lock held.
+    private func writeAll(_ bytes: [UInt8]) -> Bool {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            off += n
+        }
+        return true
     }
 
     public func close() {
