@@ -52,6 +52,8 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     var encryptingWithBond = false
     var bondSecurity: LinkSecurity?
     var mitmRequested = false
+    /// Why the last pairing on this link failed (cleared when one succeeds).
+    public internal(set) var lastPairingError: PairingError?
 
     init(handle: UInt16, role: Role, peerAddress: BluetoothAddress, localAddress: BluetoothAddress, interval: UInt16, latency: UInt16, timeout: UInt16, host: LEHost) {
         self.handle = handle

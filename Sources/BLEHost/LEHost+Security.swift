@@ -180,8 +180,14 @@ extension LEHost {
     }
 
     func startPairing(_ c: HostConnection, mitm: Bool) {
-        guard !c.smpTimedOut else { return finishSecurity(c, .failure(.timeout)) }
-        if mustWaitAfterFailures(c) { return finishSecurity(c, .failure(.local(.repeatedAttempts))) }
+        guard !c.smpTimedOut else {
+            c.lastPairingError = .timeout
+            return finishSecurity(c, .failure(.timeout))
+        }
+        if mustWaitAfterFailures(c) {
+            c.lastPairingError = .local(.repeatedAttempts)
+            return finishSecurity(c, .failure(.local(.repeatedAttempts)))
+        }
         let s = makeSession(c, role: .initiator, mitm: mitm)
         c.smp = s
         perform(s.start(), session: s, on: c)
@@ -269,6 +275,7 @@ extension LEHost {
                 default:
                     break
                 }
+                c.lastPairingError = error
                 securityEvent(c, .pairingFailed(error))
                 finishSecurity(c, .failure(error))
             }
@@ -277,6 +284,7 @@ extension LEHost {
 
     func pairingCompleted(_ c: HostConnection, result: PairingResult) {
         pairingBackoff[c.identityAddress.bytes] = nil
+        c.lastPairingError = nil
         if let id = result.keys.peerIdentityAddress { c.identityAddress = id }
         if result.bonded {
             let identity = result.keys.peerIdentityAddress ?? c.peerAddress

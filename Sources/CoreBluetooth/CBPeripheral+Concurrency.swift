@@ -20,7 +20,7 @@ extension CBPeripheral {
                     q.async {
                         switch r {
                         case let .success(o): cont.resume(with: Result { try apply(o) })
-                        case let .failure(f): cont.resume(throwing: f.cbError)
+                        case let .failure(f): cont.resume(throwing: self.cbError(f))
                         }
                     }
                 }

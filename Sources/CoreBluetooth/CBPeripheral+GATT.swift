@@ -21,7 +21,7 @@ extension CBPeripheral {
                     let kept = found.filter { wanted?.contains($0.uuid) ?? true }
                     deliver({ $0.peripheral(self, didDiscoverServices: nil) }, prepare: { [self] in mergeServices(kept) })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverServices: f.cbError) }
+                    deliver { $0.peripheral(self, didDiscoverServices: self.cbError(f)) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverServices: CBError(.unknown)) }
                 }
@@ -58,7 +58,7 @@ extension CBPeripheral {
                         service._includedServices = list
                     })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: f.cbError) }
+                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: self.cbError(f)) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: CBError(.unknown)) }
                 }
@@ -79,7 +79,7 @@ extension CBPeripheral {
                         mergeCharacteristics(found, into: service, filter: filter)
                     })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: f.cbError) }
+                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: self.cbError(f)) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: CBError(.unknown)) }
                 }
@@ -98,7 +98,7 @@ extension CBPeripheral {
                         mergeDescriptors(found, into: characteristic)
                     })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: f.cbError) }
+                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: self.cbError(f)) }
                 }
             }
             guard start <= end, start != 0 else { return finish(.success([])) }
@@ -150,7 +150,7 @@ extension CBPeripheral {
                     deliver({ $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) },
                             prepare: { characteristic._value = data })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: f.cbError) }
+                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: self.cbError(f)) }
                 default:
                     deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: CBError(.unknown)) }
                 }
@@ -176,7 +176,7 @@ extension CBPeripheral {
         default:
             withConnection("writeValue") { [self] c in
                 c.gatt(.write(handle: handle, value: bytes)) { [self] r in
-                    let error: (any Error)? = { if case let .failure(f) = r { return f.cbError } else { return nil } }()
+                    let error: (any Error)? = { if case let .failure(f) = r { return self.cbError(f) } else { return nil } }()
                     deliver { $0.peripheral(self, didWriteValueFor: characteristic, error: error) }
                 }
             }
@@ -202,7 +202,7 @@ extension CBPeripheral {
                         deliver({ $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
                                 prepare: { characteristic._isNotifying = enabled })
                     case let .failure(f):
-                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: f.cbError) }
+                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: self.cbError(f)) }
                     }
                 }
             }
@@ -213,7 +213,7 @@ extension CBPeripheral {
             c.gatt(.discoverDescriptors(start: start, end: end)) { [self] r in
                 guard case let .success(.descriptors(found)) = r,
                       let cccd = found.first(where: { $0.uuid == .clientCharacteristicConfiguration }) else {
-                    let err: any Error = { if case let .failure(f) = r { return f.cbError } else { return CBATTError(.attributeNotFound) } }()
+                    let err: any Error = { if case let .failure(f) = r { return self.cbError(f) } else { return CBATTError(.attributeNotFound) } }()
                     return deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: err) }
                 }
                 queue.async { [self] in mergeDescriptors(found, into: characteristic) }
@@ -292,7 +292,7 @@ extension CBPeripheral {
                     deliver({ $0.peripheral(self, didUpdateValueFor: descriptor, error: nil) },
                             prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: f.cbError) }
+                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: self.cbError(f)) }
                 default:
                     deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: CBError(.unknown)) }
                 }
@@ -311,7 +311,7 @@ extension CBPeripheral {
         let bytes = [UInt8](data)
         withConnection("writeValue") { [self] c in
             c.gatt(.write(handle: handle, value: bytes)) { [self] r in
-                let error: (any Error)? = { if case let .failure(f) = r { return f.cbError } else { return nil } }()
+                let error: (any Error)? = { if case let .failure(f) = r { return self.cbError(f) } else { return nil } }()
                 deliver { $0.peripheral(self, didWriteValueFor: descriptor, error: error) }
             }
         }
@@ -329,6 +329,18 @@ extension CBPeripheral {
         if let s = characteristic.service, owns(s) { return true }
         CBLog.warning("\(characteristic) is not a valid characteristic for peripheral \(self)")
         return false
+    }
+}
+
+extension CBPeripheral {
+    /// The error for a failed procedure; when the stack paired for it and pairing failed, the reason is in
+    /// `userInfo` (NSLocalizedFailureReasonErrorKey, and "OCBPairingFailureReason" with the SMP code).
+    func cbError(_ f: GATTClient.Failure) -> any Error {
+        guard case let .att(code, _) = f, code == .insufficientAuthentication || code == .insufficientEncryption,
+              let pairing = connection?.lastPairingError else { return f.cbError }
+        var info: [String: Any] = [NSLocalizedFailureReasonErrorKey: "\(pairing)"]
+        if let r = pairing.reason { info["OCBPairingFailureReason"] = Int(r.rawValue) }
+        return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)) ?? .unlikelyError, userInfo: info)
     }
 }
 

@@ -30,7 +30,38 @@ final class BoardAgent: CBPairingAgent, @unchecked Sendable {
     }
 }
 
+/// Types a passkey that is off by one.
+final class TypoAgent: CBPairingAgent, @unchecked Sendable {
+    let ioCapability = CBPairingIOCapability.keyboardOnly
+    func passkey(for peer: CBPeer?) async -> UInt32? {
+        for _ in 0..<200 {
+            if let v = BoardAgent.shown { return (v + 1) % 1_000_000 }
+            try? await Task.sleep(nanoseconds: 10_000_000)
+        }
+        return nil
+    }
+}
+
 @Suite(.serialized) struct CoreBluetoothSecurityTests {
+    @Test func failedPairingGivesTheATTErrorWithThePairingReason() async throws {
+        BoardAgent.shown = nil
+        let air = TestAir()
+        let (per, cen, _) = try await connectedPair(air, name: "secure-typo")
+        per.manager.pairingAgent = BoardAgent(.displayOnly)
+        cen.manager.pairingAgent = TypoAgent()
+        per.queue.sync { per.onRead = { p, r in r.value = Data([7]); p.respond(to: r, withResult: .success) } }
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("read error", seconds: 15) { cen.log.contains("readError:6E400005") }
+        let e = try #require(cen.queue.sync { cen.errors[secretUUID.uuidString] } as? CBATTError)
+        #expect(e.code == .insufficientAuthentication)
+        // The peripheral found the wrong passkey (Confirm Value Failed, 0x04) and told the central.
+        #expect(e.userInfo["OCBPairingFailureReason"] as? Int == 4)
+        #expect((e.userInfo[NSLocalizedFailureReasonErrorKey] as? String)?.contains("Confirm Value Failed") == true)
+        // The delegate never saw the read.
+        #expect(per.queue.sync { per.reads.count } == 0)
+    }
+
     @Test func encryptedReadPairsTransparentlyWithJustWorks() async throws {
         let air = TestAir()
         let (per, cen, _) = try await connectedPair(air, name: "secure-jw")
