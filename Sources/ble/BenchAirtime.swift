@@ -61,7 +61,7 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
             peripheral.transmitQueueLimit = 64
             central.powerOn(); peripheral.powerOn()
             return try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(string: "50DB505C-8AC4-4738-8448-3B1D9CC09CC5")!, characteristics: [
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "E789AC1E-0F50-4D37-8F3D-5AE9D3D0B6E1")!,
+                GATTCharacteristicDefinition(uuid: SpeedProtocol.rx,
                                              properties: [.notify, .writeWithoutResponse], permissions: .readWrite, value: nil)]))
         }
         valueHandle = handles.characteristics[0].value

@@ -18,7 +18,7 @@ final class CoreBluetoothNotifyBench: NSObject, CBPeripheralManagerDelegate, CBC
     var start = 0.0, end = 0.0, cpuStart = 0.0
     let done = DispatchSemaphore(value: 0)
     let payload: Data
-    let uuid = CBUUID(string: "E789AC1E-0F50-4D37-8F3D-5AE9D3D0B6E1")
+    let uuid = CBUUID(string: "016A2CC7-E14B-4819-935F-1F56EAE4098D")   // bumble-bench's RX (notify) characteristic
 
     init(size: Int, count: Int) {
         self.size = size; self.count = count
