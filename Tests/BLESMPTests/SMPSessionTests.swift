@@ -332,3 +332,28 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         #expect(M.passkeyInput(initiator: .displayYesNo, responder: .keyboardDisplay) == (false, true))
     }
 }
+
+@Suite struct SMPRobustnessTests {
+    /// Random PDUs (right codes, random lengths and contents) thrown at sessions in every early phase:
+    /// each is decoded or refused with Pairing Failed, and nothing traps.
+    @Test func randomInputNeverCrashes() {
+        var rng = SystemRandomNumberGenerator()
+        let keys = SMPKeyPair.generate()
+        for round in 0..<4000 {
+            let role: SMPSession.Role = round % 2 == 0 ? .initiator : .responder
+            let s = SMPSession(role: role, configuration: SMPConfiguration(ioCapability: IOCapability(rawValue: UInt8(round % 5))!,
+                                                                           secureConnections: round % 3 != 0),
+                               identity: nil, keyPair: keys, initiatorAddress: addrI, responderAddress: addrR)
+            if role == .initiator { _ = s.start() }
+            for _ in 0..<3 {
+                let code = UInt8.random(in: 0...16, using: &rng)
+                let length = Int.random(in: 0...70, using: &rng)
+                let pdu = [code] + (0..<length).map { _ in UInt8.random(in: 0...255, using: &rng) }
+                let actions = s.receive(pdu)
+                // A refused PDU ends pairing with Pairing Failed sent (or silence once finished).
+                if case .failed(.local)? = actions.last { #expect(actions.contains { if case let .send(b) = $0 { return b.first == 0x05 }; return false }) }
+            }
+            _ = s.accept(true); _ = s.enterPasskey(123_456); _ = s.encryptionChanged(success: true); _ = s.timedOut()
+        }
+    }
+}
