@@ -16,10 +16,13 @@ struct AirtimeSettings {
     var intervalMilliseconds: Double
     var eventLengthMilliseconds: Double?
     var lossRate: Double
+    var reserveMicroseconds = 0.0
 
     var model: AirtimeModel {
-        AirtimeModel(phy: phy, dataLength: dataLength, connectionIntervalMilliseconds: intervalMilliseconds,
-                     eventLengthMilliseconds: eventLengthMilliseconds, lossRate: lossRate)
+        var m = AirtimeModel(phy: phy, dataLength: dataLength, connectionIntervalMilliseconds: intervalMilliseconds,
+                             eventLengthMilliseconds: eventLengthMilliseconds, lossRate: lossRate)
+        m.controllerReserveMicroseconds = reserveMicroseconds
+        return m
     }
 }
 
@@ -48,6 +51,7 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
         self.count = count
         payload = (0..<size).map { UInt8($0 & 0xFF) }
         var template = AirtimeModel(eventLengthMilliseconds: settings.eventLengthMilliseconds, lossRate: settings.lossRate)
+        template.controllerReserveMicroseconds = settings.reserveMicroseconds
         template.connectionIntervalMicroseconds = settings.intervalMilliseconds * 1000
         air.airtime = template
     }
@@ -157,13 +161,15 @@ enum AirtimeSweep {
 
     struct Point { var phy: LEPHY; var dataLength: Int; var interval: Double; var theoretical: Double; var achieved: Double }
 
-    static func run(bytesPerPoint: Int, loss: Double, progress: (Point) -> Void) throws -> [Point] {
+    static func run(bytesPerPoint: Int, loss: Double, reserve: Double = 0, progress: (Point) -> Void) throws -> [Point] {
         var points: [Point] = []
         for phy in phys {
             for dl in dataLengths {
                 for ci in intervals {
                     let size = min(dl - 7, 244)
-                    let bench = AirtimeBench(settings: AirtimeSettings(phy: phy, dataLength: dl, intervalMilliseconds: ci, eventLengthMilliseconds: nil, lossRate: loss),
+                    var settings = AirtimeSettings(phy: phy, dataLength: dl, intervalMilliseconds: ci, eventLengthMilliseconds: nil, lossRate: loss)
+                    settings.reserveMicroseconds = reserve
+                    let bench = AirtimeBench(settings: settings,
                                              mode: .notify, size: size, count: max(50, bytesPerPoint / size))
                     let o = try bench.run()
                     let p = Point(phy: phy, dataLength: dl, interval: ci, theoretical: o.theoretical, achieved: o.result.throughput)

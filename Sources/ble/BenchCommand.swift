@@ -38,6 +38,8 @@ struct BenchCommand: ParsableCommand {
     var eventLength: Double?
     @Option(help: "With --airtime: probability that a packet is lost and sent again (0…0.9).")
     var loss = 0.0
+    @Option(help: "With --airtime or --sweep: time (µs) the controller keeps at the end of each event; 3600 matches Nordic's SoftDevice.")
+    var controllerReserve = 0.0
     @Option(help: "Run the airtime grid (LE 1M/2M × data length 27/251 × 7.5/15/30/50 ms) and write an SVG plot here.")
     var sweep: String?
 
@@ -107,7 +109,8 @@ extension BenchCommand {
         guard mode == .notify || mode == .write else { throw ValidationError("--airtime supports --mode notify and write") }
         // The default size fills one LL packet; an explicit --size is kept.
         let payload = CommandLine.arguments.contains("--size") ? size : min(dataLength - 7, 244)
-        let settings = AirtimeSettings(phy: p, dataLength: dataLength, intervalMilliseconds: interval, eventLengthMilliseconds: eventLength, lossRate: loss)
+        var settings = AirtimeSettings(phy: p, dataLength: dataLength, intervalMilliseconds: interval, eventLengthMilliseconds: eventLength, lossRate: loss)
+        settings.reserveMicroseconds = controllerReserve
         let total = CommandLine.arguments.contains("--count") ? count : max(100, 1_000_000 / payload)
         let o = try AirtimeBench(settings: settings, mode: mode, size: payload, count: total).run()
         print(o.result.summary)
@@ -119,7 +122,8 @@ extension BenchCommand {
 
     func runSweep(to path: String) throws {
         print("PHY    DL   CI (ms)   theoretical kbit/s   achieved kbit/s   fraction")
-        let points = try AirtimeSweep.run(bytesPerPoint: CommandLine.arguments.contains("--count") ? count * 244 : 250_000, loss: loss) { p in
+        let points = try AirtimeSweep.run(bytesPerPoint: CommandLine.arguments.contains("--count") ? count * 244 : 250_000, loss: loss,
+                                          reserve: controllerReserve) { p in
             print(String(format: "%-5@ %4d %8.1f %20.1f %17.1f %9.1f %%", p.phy.rawValue, p.dataLength, p.interval,
                          p.theoretical * 8 / 1000, p.achieved * 8 / 1000, p.achieved / p.theoretical * 100))
             fflush(nil)

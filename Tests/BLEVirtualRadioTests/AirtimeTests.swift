@@ -28,13 +28,16 @@ import BLETransport
     }
 
     @Test func theoreticalMaximumAgainstPublishedMeasurements() {
-        // Nordic S140 SoftDevice, GATT notifications, ATT_MTU 247, data length 251, LE 2M, event length
-        // extension (S140 SoftDevice Specification, "Bluetooth LE data throughput"): 1327.5 kbit/s at a
-        // 50 ms interval, 1376.2 kbit/s at 400 ms. The model must agree within 5 %.
-        for (interval, published) in [(50.0, 1327.5), (400.0, 1376.2)] {
-            let m = AirtimeModel(phy: .le2M, dataLength: 251, connectionIntervalMilliseconds: interval)
-            let kbps = m.theoreticalThroughput(attPayload: 244) * 8 / 1000
-            #expect(abs(kbps - published) / published < 0.05, "\(interval) ms: model \(kbps) kbit/s vs published \(published)")
+        // Nordic S132/S140 SoftDevice Specification, "Bluetooth Low Energy data throughput": notifications,
+        // ATT_MTU 247, data length 251, interval = event length = 50 ms: 702.8 kbit/s on LE 1M, 1327.5 on
+        // LE 2M (and 1376.2 on LE 2M at 400 ms). With the SoftDevice's scheduling reserve the model must
+        // agree within 5 %; the specification-ideal model is an upper bound above every measurement.
+        for (phy, interval, published) in [(LEPHY.le1M, 50.0, 702.8), (.le2M, 50.0, 1327.5), (.le2M, 400.0, 1376.2)] {
+            let fitted = AirtimeModel.nordicSoftDevice(phy: phy, dataLength: 251, connectionIntervalMilliseconds: interval)
+            let kbps = fitted.theoreticalThroughput(attPayload: 244) * 8 / 1000
+            #expect(abs(kbps - published) / published < 0.05, "\(phy) \(interval) ms: model \(kbps) kbit/s vs published \(published)")
+            let ideal = AirtimeModel(phy: phy, dataLength: 251, connectionIntervalMilliseconds: interval).theoreticalThroughput(attPayload: 244) * 8 / 1000
+            #expect(ideal >= published && ideal < published * 1.12)
         }
         // Fewer exchanges fit in a shorter event; a 20-octet payload on 27-octet packets is one packet each.
         let full = AirtimeModel(phy: .le1M, dataLength: 251, connectionIntervalMilliseconds: 30)
