@@ -46,8 +46,12 @@ public struct Bond: Sendable, Hashable {
 
     /// Whether `address` is this device's: its identity, another fixed address it used, or an RPA from its IRK.
     public func matches(_ address: BluetoothAddress) -> Bool {
-        func same(_ a: BluetoothAddress) -> Bool { a.bytes == address.bytes && a.type.isRandom == address.type.isRandom }
-        return same(identityAddress) || otherAddresses.contains(where: same) || resolves(address)
+        Bond.same(identityAddress, address) || otherAddresses.contains { Bond.same($0, address) } || resolves(address)
+    }
+
+    /// Same device address: the octets and public/random (identity types compare as their base type).
+    static func same(_ a: BluetoothAddress, _ b: BluetoothAddress) -> Bool {
+        a.bytes == b.bytes && a.type.isRandom == b.type.isRandom
     }
 
     /// Whether a resolvable private address was made from this peer's IRK.
@@ -106,7 +110,7 @@ public final class BondStore: @unchecked Sendable {
     }
 
     public func bond(for identity: BluetoothAddress) -> Bond? {
-        bonds.first { $0.identityAddress.bytes == identity.bytes && $0.identityAddress.type.isRandom == identity.type.isRandom }
+        bonds.first { Bond.same($0.identityAddress, identity) }
     }
 
     /// The bond of the device using `address`: its identity address, or a private address its IRK resolves.
@@ -115,7 +119,7 @@ public final class BondStore: @unchecked Sendable {
     }
 
     public func store(_ b: Bond) {
-        bonds.removeAll { $0.identityAddress.bytes == b.identityAddress.bytes && $0.identityAddress.type.isRandom == b.identityAddress.type.isRandom }
+        bonds.removeAll { Bond.same($0.identityAddress, b.identityAddress) }
         bonds.append(b)
         save()
     }
@@ -123,7 +127,7 @@ public final class BondStore: @unchecked Sendable {
     @discardableResult
     public func remove(_ identity: BluetoothAddress) -> Bool {
         let before = bonds.count
-        bonds.removeAll { $0.identityAddress.bytes == identity.bytes && $0.identityAddress.type.isRandom == identity.type.isRandom }
+        bonds.removeAll { Bond.same($0.identityAddress, identity) }
         guard bonds.count != before else { return false }
         save()
         return true

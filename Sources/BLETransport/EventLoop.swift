@@ -89,7 +89,6 @@ public final class EventLoop: @unchecked Sendable {
     /// the caller waits its turn. Must not be called from the loop.
     public func runWaiting(_ work: () -> Void) {
         queue.sync { work() }
-        // Work the packet handed to other threads' `execute` runs in the usual drain.
     }
 
     /// Runs `work` on the loop and waits for it; must not be called from the loop.

@@ -18,9 +18,13 @@ public final class StreamConnection: @unchecked Sendable {
     /// Guards writes; while the reader thread handles one read's packets, what it writes is gathered in
     /// `pending` and leaves in one system call after the last packet (other threads flush it first).
     private let writeLock = Mutex(WriteState())
-    struct WriteState { var pending: [UInt8] = []; var gathering = false; var reader: pthread_t? }
-    /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
-    private let writeCount = Atomic<Int>(0)
+    struct WriteState {
+        var pending: [UInt8] = []
+        var gathering = false
+        var reader: pthread_t?
+        /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
+        var writes = 0
+    }
     private let state = Mutex<(closed: Bool, started: Bool)>((false, false))
     public let label: String
     /// Re-arm TCP_QUICKACK after each read (OCB_TCP_QUICKACK=0 turns it off, for measurements).
@@ -66,22 +70,22 @@ public final class StreamConnection: @unchecked Sendable {
                 }
                 if n == 0 { break }
                 framer.append(buffer[0..<n])
-                let writesBefore = writeCount.load(ordering: .relaxed)
-                writeLock.withLock { $0.gathering = true }
+                let writesBefore = writeLock.withLock { w -> Int in w.gathering = true; return w.writes }
                 do {
                     while let p = try framer.nextPacket() { onPacket(p) }
                 } catch {
                     closeError = error
                     break readLoop
                 }
-                writeLock.withLock { w in
+                let wrote = writeLock.withLock { w -> Bool in
                     w.gathering = false
                     if !w.pending.isEmpty { _ = writeAll(w.pending); w.pending.removeAll(keepingCapacity: true) }
+                    return w.writes != writesBefore
                 }
                 // A delayed ACK would stall the peer's next segment (Nagle) by 40 ms. When handling what we
                 // read made us write, that write carried the ACK; otherwise re-arm quick-ACK mode. (The host
                 // handles packets in place when its loop is idle, so its answer is known here.)
-                if isTCP && quickAckEnabled && writeCount.load(ordering: .relaxed) == writesBefore { Self.quickAck(fd) }
+                if isTCP && quickAckEnabled && !wrote { Self.quickAck(fd) }
             }
             close()
             onClose(closeError)
@@ -96,7 +100,7 @@ public final class StreamConnection: @unchecked Sendable {
     @discardableResult
     public func write(_ bytes: [UInt8]) -> Bool {
         writeLock.withLock { w in
-            writeCount.add(1, ordering: .relaxed)
+            w.writes &+= 1
             if w.gathering, let r = w.reader, pthread_equal(r, pthread_self()) != 0 {
                 w.pending.append(contentsOf: bytes)
                 return true

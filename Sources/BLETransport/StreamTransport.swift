@@ -37,7 +37,10 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
     public func send(batch packets: [HCIPacket]) {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(packets.reduce(0) { $0 + $1.bytes.count + 1 })
-        for p in packets { bytes.append(contentsOf: p.h4Bytes) }
+        for p in packets {
+            bytes.append(p.type.rawValue)
+            bytes.append(contentsOf: p.bytes)
+        }
         _ = connection.withLock { $0 }?.write(bytes)
     }
 

@@ -70,16 +70,21 @@ final class PairingAgentBridge: PairingAgent, @unchecked Sendable {
     }
 }
 
+extension CBManager {
+    /// Stores the agent and gives the host its bridge (or the Just Works default); `peer` names the CBPeer of a link.
+    func installPairingAgent(_ agent: (any CBPairingAgent)?, on host: LEHost?, peer: @escaping @Sendable (HostConnection) -> CBPeer?) {
+        managerLock.withLock { storedPairingAgent = agent }
+        guard let host else { return }
+        let bridge: any PairingAgent = agent.map { PairingAgentBridge(agent: $0, peer: peer) } ?? JustWorksAgent()
+        host.loop.execute { host.pairingAgent = bridge }
+    }
+}
+
 extension CBCentralManager {
     /// The agent that answers pairing prompts for links this manager makes; nil accepts Just Works only.
     public var pairingAgent: (any CBPairingAgent)? {
         get { managerLock.withLock { storedPairingAgent } }
-        set {
-            managerLock.withLock { storedPairingAgent = newValue }
-            guard let host = leHost else { return }
-            let bridge: any PairingAgent = newValue.map { PairingAgentBridge(agent: $0, peer: { $0.context as? CBPeer }) } ?? JustWorksAgent()
-            host.loop.execute { host.pairingAgent = bridge }
-        }
+        set { installPairingAgent(newValue, on: leHost) { $0.context as? CBPeer } }
     }
 }
 
@@ -87,13 +92,6 @@ extension CBPeripheralManager {
     /// The agent that answers pairing prompts when centrals pair with us; nil accepts Just Works only.
     public var pairingAgent: (any CBPairingAgent)? {
         get { managerLock.withLock { storedPairingAgent } }
-        set {
-            managerLock.withLock { storedPairingAgent = newValue }
-            guard let host = leHost else { return }
-            let bridge: any PairingAgent = newValue.map {
-                PairingAgentBridge(agent: $0, peer: { [weak self] c in self?.central(for: c) })
-            } ?? JustWorksAgent()
-            host.loop.execute { host.pairingAgent = bridge }
-        }
+        set { installPairingAgent(newValue, on: leHost) { [weak self] c in self?.central(for: c) } }
     }
 }
