@@ -44,6 +44,15 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
     var wantsWriteReady = false
 
+    // L2CAP credit-based channels (LEHost+Channels.swift), by our CID.
+    var channels: [UInt16: HostL2CAPChannel] = [:]
+    var nextChannelToken: UInt64 = 0
+    var channelCompletions: [UInt64: (Result<[HostL2CAPChannel], L2CAPOpenError>) -> Void] = [:]
+    /// What the actions of one signalling step did to each `open` in flight.
+    var channelOpens: [UInt64: (failure: L2CAPCreditChannels.OpenFailure?, opened: [HostL2CAPChannel])] = [:]
+    /// RTX timers of our signalling requests, by identifier.
+    var signalTimers: [UInt8: LoopTimer] = [:]
+
     // Security state (LEHost+Security.swift).
     var smp: SMPSession?
     var smpTimer: LoopTimer?

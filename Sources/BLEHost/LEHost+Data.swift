@@ -30,16 +30,26 @@ extension LEHost {
             frame = try c.recombiner.append(acl.data, boundary: boundary)
         } catch {
             log("L2CAP recombination error on \(c): \(error)")
+            // A start fragment that ended an incomplete frame may itself have completed one.
+            if let f = c.recombiner.pendingFrame() { dispatch(f, on: c) }
             return
         }
-        guard let frame else { return }
+        if let frame { dispatch(frame, on: c) }
+    }
+
+    func dispatch(_ frame: L2CAPFrame, on c: HostConnection) {
         switch frame.channelID {
         case .att: handleATT(frame.payload, on: c)
         case .leSignaling: handleSignaling(frame.payload, on: c)
         case .smp:
             handleSMP(frame.payload, on: c)
         default:
-            log("frame for unsupported CID \(frame.channelID) dropped")
+            if L2CAPCreditChannels.dynamicCIDs.contains(frame.channelID.rawValue) {
+                let actions = c.signaling.channelFrame(frame.payload, on: frame.channelID.rawValue)
+                if !actions.isEmpty { perform(actions, on: c) }
+            } else {
+                log("frame for unsupported CID \(frame.channelID) dropped")
+            }
         }
     }
 
@@ -61,28 +71,6 @@ extension LEHost {
             perform(gattServer.handle(pdu, from: c.clientID))
         case .unknown:
             if let rsp = pdu.opcode.unsupportedServerResponse { sendATT(.errorResponse(rsp), on: c) }
-        }
-    }
-
-    func handleSignaling(_ bytes: [UInt8], on c: HostConnection) {
-        for action in c.signaling.receive(bytes) {
-            switch action {
-            case let .send(pdu):
-                sendL2CAP(pdu, cid: .leSignaling, on: c)
-            case let .connectionParameterUpdateRequested(identifier, minInterval, maxInterval, latency, timeout):
-                // As central we accept any request within the spec's ranges and ask the controller for it.
-                let ok = ConnectionParameters.isValid(minInterval: minInterval, maxInterval: maxInterval,
-                                                      latency: latency, supervisionTimeout: timeout)
-                sendL2CAP(c.signaling.connectionParameterUpdateResponse(identifier: identifier, accepted: ok),
-                          cid: .leSignaling, on: c)
-                if ok {
-                    command(.leConnectionUpdate(LEConnectionUpdate(
-                        connectionHandle: c.handle, connectionIntervalMin: minInterval, connectionIntervalMax: maxInterval,
-                        maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0)))
-                }
-            default:
-                break
-            }
         }
     }
 
@@ -167,12 +155,17 @@ extension LEHost {
     func sendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection) {
         guard c.isOpen else { return }
         var batch: [HCIPacket] = []
+        appendL2CAP(payload, cid: cid, on: c, into: &batch)
+        sendBatch(batch)
+    }
+
+    /// Frames and fragments `payload`, adding what may leave now to `batch` (the rest waits for credits).
+    func appendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection, into batch: inout [HCIPacket]) {
         for f in L2CAPFragmenter.fragment(payload, channelID: cid, maximumFragmentSize: aclBufferSize) {
             let acl = ACLPacket(handle: c.handle, boundary: f.boundary == .first ? .firstNonFlushable : .continuing,
                                 broadcast: 0, data: f.bytes)
             enqueueACL(acl.encode(), handle: c.handle, into: &batch)
         }
-        sendBatch(batch)
     }
 
     /// Sends at once while buffer credits last (collecting into `batch`), else queues behind the waiting ones.
@@ -215,6 +208,7 @@ extension LEHost {
         }
         mirrorWaitingPackets()
         guard hasRoomForUnacknowledgedData else { return }
+        pumpChannelsWaitingForBuffers()
         for (_, c) in connections where c.wantsWriteReady {
             c.wantsWriteReady = false
             centralDelegate?.host(self, connectionIsReadyToSendWriteWithoutResponse: c)

@@ -119,6 +119,7 @@ extension LEHost {
         loop.cancel(c.confirmationTimer)
         c.confirmationTimer = nil
         perform(gattServer.clientDisconnected(c.clientID))
+        channelsLinkClosed(c)
         switch c.role {
         case .central: centralDelegate?.host(self, didDisconnect: c, reason: reason)
         case .peripheral:

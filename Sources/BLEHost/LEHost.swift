@@ -76,6 +76,12 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var connectingTo: BluetoothAddress?
     var connectCancelRequested = false
 
+    // L2CAP credit-based channels (LEHost+Channels.swift).
+    var l2capServers: [UInt16: L2CAPServer] = [:]
+    var channelsWaitingForBuffers: [HostL2CAPChannel] = []
+    /// How long our L2CAP signalling requests wait for an answer (the RTX timer, Vol 3 Part A §6.2.1).
+    public var signalingTimeout: LoopTime = .seconds(30)
+
     // GATT server shared by every connection.
     public internal(set) var gattServer: GATTServer
     var nextRequestID: UInt64 = 0

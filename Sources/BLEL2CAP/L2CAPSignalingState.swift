@@ -16,18 +16,24 @@ public struct L2CAPSignalingState: Sendable {
         case connectionParameterUpdateResponse(identifier: UInt8, accepted: Bool)
         /// The peer rejected one of our commands.
         case commandRejected(identifier: UInt8, reason: UInt16)
+        /// Something happened to a credit-based channel (`credit`).
+        case channel(L2CAPCreditChannels.Action)
     }
 
     public let role: Role
-    private var lastIdentifier: UInt8 = 0
+    private var ids = IdentifierCounter()
     private var outstanding: Set<UInt8> = []
+    /// The link's credit-based channels; their requests share this state's identifiers.
+    public var credit = L2CAPCreditChannels()
 
     public init(role: Role) { self.role = role }
 
     /// Command Reject reasons (§4.1).
     public static let notUnderstood: UInt16 = 0x0000
 
-    public mutating func receive(_ payload: [UInt8]) -> [Action] {
+    /// Handles one C-frame. `security` and `servers` decide the peer's credit-based connection requests.
+    public mutating func receive(_ payload: [UInt8], security: L2CAPLinkSecurity = .init(),
+                                 servers: (UInt16) -> L2CAPServerPolicy? = { _ in nil }) -> [Action] {
         let commands: [L2CAPSignal]
         do {
             commands = try L2CAPSignal.decodeAll(payload)
@@ -49,18 +55,15 @@ public struct L2CAPSignalingState: Sendable {
             case let .connectionParameterUpdateResponse(id, result):
                 if outstanding.remove(id) != nil { actions.append(.connectionParameterUpdateResponse(identifier: id, accepted: result == 0)) }
             case let .commandReject(id, reason, _):
-                if outstanding.remove(id) != nil { actions.append(.commandRejected(identifier: id, reason: reason)) }
-            case let .leCreditBasedConnectionRequest(id, _, _, _, _, _):
-                // No credit-based channel servers yet: "SPSM not supported" (§4.23, result 0x0002).
-                actions.append(.send(L2CAPSignal.leCreditBasedConnectionResponse(identifier: id, destinationCID: 0, mtu: 0, mps: 0,
-                                                                                 initialCredits: 0, result: 0x0002).encode()))
-            case let .disconnectionRequest(id, dcid, scid):
-                // No dynamic channels: the CID is invalid (§4.1, reason 0x0002 with local and remote CIDs).
-                var w = ByteWriter()
-                w.write(dcid); w.write(scid)
-                actions.append(.send(L2CAPSignal.commandReject(identifier: id, reason: 0x0002, data: w.bytes).encode()))
-            case .leCreditBasedConnectionResponse, .flowControlCreditIndication, .disconnectionResponse:
-                break
+                if outstanding.remove(id) != nil {
+                    actions.append(.commandRejected(identifier: id, reason: reason))
+                } else {
+                    actions += creditReceive(c, security: security, servers: servers)
+                }
+            case .leCreditBasedConnectionRequest, .leCreditBasedConnectionResponse, .flowControlCreditIndication,
+                 .disconnectionRequest, .disconnectionResponse, .creditBasedConnectionRequest, .creditBasedConnectionResponse,
+                 .creditBasedReconfigureRequest, .creditBasedReconfigureResponse:
+                actions += creditReceive(c, security: security, servers: servers)
             case let .unknown(_, id, _):
                 guard id != 0 else { continue }
                 actions.append(.send(L2CAPSignal.commandReject(identifier: id, reason: Self.notUnderstood, data: []).encode()))
@@ -68,6 +71,51 @@ public struct L2CAPSignalingState: Sendable {
         }
         return actions
     }
+
+    /// C-frames to send stay `.send`; the rest become `.channel`.
+    func channelActions(_ actions: [L2CAPCreditChannels.Action]) -> [Action] {
+        actions.map { if case let .sendSignal(b) = $0 { return .send(b) } else { return .channel($0) } }
+    }
+
+    /// Opens credit-based channels (see `L2CAPCreditChannels.open`).
+    public mutating func openChannel(psm: UInt16, parameters: L2CAPChannelParameters, count: Int = 1, enhanced: Bool = false,
+                                     token: UInt64) -> [Action] {
+        let id = nextIdentifier()
+        return channelActions(credit.open(psm: psm, parameters: parameters, count: count, enhanced: enhanced, token: token, identifier: id))
+    }
+
+    public mutating func disconnectChannel(_ localCID: UInt16) -> [Action] {
+        let id = nextIdentifier()
+        return channelActions(credit.disconnect(localCID: localCID, identifier: id))
+    }
+
+    public mutating func reconfigureChannels(_ localCIDs: [UInt16], mtu: UInt16, mps: UInt16) -> [Action] {
+        let id = nextIdentifier()
+        return channelActions(credit.reconfigure(localCIDs: localCIDs, mtu: mtu, mps: mps, identifier: id))
+    }
+
+    mutating func creditReceive(_ c: L2CAPSignal, security: L2CAPLinkSecurity, servers: (UInt16) -> L2CAPServerPolicy?) -> [Action] {
+        var counter = ids
+        defer { ids = counter }
+        return channelActions(credit.receive(c, security: security, servers: servers, identifier: { counter.next() }))
+    }
+
+    /// A K-frame for one of our CIDs (the hot path: no actions unless an SDU completes).
+    public mutating func channelFrame(_ payload: [UInt8], on localCID: UInt16) -> [Action] {
+        var counter = ids
+        defer { ids = counter }
+        return channelActions(credit.receiveFrame(payload, on: localCID, identifier: { counter.next() }))
+    }
+
+    public mutating func channelConsumed(_ octets: Int, on localCID: UInt16) -> [Action] {
+        var counter = ids
+        defer { ids = counter }
+        return channelActions(credit.consumed(octets, on: localCID, identifier: { counter.next() }))
+    }
+
+    public mutating func channelTimeout(identifier: UInt8) -> [Action] { channelActions(credit.timeout(identifier: identifier)) }
+
+    public mutating func linkClosed() -> [Action] { channelActions(credit.linkClosed()) }
 
     /// The answer to a Connection Parameter Update Request.
     public func connectionParameterUpdateResponse(identifier: UInt8, accepted: Bool) -> [UInt8] {
@@ -82,8 +130,14 @@ public struct L2CAPSignalingState: Sendable {
                                                             latency: latency, timeout: timeout).encode()
     }
 
-    mutating func nextIdentifier() -> UInt8 {
-        lastIdentifier = lastIdentifier == 255 ? 1 : lastIdentifier + 1
-        return lastIdentifier
+    mutating func nextIdentifier() -> UInt8 { ids.next() }
+}
+
+/// Identifiers of our requests on one link cycle 1…255 (0 is invalid, §4).
+struct IdentifierCounter: Sendable {
+    private var last: UInt8 = 0
+    mutating func next() -> UInt8 {
+        last = last == 255 ? 1 : last + 1
+        return last
     }
 }

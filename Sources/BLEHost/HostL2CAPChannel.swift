@@ -1,0 +1,107 @@
+// One L2CAP credit-based channel as the layers above the host see it (Core Bluetooth's CBL2CAPChannel, the
+// `ble` tool, tests). The channel's state machine lives in its link's signalling state; this object is the
+// handle on it.
+//
+// Threading contract: every method and callback runs on the host's loop.
+import BLEL2CAP
+
+public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertible {
+    public let psm: UInt16
+    public let localCID: UInt16
+    public private(set) weak var connection: HostConnection?
+    public internal(set) var isOpen = true
+    /// Why it closed, once closed.
+    public internal(set) var closeReason: L2CAPCreditChannels.CloseReason?
+
+    /// A complete SDU arrived. Call `consumed(_:)` as the application uses the data: credits go back only
+    /// then, so a reader that stops stops the sender.
+    public var onReceive: (([UInt8]) -> Void)?
+    public var onClose: ((L2CAPCreditChannels.CloseReason) -> Void)?
+    /// Room for more SDUs after `send` returned false.
+    public var onWritable: (() -> Void)?
+    /// Free-form slot for the layer above.
+    public var context: AnyObject?
+
+    /// SDU octets the host keeps queued before `send` says "full" (at least one SDU of the peer's MTU).
+    public var sendQueueLimit = 64 * 1024
+    var wantsWritable = false
+
+    init(psm: UInt16, localCID: UInt16, connection: HostConnection) {
+        self.psm = psm
+        self.localCID = localCID
+        self.connection = connection
+    }
+
+    var state: L2CAPCreditChannel? { connection?.signaling.credit.channels[localCID] }
+
+    /// The largest SDU the peer accepts (what one `send` may carry).
+    public var peerMTU: Int { Int(state?.remoteMTU ?? 0) }
+    public var peerMPS: Int { Int(state?.remoteMPS ?? 0) }
+    public var localMTU: Int { Int(state?.localMTU ?? 0) }
+    public var localMPS: Int { Int(state?.localMPS ?? 0) }
+    public var remoteCID: UInt16 { state?.remoteCID ?? 0 }
+    /// Credits the peer has given us that we have not used.
+    public var sendCredits: Int { state?.sendCredits ?? 0 }
+
+    /// True while `send` would accept an SDU.
+    public var canSend: Bool {
+        guard isOpen, let s = state else { return false }
+        return s.queuedOctets < max(sendQueueLimit, Int(s.remoteMTU) + 2)
+    }
+
+    /// Queues `data` as one SDU, or several when it is larger than the peer's MTU. Returns false (and calls
+    /// `onWritable` later) when the queue is full; nothing is queued then.
+    @discardableResult
+    public func send(_ data: [UInt8]) -> Bool {
+        guard isOpen, let c = connection, let host = c.host, let s = state else { return false }
+        guard canSend else {
+            wantsWritable = true
+            return false
+        }
+        let mtu = Int(s.remoteMTU)
+        if data.count <= mtu {
+            c.signaling.credit.enqueue(data, on: localCID)
+        } else {
+            var i = 0
+            while i < data.count {
+                let end = min(data.count, i + mtu)
+                c.signaling.credit.enqueue(Array(data[i..<end]), on: localCID)
+                i = end
+            }
+        }
+        host.pump(self, on: c)
+        return true
+    }
+
+    /// The application used `octets` of what `onReceive` delivered.
+    public func consumed(_ octets: Int) {
+        guard isOpen, let c = connection, let host = c.host else { return }
+        host.perform(c.signaling.channelConsumed(octets, on: localCID), on: c)
+    }
+
+    /// Disconnects the channel (Disconnection Request); `onClose` follows.
+    public func close() {
+        guard isOpen, let c = connection, let host = c.host else { return }
+        host.perform(c.signaling.disconnectChannel(localCID), on: c)
+    }
+
+    public var description: String {
+        "L2CAP channel PSM 0x\(String(psm, radix: 16)) CID 0x\(String(localCID, radix: 16))" + (connection.map { " on \($0)" } ?? "")
+    }
+}
+
+/// Why opening a channel failed.
+public enum L2CAPOpenError: Error, Sendable, Equatable, CustomStringConvertible {
+    case failed(L2CAPCreditChannels.OpenFailure)
+    /// The peer asked for security and securing the link failed.
+    case pairingFailed(String)
+    case notConnected
+
+    public var description: String {
+        switch self {
+        case let .failed(f): return "\(f)"
+        case let .pairingFailed(why): return "pairing failed: \(why)"
+        case .notConnected: return "not connected"
+        }
+    }
+}
