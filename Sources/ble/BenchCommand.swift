@@ -6,6 +6,7 @@ import Foundation
 import BLEWire
 import BLEHCI
 import BLEGATT
+import BLEL2CAP
 import BLEHost
 import BLETransport
 import BLEVirtualRadio
@@ -13,14 +14,16 @@ import BLEVirtualRadio
 struct BenchCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "bench", abstract: "Measure throughput, CPU time and round trips.")
 
-    enum Mode: String, ExpressibleByArgument, CaseIterable { case notify, write, rtt, read }
+    enum Mode: String, ExpressibleByArgument, CaseIterable { case notify, write, rtt, read, l2cap }
 
-    @Option(help: "notify (peripheral → central), write (without response, central → peripheral), rtt (write-with-response round trips), read.")
+    @Option(help: "notify (peripheral → central), write (without response, central → peripheral), rtt (write-with-response round trips), read, l2cap (SDUs over a credit-based channel, central → peripheral).")
     var mode: Mode = .notify
     @Option(help: "Payload size in octets (at most ATT_MTU − 3 = 244 here).")
     var size = 20
     @Option(help: "Number of packets (round trips for rtt and read).")
     var count = 100_000
+    @Option(help: "The virtual controllers' HCI ACL buffer size in octets (27…65535; real controllers report 27 to 1021).")
+    var aclBuffer = 251
 
     enum API: String, ExpressibleByArgument { case host, corebluetooth }
     @Option(help: "host: the host core's API; corebluetooth: end to end through CBPeripheralManager and the CBPeripheral delegate (notify only).")
@@ -87,13 +90,18 @@ struct BenchCommand: ParsableCommand {
         }
         if let sweep { return try runSweep(to: sweep) }
         if airtime { return try runAirtime() }
-        guard (1...244).contains(size) else { throw ValidationError("--size must be 1…244") }
+        if mode == .l2cap {
+            guard (1...65_535).contains(size) else { throw ValidationError("--size must be 1…65535 with --mode l2cap (one SDU)") }
+        } else {
+            guard (1...244).contains(size) else { throw ValidationError("--size must be 1…244") }
+        }
         let result: BenchResult
         if api == .corebluetooth {
             guard mode == .notify else { throw ValidationError("--api corebluetooth supports --mode notify") }
             result = try CoreBluetoothNotifyBench(size: size, count: count).run()
         } else {
-            result = try Bench(mode: mode, size: size, count: count).run()
+            guard (27...65_535).contains(aclBuffer) else { throw ValidationError("--acl-buffer must be 27…65535") }
+            result = try Bench(mode: mode, size: size, count: count, aclBuffer: aclBuffer).run()
         }
         print(result.summary)
         print(result.json)
@@ -173,8 +181,10 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
     let done = DispatchSemaphore(value: 0)
     let payload: [UInt8]
 
-    init(mode: BenchCommand.Mode, size: Int, count: Int) {
-        self.mode = mode; self.size = size; self.count = count
+    let aclBuffer: Int
+
+    init(mode: BenchCommand.Mode, size: Int, count: Int, aclBuffer: Int = 251) {
+        self.mode = mode; self.size = size; self.count = count; self.aclBuffer = aclBuffer
         payload = (0..<size).map { UInt8($0 & 0xFF) }
     }
 
@@ -183,6 +193,7 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
     func run() throws -> BenchResult {
         central = try HostFactory.makeHost(on: air, name: "bench-central")
         peripheral = try HostFactory.makeHost(on: air, name: "bench-peripheral")
+        for h in [central!, peripheral!] { (h.transport as! VirtualController).aclBufferSize = UInt16(aclBuffer) }
         let handles = try air.loop.sync { () throws -> GATTServiceHandles in
             central.centralDelegate = self
             peripheral.peripheralDelegate = self
@@ -210,6 +221,7 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
             case .notify: pumpNotifications()
             case .write: pumpWrites()
             case .rtt, .read: roundTrip()
+            case .l2cap: openChannel()
             }
         }
         done.wait()
@@ -270,6 +282,37 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
     func finish() {
         end = now()
         done.signal()
+    }
+
+    // L2CAP: the central sends SDUs on a credit-based channel while the host takes them; the peripheral
+    // consumes each as it arrives (so credits flow back).
+    var channel: HostL2CAPChannel?
+
+    func openChannel() {
+        guard let link else { return }
+        let params = L2CAPChannelParameters(mtu: UInt16(clamping: max(size, 2048)), mps: UInt16(clamping: max(23, central.aclBufferSize - 4)),
+                                            window: 256 * 1024)
+        let psm = peripheral.publishL2CAP(parameters: params) { [self] ch in
+            ch.onReceive = { [unowned ch, self] sdu in
+                ch.consumed(sdu.count)
+                received += 1
+                receivedBytes += sdu.count
+                if receivedBytes == size * count { finish() }
+            }
+        }
+        link.openL2CAPChannel(psm: psm!, parameters: params) { [self] r in
+            guard case let .success(chs) = r else { fatalError("could not open the channel: \(r)") }
+            channel = chs[0]
+            channel!.sendQueueLimit = 256 * 1024
+            channel!.onWritable = { [unowned self] in pumpChannel() }
+            start = now(); cpuStart = cpuSeconds()
+            pumpChannel()
+        }
+    }
+
+    func pumpChannel() {
+        guard let channel else { return }
+        while sent < count, channel.send(payload) { sent += 1 }
     }
 
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
