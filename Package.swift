@@ -52,7 +52,8 @@ let package = Package(
         .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
         .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
-        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEWire"], exclude: ["peers"]),
+        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire",
+                                                  .product(name: "Crypto", package: "swift-crypto")], exclude: ["peers"]),
     ],
     swiftLanguageModes: [.v6]
 )
