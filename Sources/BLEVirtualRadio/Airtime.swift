@@ -126,6 +126,12 @@ public struct AirtimeModel: Sendable, Equatable {
         return pdus * Double(attPayload) / seconds
     }
 
+    /// The link's own ceiling: LL payload octets per second when every event is filled with full-length
+    /// data packets (what an L2CAP channel could carry if headers cost nothing).
+    public var linkPayloadThroughput: Double {
+        theoreticalThroughput(attPayload: dataLength - 7) * Double(dataLength) / Double(dataLength - 7)
+    }
+
     /// The ATT payload that makes the best use of the data length (one full LL PDU): data length − 7.
     public var bestATTPayload: Int { dataLength - 7 }
 }

@@ -6,6 +6,7 @@ import Foundation
 import BLEWire
 import BLEHCI
 import BLEGATT
+import BLEL2CAP
 import BLEHost
 import BLETransport
 import BLEVirtualRadio
@@ -84,10 +85,12 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
             link.exchangeMTU(247) { _ in link.gatt(.write(handle: cccd, value: [1, 0])) { _ in } }
         }
         air.loop.advance(by: .seconds(3))
+        if mode == .l2cap { try openChannel(on: link) }
         let cpuStart = cpuSeconds()
         air.loop.sync {
             switch mode {
             case .write: pumpWrites()
+            case .l2cap: pumpChannel()
             default: pumpNotifications()
             }
         }
@@ -106,7 +109,36 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
                                  bytes: receivedBytes - size, packets: received - 1, seconds: seconds, cpuSeconds: cpu, rtts: [])
         var model = settings.model
         model.lossRate = 0
-        return AirtimeOutcome(result: result, theoretical: model.theoreticalThroughput(attPayload: size))
+        // For a channel the ceiling is the link itself: every LL payload octet carrying application data.
+        let theoretical = mode == .l2cap ? model.linkPayloadThroughput : model.theoreticalThroughput(attPayload: size)
+        return AirtimeOutcome(result: result, theoretical: theoretical)
+    }
+
+    // L2CAP: a credit-based channel whose K-frames fill one LL PDU each (MPS = data length − 4), SDUs of
+    // `size` octets from the central; the peripheral consumes each SDU as it arrives.
+    var channel: HostL2CAPChannel?
+
+    func openChannel(on link: HostConnection) throws {
+        let params = L2CAPChannelParameters(mtu: UInt16(clamping: max(size, 23)), mps: UInt16(settings.dataLength - 4), window: 256 * 1024)
+        var opened: Result<[HostL2CAPChannel], L2CAPOpenError>?
+        air.loop.sync {
+            let psm = peripheral.publishL2CAP(parameters: params) { [unowned self] ch in
+                ch.onReceive = { [unowned self, unowned ch] sdu in ch.consumed(sdu.count); arrived(sdu.count) }
+            }
+            link.openL2CAPChannel(psm: psm!, parameters: params) { opened = $0 }
+        }
+        air.loop.advance(by: .milliseconds(500))
+        guard case let .success(chs)? = air.loop.sync({ opened }) else { throw BenchError("could not open the channel: \(String(describing: opened))") }
+        channel = chs[0]
+        air.loop.sync {
+            chs[0].sendQueueLimit = 256 * 1024
+            chs[0].onWritable = { [unowned self] in pumpChannel() }
+        }
+    }
+
+    func pumpChannel() {
+        guard let channel else { return }
+        while sent < count, channel.send(payload) { sent += 1 }
     }
 
     func pumpNotifications() {

@@ -114,12 +114,12 @@ extension BenchCommand {
         guard (27...251).contains(dataLength) else { throw ValidationError("--data-length must be 27…251") }
         guard interval >= 7.5, interval <= 4000 else { throw ValidationError("--interval must be 7.5…4000 ms") }
         guard (0...0.9).contains(loss) else { throw ValidationError("--loss must be 0…0.9") }
-        guard mode == .notify || mode == .write else { throw ValidationError("--airtime supports --mode notify and write") }
-        // The default size fills one LL packet; an explicit --size is kept.
-        let payload = CommandLine.arguments.contains("--size") ? size : min(dataLength - 7, 244)
+        guard mode == .notify || mode == .write || mode == .l2cap else { throw ValidationError("--airtime supports --mode notify, write and l2cap") }
+        // The default size fills one LL packet (an SDU of 64 KB − 1 for l2cap); an explicit --size is kept.
+        let payload = CommandLine.arguments.contains("--size") ? size : mode == .l2cap ? 65_535 : min(dataLength - 7, 244)
         var settings = AirtimeSettings(phy: p, dataLength: dataLength, intervalMilliseconds: interval, eventLengthMilliseconds: eventLength, lossRate: loss)
         settings.reserveMicroseconds = controllerReserve
-        let total = CommandLine.arguments.contains("--count") ? count : max(100, 1_000_000 / payload)
+        let total = CommandLine.arguments.contains("--count") ? count : max(mode == .l2cap ? 16 : 100, 1_000_000 / payload)
         let o = try AirtimeBench(settings: settings, mode: mode, size: payload, count: total).run()
         print(o.result.summary)
         print(String(format: "theoretical maximum %.1f kB/s (%.1f kbit/s); reached %.1f %%", o.theoretical / 1000, o.theoretical * 8 / 1000, o.fraction * 100))
