@@ -53,7 +53,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     /// `onWritable` later) when the queue is full; nothing is queued then.
     @discardableResult
     public func send(_ data: [UInt8]) -> Bool {
-        guard isOpen, let c = connection, let host = c.host, let s = state else { return false }
+        guard isOpen, !closing, let c = connection, let host = c.host, let s = state else { return false }
         guard canSend else {
             wantsWritable = true
             return false
@@ -79,11 +79,19 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
         host.perform(c.signaling.channelConsumed(octets, on: localCID), on: c)
     }
 
-    /// Disconnects the channel (Disconnection Request); `onClose` follows.
-    public func close() {
+    /// Disconnects the channel (Disconnection Request) once what is queued has been sent, or at once with
+    /// `discardingQueued`; `onClose` follows. Nothing more may be sent after `close`.
+    public func close(discardingQueued: Bool = false) {
         guard isOpen, let c = connection, let host = c.host else { return }
+        if !discardingQueued, let s = state, s.queuedFrames > 0 {
+            closing = true
+            return
+        }
         host.perform(c.signaling.disconnectChannel(localCID), on: c)
     }
+
+    /// Set by `close` while queued K-frames still wait for credits.
+    var closing = false
 
     public var description: String {
         "L2CAP channel PSM 0x\(String(psm, radix: 16)) CID 0x\(String(localCID, radix: 16))" + (connection.map { " on \($0)" } ?? "")

@@ -150,6 +150,10 @@ extension LEHost {
            !channelsWaitingForBuffers.contains(where: { $0 === ch }) {
             channelsWaitingForBuffers.append(ch)
         }
+        if ch.closing {
+            if ch.state?.queuedFrames == 0 { perform(c.signaling.disconnectChannel(ch.localCID), on: c) }
+            return
+        }
         if ch.wantsWritable, ch.canSend {
             ch.wantsWritable = false
             ch.onWritable?()

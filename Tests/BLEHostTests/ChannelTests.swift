@@ -66,6 +66,29 @@ extension LinkedHosts {
         #expect(t.air.loop.sync { t.link.l2capChannels.isEmpty })
     }
 
+    @Test func closeSendsWhatIsQueuedFirst() throws {
+        let t = try LinkedHosts()
+        let (result, accepted) = t.openChannel()
+        let ours = try #require(try result?.get().first), theirs = try #require(accepted.first)
+        let b = ChannelSink()
+        t.air.loop.sync { b.attach(theirs) }
+        let data = (0..<60_000).map { UInt8(truncatingIfNeeded: $0 &* 3) }
+        t.air.loop.sync {
+            #expect(ours.send(data))
+            ours.close()
+            #expect(!ours.send([1]))   // nothing more after close
+        }
+        t.air.loop.advance(by: .seconds(2))
+        #expect(b.data == data && b.closed == [.peerDisconnected])
+        // close(discardingQueued:) closes at once.
+        let (r2, acc2) = t.openChannel()
+        let second = try #require(try r2?.get().first)
+        let sink2 = ChannelSink()
+        t.air.loop.sync { sink2.attach(try! #require(acc2.first)); _ = second.send([UInt8](repeating: 9, count: 60_000)); second.close(discardingQueued: true) }
+        t.air.loop.advance(by: .seconds(1))
+        #expect(sink2.data.count < 60_000 && sink2.closed == [.peerDisconnected])
+    }
+
     @Test func aSlowReaderStopsTheSenderWithoutGrowingMemory() throws {
         let t = try LinkedHosts()
         let (result, accepted) = t.openChannel()
