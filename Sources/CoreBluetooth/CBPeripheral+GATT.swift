@@ -19,6 +19,9 @@ extension CBPeripheral {
                 case let .success(.services(found)):
                     let wanted = filter.map { Set($0.map(\.bluetoothUUID)) }
                     let kept = found.filter { wanted?.contains($0.uuid) ?? true }
+                    guard kept.count + (services?.count ?? 0) <= Self.maximumServices else {
+                        return deliver { $0.peripheral(self, didDiscoverServices: Self.tooLarge("services", kept.count)) }
+                    }
                     deliver({ $0.peripheral(self, didDiscoverServices: nil) }, prepare: { [self] in mergeServices(kept) })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didDiscoverServices: self.cbError(f)) }
@@ -29,10 +32,22 @@ extension CBPeripheral {
         }
     }
 
-    /// Merges discovered services into `services`, keeping existing objects (keyed by handle).
+    /// What one peripheral's database may make us hold (a hostile peer must not exhaust memory or hold the
+    /// delegate queue): beyond these, discovery fails with CBError.outOfSpace. Real devices stay far below.
+    static let maximumServices = 1024
+    static let maximumCharacteristicsPerService = 4096
+    static let maximumDescriptorsPerCharacteristic = 256
+
+    static func tooLarge(_ what: String, _ n: Int) -> CBError {
+        CBError(.outOfSpace, userInfo: [NSLocalizedFailureReasonErrorKey: "the peripheral reports \(n) \(what), more than this stack keeps"])
+    }
+
+    /// Merges discovered services into `services`, keeping existing objects (keyed by handle): linear in
+    /// what is found and what is known.
     func mergeServices(_ found: [GATTRemoteService]) {
         var list = services ?? []
-        for s in found where !list.contains(where: { $0.handle == s.handle }) {
+        var known = Set(list.map(\.handle))
+        for s in found where known.insert(s.handle).inserted {
             list.append(CBService(uuid: CBUUID(s.uuid), isPrimary: true, handle: s.handle, endHandle: s.endHandle, peripheral: self))
         }
         list.sort { $0.handle < $1.handle }
@@ -49,9 +64,11 @@ extension CBPeripheral {
                 case let .success(.includedServices(found)):
                     deliver({ $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }, prepare: { [self] in
                         var list = service._includedServices ?? []
-                        for inc in found where filter?.contains(CBUUID(inc.uuid)) ?? true {
-                            guard !list.contains(where: { $0.handle == inc.startHandle }) else { continue }
-                            let existing = services?.first { $0.handle == inc.startHandle }
+                        var known = Set(list.map(\.handle))
+                        let byHandle = Dictionary((services ?? []).map { ($0.handle, $0) }, uniquingKeysWith: { a, _ in a })
+                        for inc in found.prefix(Self.maximumServices) where filter?.contains(CBUUID(inc.uuid)) ?? true {
+                            guard known.insert(inc.startHandle).inserted else { continue }
+                            let existing = byHandle[inc.startHandle]
                             list.append(existing ?? CBService(uuid: CBUUID(inc.uuid), isPrimary: false, handle: inc.startHandle,
                                                               endHandle: inc.endHandle, peripheral: self))
                         }
@@ -75,6 +92,9 @@ extension CBPeripheral {
             c.gatt(.discoverCharacteristics(start: start, end: end, uuid: nil)) { [self] r in
                 switch r {
                 case let .success(.characteristics(found)):
+                    guard found.count <= Self.maximumCharacteristicsPerService else {
+                        return deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: Self.tooLarge("characteristics", found.count)) }
+                    }
                     deliver({ $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }, prepare: { [self] in
                         mergeCharacteristics(found, into: service, filter: filter)
                     })
@@ -94,6 +114,9 @@ extension CBPeripheral {
             let finish: (Result<[GATTRemoteDescriptor], GATTClient.Failure>) -> Void = { [self] r in
                 switch r {
                 case let .success(found):
+                    guard found.count <= Self.maximumDescriptorsPerCharacteristic else {
+                        return deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: Self.tooLarge("descriptors", found.count)) }
+                    }
                     deliver({ $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }, prepare: { [self] in
                         mergeDescriptors(found, into: characteristic)
                     })
@@ -116,10 +139,10 @@ extension CBPeripheral {
     /// the descriptors of the one before it.
     func mergeCharacteristics(_ found: [GATTRemoteCharacteristic], into service: CBService, filter: Set<CBUUID>?) {
         var list = service._characteristics ?? []
+        var known = Set(list.map(\.handle))
         for (i, ch) in found.enumerated() {
             let endHandle = i + 1 < found.count ? found[i + 1].declarationHandle - 1 : service.endHandle
-            guard filter?.contains(CBUUID(ch.uuid)) ?? true,
-                  !list.contains(where: { $0.handle == ch.declarationHandle }) else { continue }
+            guard filter?.contains(CBUUID(ch.uuid)) ?? true, known.insert(ch.declarationHandle).inserted else { continue }
             list.append(CBCharacteristic(
                 uuid: CBUUID(ch.uuid), properties: CBCharacteristicProperties(rawValue: UInt(ch.properties)),
                 service: service, handle: ch.declarationHandle, valueHandle: ch.valueHandle, endHandle: endHandle))
@@ -130,7 +153,8 @@ extension CBPeripheral {
 
     func mergeDescriptors(_ found: [GATTRemoteDescriptor], into characteristic: CBCharacteristic) {
         var list = characteristic._descriptors ?? []
-        for d in found where !list.contains(where: { $0.handle == d.handle }) {
+        var known = Set(list.map(\.handle))
+        for d in found where known.insert(d.handle).inserted {
             list.append(CBDescriptor(uuid: CBUUID(d.uuid), characteristic: characteristic, handle: d.handle))
         }
         list.sort { $0.handle < $1.handle }
