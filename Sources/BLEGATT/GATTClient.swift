@@ -80,6 +80,14 @@ public struct GATTClient: Sendable {
         return actions
     }
 
+    /// A response that cannot be taken (longer than ATT_MTU, Vol 3 Part F §3.2.8): the procedure in progress
+    /// fails with `invalidResponse`, and the next one starts.
+    public mutating func rejectResponse(_ why: String) -> [Action] {
+        guard let r = running else { return [.protocolViolation(why)] }
+        running = nil
+        return [.complete(r.id, .failure(.invalidResponse(why)))] + pump()
+    }
+
     /// A PDU from the server: a response to our request, or a notification / indication.
     public mutating func receive(_ pdu: ATTPDU) -> [Action] {
         switch pdu {
@@ -308,6 +316,10 @@ public struct GATTClient: Sendable {
                 guard let props = try? rd.readUInt8(), let vh = try? rd.readUInt16(),
                       let cu = try? rd.readUUID(size: d.value.count - 3) else {
                     return fail(id, .invalidResponse("bad characteristic declaration at \(d.handle)"))
+                }
+                // The value follows its declaration inside the service (Vol 3 Part G §3.3.1: declaration + 1).
+                guard vh > d.handle, vh <= end else {
+                    return fail(id, .invalidResponse("characteristic declared at \(d.handle) has value handle \(vh)"))
                 }
                 list.append(GATTRemoteCharacteristic(uuid: cu, declarationHandle: d.handle, valueHandle: vh, properties: props))
                 last = d.handle

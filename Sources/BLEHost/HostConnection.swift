@@ -41,6 +41,9 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     var clientID: GATTClientID { GATTClientID(UInt64(handle)) }
     var mtuExchangeStarted = false
     var rssiWaiters: [(Result<Int8, HostError>) -> Void] = []
+    /// The reason reported upward when the link closes, when the host itself ended it for a cause (an ATT
+    /// transaction timeout reads as connection timeout).
+    var closeReasonOverride: HCIStatus?
     /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
     var wantsWriteReady = false
 

@@ -62,6 +62,20 @@ extension LEHost {
             if let rsp = error.serverErrorResponse { sendATT(.errorResponse(rsp), on: c) }
             return
         }
+        // Nothing longer than ATT_MTU may cross the bearer (Vol 3 Part F §3.2.8): a request gets Invalid PDU,
+        // a response fails the procedure it answers, a command or notification is dropped.
+        if bytes.count > Int(c.attMTU) {
+            log("ATT \(pdu.opcode) of \(bytes.count) octets exceeds ATT_MTU \(c.attMTU) on \(c)")
+            switch pdu.opcode.kind {
+            case .request:
+                sendATT(.errorResponse(ATTErrorResponse(requestOpcode: pdu.opcode, handle: 0, error: .invalidPDU)), on: c)
+            case .response:
+                perform(c.gattClient.rejectResponse("\(pdu.opcode) of \(bytes.count) octets exceeds ATT_MTU \(c.attMTU)"), on: c)
+            default:
+                break
+            }
+            return
+        }
         switch pdu.opcode.kind {
         case .request, .command:
             perform(gattServer.handle(pdu, from: c.clientID))
@@ -83,9 +97,13 @@ extension LEHost {
                 loop.cancel(c.attTimer)
                 c.attTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
                     guard let self, let c, c.isOpen else { return }
-                    log("ATT transaction timed out on \(c)")
+                    log("ATT transaction timed out on \(c): disconnecting")
                     c.attTimer = nil
                     perform(c.gattClient.transactionTimedOut(), on: c)
+                    // No more ATT on this bearer (Vol 3 Part F §3.3.3); as iOS does, the link goes down and
+                    // the layers above hear "connection timeout".
+                    c.closeReasonOverride = .connectionTimeout
+                    c.disconnect()
                 }
                 sendATT(pdu, on: c)
             case let .sendCommand(pdu):

@@ -98,8 +98,9 @@ extension LEHost {
         }
     }
 
-    func connectionClosed(_ c: HostConnection, reason: HCIStatus) {
+    func connectionClosed(_ c: HostConnection, reason given: HCIStatus) {
         guard c.isOpen else { return }
+        let reason = c.closeReasonOverride ?? given
         c.isOpen = false
         connections[c.handle] = nil
         loop.cancel(c.attTimer)

@@ -212,6 +212,27 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
         #expect(i == id)
     }
 
+    @Test(arguments: [0x0000, 0x000C, 0x0015] as [UInt16])
+    func aValueHandleOutsideItsCharacteristicIsAnInvalidResponse(valueHandle: UInt16) {
+        // Declared at 12 in a service ending at 20: the value must follow it (0, 12 itself and 21 do not).
+        var c = GATTClient()
+        let (id, _) = c.start(.discoverCharacteristics(start: 10, end: 20, uuid: nil))
+        let decl: [UInt8] = [0x02, UInt8(valueHandle & 0xFF), UInt8(valueHandle >> 8), 0x37, 0x2A]
+        let r = c.receive(.readByTypeResponse(ATTReadByTypeResponse(attributeDataList: [ATTHandleValue(handle: 12, value: decl)])))
+        guard case let .complete(i, .failure(.invalidResponse)) = r.first else { Issue.record("expected invalid response, got \(r)"); return }
+        #expect(i == id)
+    }
+
+    @Test func anOversizedResponseFailsTheProcedureAndTheNextOneRuns() {
+        var c = GATTClient()
+        let (a, _) = c.start(.read(handle: 5))
+        let (b, _) = c.start(.read(handle: 6))
+        let r = c.rejectResponse("too long")
+        #expect(r.first == .complete(a, .failure(.invalidResponse("too long"))))
+        #expect(r.dropFirst().first == .send(.readRequest(ATTReadRequest(handle: 6))))
+        _ = b
+    }
+
     @Test func longWriteEchoMismatchCancels() {
         var c = GATTClient()
         let value = Array(repeating: UInt8(7), count: 40)

@@ -235,8 +235,34 @@ final class LinkedHosts: @unchecked Sendable {
         t.air.loop.advance(by: .seconds(2))
         #expect(result == .failure(.timeout))
         #expect(later == .failure(.bearerClosed))
-        // No further ATT requests on this bearer (Vol 3 Part F §3.3.3).
-        #expect(t.gatt(.read(handle: 1)) == .failure(.bearerClosed))
+        // No further ATT on this bearer (Vol 3 Part F §3.3.3): as iOS does, the link goes down, and the
+        // central hears "connection timeout".
+        t.air.loop.advance(by: .milliseconds(100))
+        #expect(t.c.disconnects == [.connectionTimeout])
+        #expect(t.gatt(.read(handle: 1)) == .failure(.disconnected))
+    }
+
+    @Test func pdusLongerThanTheMTUAreProtocolViolations() throws {
+        let t = try LinkedHosts()
+        // A Write Request of 100 octets at ATT_MTU 23 (97 octets of value): refused, nothing written.
+        let writable = t.handles.characteristics[3].value
+        t.air.loop.sync { t.central.sendATT(.writeRequest(ATTWriteRequest(handle: writable, value: [UInt8](repeating: 7, count: 97))), on: t.link) }
+        t.air.loop.advance(by: .milliseconds(100))
+        func stored() -> GATTAttributeValue? { t.air.loop.sync { t.peripheral.gattServer.database.attribute(at: writable)?.value } }
+        #expect(stored() == .stored([0]))
+        // The same value within the MTU is written.
+        t.air.loop.sync { t.central.sendATT(.writeRequest(ATTWriteRequest(handle: writable, value: [7, 7])), on: t.link) }
+        t.air.loop.advance(by: .milliseconds(100))
+        #expect(stored() == .stored([7, 7]))
+        // A Read Response longer than ATT_MTU fails the read it answers.
+        t.p.answerReads = false
+        var result: Result<GATTClient.Outcome, GATTClient.Failure>?
+        t.air.loop.sync { t.link.gatt(.read(handle: t.handles.characteristics[2].value)) { result = $0 } }
+        t.air.loop.advance(by: .milliseconds(100))
+        let pc = try #require(t.p.connections.first)
+        t.air.loop.sync { t.peripheral.sendATT(.readResponse(ATTReadResponse(value: [UInt8](repeating: 1, count: 100))), on: pc) }
+        t.air.loop.advance(by: .milliseconds(100))
+        guard case .failure(.invalidResponse)? = result else { Issue.record("got \(String(describing: result))"); return }
     }
 
     @Test func disconnectMidReadFailsThePendingProcedure() throws {
