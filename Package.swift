@@ -19,6 +19,7 @@ let package = Package(
     ],
     targets: [
         .target(name: "BLEWire"),
+        .target(name: "BoundStreams"),
         .target(name: "BLEHCI", dependencies: ["BLEWire"]),
         .target(name: "BLECrypto", dependencies: [
             .product(name: "Crypto", package: "swift-crypto"),
@@ -35,12 +36,13 @@ let package = Package(
         .target(name: "BLEHost", dependencies: [
             "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLECrypto", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
         ]),
-        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire"]),
+        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLEWire", "BoundStreams"]),
         .executableTarget(name: "ble", dependencies: [
             "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
+        .testTarget(name: "BoundStreamsTests", dependencies: ["BoundStreams"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
         .testTarget(name: "BLESMPTests", dependencies: ["BLESMP", "BLECrypto", "BLEWire"]),
         .testTarget(name: "BLEHCITests", dependencies: ["BLEHCI", "BLEWire"]),
