@@ -24,7 +24,13 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
 
     /// SDU octets the host keeps queued before `send` says "full" (at least one SDU of the peer's MTU).
     public var sendQueueLimit = 64 * 1024
+    /// Set when a sender was refused (or asked with `notifyWhenWritable`); `onWritable` then follows.
     var wantsWritable = false
+
+    /// Asks for `onWritable` once the channel takes SDUs again (for a sender that checked `canSend`).
+    public func notifyWhenWritable() {
+        if canSend { onWritable?() } else { wantsWritable = true }
+    }
 
     init(psm: UInt16, localCID: UInt16, connection: HostConnection) {
         self.psm = psm
