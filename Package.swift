@@ -53,7 +53,7 @@ let package = Package(
         ]),
         .executableTarget(name: "dnssd-tool", dependencies: ["DNSSDNIO", "DNSSD"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD"]),
-        .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD"]),
+        .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD", "dnssd-tool"]),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
         .testTarget(name: "BLESMPTests", dependencies: ["BLESMP", "BLECrypto", "BLEWire"]),
