@@ -46,7 +46,14 @@ final class MDNSSockets: @unchecked Sendable {
         }
         var v4Devices = ipv4 ? chosen(AF_INET) : []
         // One membership per interface index (a device appears once per address).
-        var v6Devices = ipv6 ? chosen(AF_INET6) : []
+        // IPv6 mDNS is link-local (ff02::fb): only interfaces with a fe80:: address can send it; sending
+        // elsewhere (loopback) fails with ENETUNREACH, which makes NIO close the socket.
+        func linkLocal(_ d: NIONetworkDevice) -> Bool {
+            guard let a = d.address, case .v6(let x) = a else { return false }
+            let b = withUnsafeBytes(of: x.address.sin6_addr) { Array($0) }
+            return b[0] == 0xFE && b[1] & 0xC0 == 0x80
+        }
+        var v6Devices = ipv6 ? chosen(AF_INET6).filter(linkLocal) : []
         var seen = Set<Int>()
         v6Devices = v6Devices.filter { seen.insert($0.interfaceIndex).inserted }
         var seen4 = Set<Int>()

@@ -10,6 +10,13 @@ import DNSSDNIO
 import Dispatch
 import Foundation
 
+// Block SIGTERM/SIGINT in every thread (before any thread starts) and take them with sigtimedwait below.
+var stopSignals = sigset_t()
+sigemptyset(&stopSignals)
+sigaddset(&stopSignals, SIGTERM)
+sigaddset(&stopSignals, SIGINT)
+pthread_sigmask(SIG_BLOCK, &stopSignals, nil)
+
 let start = DispatchTime.now()
 func say(_ line: String) {
     let ms = (DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
@@ -67,21 +74,14 @@ if command == "register" {
     stopper = { browse.cancel() }
 }
 
-let done = DispatchSemaphore(value: 0)
-signal(SIGTERM, SIG_IGN)
-signal(SIGINT, SIG_IGN)
-let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
-    let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-    s.setEventHandler { done.signal() }
-    s.resume()
-    return s
+// Wait for a stop signal, or for --seconds.
+var limit = timespec(tv_sec: seconds > 0 ? Int(seconds) : Int.max / 4, tv_nsec: seconds > 0 ? Int((seconds - seconds.rounded(.down)) * 1e9) : 0)
+while true {
+    let r = sigtimedwait(&stopSignals, nil, &limit)
+    if r == SIGTERM || r == SIGINT { break }
+    if r < 0 && errno == EAGAIN { break }   // --seconds elapsed
 }
-if seconds > 0 {
-    DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { done.signal() }
-}
-done.wait()
 stopper()
 service.shutdown()
 say("stopped")
-_ = sources
 exit(0)
