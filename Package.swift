@@ -12,10 +12,14 @@ let package = Package(
         .library(name: "BLEVirtualRadio", targets: ["BLEVirtualRadio"]),
         .library(name: "BLEHost", targets: ["BLEHost"]),
         .executable(name: "ble", targets: ["ble"]),
+        .library(name: "DNSSD", targets: ["DNSSD"]),
+        .library(name: "DNSSDNIO", targets: ["DNSSDNIO"]),
+        .executable(name: "dnssd-tool", targets: ["dnssd-tool"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         .target(name: "BLEWire"),
@@ -41,6 +45,16 @@ let package = Package(
             "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // Discovery: a pure mDNS/DNS-SD codec and responder/querier, and its SwiftNIO socket edge.
+        .target(name: "DNSSD"),
+        .target(name: "DNSSDNIO", dependencies: [
+            "DNSSD",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ]),
+        .executableTarget(name: "dnssd-tool", dependencies: ["DNSSDNIO", "DNSSD"]),
+        .testTarget(name: "DNSSDTests", dependencies: ["DNSSD"]),
+        .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD", "dnssd-tool"]),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
         .testTarget(name: "BoundStreamsTests", dependencies: ["BoundStreams"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),

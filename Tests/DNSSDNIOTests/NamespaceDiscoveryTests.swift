@@ -1,0 +1,118 @@
+// Real sockets, only inside network namespaces made here: our tool against itself, python-zeroconf and
+// (when available) avahi. Figures measured: found-after-register and lost-after-stop across a veth pair.
+import Foundation
+import Testing
+@testable import DNSSDNIO
+
+@Suite(.serialized, .enabled(if: Netns.available, "network namespaces cannot be made here (needs root and iproute2); real-socket tests skipped"))
+struct NamespaceDiscoveryTests {
+    @Test func foundWithinBudgetAndLostAfterGoodbyeAcrossVeth() throws {
+        let pair = try VethPair()
+        defer { pair.remove() }
+        var founds: [Double] = [], losts: [Double] = []
+        let browser = try pair.spawn(pair.b, [Netns.tool, "browse", "--type", "_chat._tcp"])
+        #expect(browser.waitFor("0 ", timeout: 0.1) == nil)   // no event before anything is registered
+        Thread.sleep(forTimeInterval: 1.0)
+        for round in 1...3 {
+            let name = "Alice\(round)"
+            let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--type", "_chat._tcp", "--name", name, "--port", "4242", "--txt", "_d=Alice", "--txt", "_lx=1"])
+            let found = try #require(browser.waitFor("found \(name)\t", timeout: 5), "browser output:\n\(browser.output)\nadvertiser:\n\(adv.output)")
+            founds.append(ms(adv.started, found))
+            #expect(adv.waitFor("registered \(name)", timeout: 2) != nil)
+            let stopAt = DispatchTime.now()
+            adv.process.terminate()
+            let lost = try #require(browser.waitFor("lost \(name)", timeout: 5), "browser output:\n\(browser.output)")
+            losts.append(ms(stopAt, lost))
+            #expect(adv.waitExit(timeout: 3))
+        }
+        print("MEASURED found-after-register ms: \(founds.map { Int($0) }), lost-after-stop ms: \(losts.map { Int($0) })")
+        #expect(browser.output.contains("txt=_d=Alice;_lx=1"))
+        for f in founds { #expect(f <= 1500) }
+        for l in losts { #expect(l <= 1000) }
+    }
+
+    @Test func conflictBetweenTwoOfOursRenamesOne() throws {
+        let pair = try VethPair()
+        defer { pair.remove() }
+        let first = try pair.spawn(pair.a, [Netns.tool, "register", "--name", "Same", "--port", "1"])
+        #expect(first.waitFor("registered Same", timeout: 3) != nil)
+        let second = try pair.spawn(pair.b, [Netns.tool, "register", "--name", "Same", "--port", "2"])
+        #expect(second.waitFor("renamed Same -> Same (2)", timeout: 5) != nil, "\(second.output)")
+        #expect(second.waitFor("registered Same (2)", timeout: 1) != nil)
+    }
+
+    static let zeroconfBrowse = """
+    import sys, time
+    from zeroconf import Zeroconf, ServiceBrowser, ServiceStateChange
+    zc = Zeroconf()
+    def on_change(zeroconf, service_type, name, state_change):
+        if state_change is ServiceStateChange.Added:
+            info = zeroconf.get_service_info(service_type, name, timeout=3000)
+            if info:
+                print("found", name, info.port, sorted(info.properties.items()), info.parsed_addresses(), flush=True)
+        elif state_change is ServiceStateChange.Removed:
+            print("removed", name, flush=True)
+    ServiceBrowser(zc, "_chat._tcp.local.", handlers=[on_change])
+    time.sleep(float(sys.argv[1]))
+    zc.close()
+    """
+
+    static let zeroconfRegister = """
+    import sys, time, socket
+    from zeroconf import Zeroconf, ServiceInfo, NonUniqueNameException
+    zc = Zeroconf()
+    info = ServiceInfo("_chat._tcp.local.", sys.argv[1] + "._chat._tcp.local.", addresses=[socket.inet_aton(sys.argv[2])],
+                       port=5000, properties={"_d": "Zed", "_lx": "1"}, server="zed-host.local.")
+    try:
+        zc.register_service(info)
+        print("registered", sys.argv[1], flush=True)
+    except NonUniqueNameException:
+        print("conflict", sys.argv[1], flush=True)
+    time.sleep(float(sys.argv[3]))
+    zc.unregister_all_services()
+    zc.close()
+    print("closed", flush=True)
+    """
+
+    var zeroconfAvailable: Bool { FileManager.default.isExecutableFile(atPath: Netns.python) }
+
+    @Test func pythonZeroconfFindsOurAdvertisement() throws {
+        try #require(zeroconfAvailable, "python-zeroconf missing: run scripts/setup-venv.sh")
+        let pair = try VethPair()
+        defer { pair.remove() }
+        let zc = try pair.spawn(pair.b, [Netns.python, "-u", "-c", Self.zeroconfBrowse, "12"])
+        let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--name", "Ours", "--port", "4242", "--txt", "_d=Bob"])
+        #expect(zc.waitFor("found Ours._chat._tcp.local. 4242", timeout: 8) != nil, "zeroconf:\n\(zc.output)\nours:\n\(adv.output)")
+        #expect(zc.output.contains("(b'_d', b'Bob')"))
+        adv.process.terminate()
+        #expect(zc.waitFor("removed Ours._chat._tcp.local.", timeout: 4) != nil, "zeroconf:\n\(zc.output)")
+    }
+
+    @Test func weFindPythonZeroconfAdvertisement() throws {
+        try #require(zeroconfAvailable, "python-zeroconf missing: run scripts/setup-venv.sh")
+        let pair = try VethPair()
+        defer { pair.remove() }
+        let a = pair.a
+        _ = a
+        let zc = try pair.spawn(pair.a, [Netns.python, "-u", "-c", Self.zeroconfRegister, "Zed", "10.77.0.9", "6"])
+        let ours = try pair.spawn(pair.b, [Netns.tool, "browse"])
+        #expect(ours.waitFor("found Zed\thost=zed-host.local. port=5000 addrs=10.77.0.9 txt=_d=Zed;_lx=1", timeout: 8) != nil, "ours:\n\(ours.output)\nzeroconf:\n\(zc.output)")
+        #expect(ours.waitFor("lost Zed", timeout: 10) != nil, "ours:\n\(ours.output)")
+    }
+
+    @Test func conflictRenamingAgainstZeroconfBothWays() throws {
+        try #require(zeroconfAvailable, "python-zeroconf missing: run scripts/setup-venv.sh")
+        let pair = try VethPair()
+        defer { pair.remove() }
+        // They hold the name first: we must rename.
+        let zc = try pair.spawn(pair.a, [Netns.python, "-u", "-c", Self.zeroconfRegister, "Shared", "10.77.0.9", "8"])
+        #expect(zc.waitFor("registered Shared", timeout: 6) != nil, "\(zc.output)")
+        let ours = try pair.spawn(pair.b, [Netns.tool, "register", "--name", "Shared", "--port", "7"])
+        #expect(ours.waitFor("renamed Shared -> Shared (2)", timeout: 6) != nil, "ours:\n\(ours.output)")
+        // We hold a name first: their probe must fail.
+        let mine = try pair.spawn(pair.b, [Netns.tool, "register", "--name", "Mine", "--port", "8"])
+        #expect(mine.waitFor("registered Mine", timeout: 4) != nil)
+        let theirs = try pair.spawn(pair.a, [Netns.python, "-u", "-c", Self.zeroconfRegister, "Mine", "10.77.0.9", "1"])
+        #expect(theirs.waitFor("conflict Mine", timeout: 8) != nil, "zeroconf:\n\(theirs.output)")
+    }
+}

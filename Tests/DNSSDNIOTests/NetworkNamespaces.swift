@@ -1,0 +1,139 @@
+// Test harness: network namespaces joined by a veth pair, and child processes run inside them.
+//
+// Nothing here touches the machine's own interfaces: every socket lives in a namespace made by the test,
+// and `remove()` (called by every test, also on failure, through `defer`) kills the processes and deletes
+// the namespaces. Real-socket tests are skipped when namespaces cannot be made (not root, no `ip`).
+import Foundation
+import Testing
+
+enum Netns {
+    /// Whether `ip netns add` works here.
+    static let available: Bool = {
+        let name = "dnssdprobe\(getpid())"
+        guard run(["ip", "netns", "add", name]) == 0 else { return false }
+        _ = run(["ip", "netns", "del", name])
+        return true
+    }()
+
+    @discardableResult
+    static func run(_ argv: [String]) -> Int32 {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = argv
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        do { try p.run() } catch { return -1 }
+        p.waitUntilExit()
+        return p.terminationStatus
+    }
+
+    static let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let tool = repo.appendingPathComponent(".build/debug/dnssd-tool").path
+    static let python = repo.appendingPathComponent(".venv/bin/python").path
+}
+
+/// Two namespaces, `a` (10.77.N.1 on `va`) and `b` (10.77.N.2 on `vb`), linked by a veth pair.
+final class VethPair: @unchecked Sendable {
+    static let counter = NSLock()
+    nonisolated(unsafe) static var next = 0
+    let a: String, b: String, va: String, vb: String
+    var children: [Child] = []
+
+    init() throws {
+        let n = VethPair.counter.withLock { VethPair.next += 1; return VethPair.next }
+        let tag = "\(getpid() % 10000)x\(n)"
+        a = "dnsA\(tag)"; b = "dnsB\(tag)"; va = "vA\(tag)"; vb = "vB\(tag)"
+        let steps: [[String]] = [
+            ["ip", "netns", "add", a], ["ip", "netns", "add", b],
+            ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
+            ["ip", "link", "set", va, "netns", a], ["ip", "link", "set", vb, "netns", b],
+            ["ip", "-n", a, "addr", "add", "10.77.\(n % 250).1/24", "dev", va],
+            ["ip", "-n", b, "addr", "add", "10.77.\(n % 250).2/24", "dev", vb],
+            ["ip", "-n", a, "link", "set", va, "up"], ["ip", "-n", b, "link", "set", vb, "up"],
+            ["ip", "-n", a, "link", "set", "lo", "up"], ["ip", "-n", b, "link", "set", "lo", "up"],
+        ]
+        for step in steps where Netns.run(step) != 0 {
+            remove()
+            throw NSError(domain: "netns", code: 1, userInfo: [NSLocalizedDescriptionKey: "failed: \(step.joined(separator: " "))"])
+        }
+        // IPv6 duplicate address detection must finish before link-local addresses are usable.
+        Thread.sleep(forTimeInterval: 2.0)
+    }
+
+    /// Starts `argv` inside namespace `ns`.
+    func spawn(_ ns: String, _ argv: [String]) throws -> Child {
+        let child = try Child(["ip", "netns", "exec", ns] + argv)
+        children.append(child)
+        return child
+    }
+
+    /// Kills every child and deletes both namespaces (the veth pair goes with them).
+    func remove() {
+        for c in children { c.stop() }
+        _ = Netns.run(["ip", "netns", "del", a])
+        _ = Netns.run(["ip", "netns", "del", b])
+    }
+}
+
+/// A child process whose output lines are collected with arrival times.
+final class Child: @unchecked Sendable {
+    let process = Process()
+    private let lock = NSLock()
+    private var buffer = Data()
+    private var lines: [(at: DispatchTime, text: String)] = []
+    let started: DispatchTime
+
+    init(_ argv: [String]) throws {
+        started = .now()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = argv
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let data = handle.availableData
+            guard let self, !data.isEmpty else { handle.readabilityHandler = nil; return }
+            let now = DispatchTime.now()
+            self.lock.withLock {
+                self.buffer.append(data)
+                while let nl = self.buffer.firstIndex(of: 0x0A) {
+                    let line = String(decoding: self.buffer[self.buffer.startIndex..<nl], as: UTF8.self)
+                    self.buffer.removeSubrange(self.buffer.startIndex...nl)
+                    self.lines.append((now, line))
+                }
+            }
+        }
+        try process.run()
+    }
+
+    /// Waits up to `timeout` seconds for a line containing `text`; returns its arrival time.
+    func waitFor(_ text: String, timeout: Double) -> DispatchTime? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let hit = lock.withLock({ lines.first { $0.text.contains(text) } }) { return hit.at }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return nil
+    }
+
+    var output: String { lock.withLock { lines.map(\.text).joined(separator: "\n") } }
+
+    /// SIGTERM (clean stop), then SIGKILL after 3 s.
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        let deadline = Date().addingTimeInterval(3)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+    }
+
+    func waitExit(timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        return !process.isRunning
+    }
+}
+
+func ms(_ from: DispatchTime, _ to: DispatchTime) -> Double {
+    Double(Int64(to.uptimeNanoseconds) - Int64(from.uptimeNanoseconds)) / 1e6
+}
