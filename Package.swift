@@ -44,6 +44,7 @@ let package = Package(
         .executableTarget(name: "ble", dependencies: [
             "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Crypto", package: "swift-crypto"),
         ]),
         // Discovery: a pure mDNS/DNS-SD codec and responder/querier, and its SwiftNIO socket edge.
         .target(name: "DNSSD"),
