@@ -1,0 +1,190 @@
+// Joining a session: invitations (ours to an advertiser, with a timeout; theirs through our advertiser, with
+// the mutual-invitation race settled by token order) and the custom-discovery trio, where apps exchange
+// connection data themselves.
+import Foundation
+import PeerSession
+import PeerTransport
+
+extension MCSession {
+    /// Invites `peer` (found by a browser at `addresses`) into this session.
+    func invite(_ peer: MCPeerID, at addresses: [(host: String, port: UInt16)], context: Data?, timeout: TimeInterval) {
+        let already = lock.withLock { peers[peer.token] != nil || pendingInvites[peer.token] != nil }
+        guard !already else { return }
+        lock.withLock { pendingInvites[peer.token] = .some(nil) }
+        notify(peer, .connecting)
+        let id = UInt32.random(in: 1...UInt32.max)
+        let limit = timeout > 0 ? timeout : 30
+        DispatchQueue.global().asyncAfter(deadline: .now() + limit) { [weak self] in
+            guard let self else { return }
+            let link = lock.withLock { () -> PeerLink?? in
+                guard let entry = pendingInvites[peer.token] else { return nil }
+                pendingInvites[peer.token] = nil
+                return entry
+            }
+            guard let link else { return }   // answered already
+            link?.close()
+            PeerLog.write("invitation to \(peer.displayName) timed out")
+            notify(peer, .notConnected)
+        }
+        connect(to: addresses, peer: peer) { [weak self] link in
+            guard let self else { return }
+            guard let link else { return inviteFailed(peer) }
+            let stillWanted = lock.withLock { () -> Bool in
+                guard pendingInvites[peer.token] != nil else { return false }
+                pendingInvites[peer.token] = .some(link)
+                return true
+            }
+            guard stillWanted else { return link.close() }
+            link.onMessage = { [weak self] m in self?.inviteAnswer(m, link: link, peer: peer) }
+            link.onClose = { [weak self] _ in self?.inviteFailed(peer) }
+            let ctx = context.map { [UInt8]($0) }
+            link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()),
+                       .invite(id: id, mesh: lock.withLock { mesh }, context: ctx)])
+        }
+    }
+
+    private func inviteAnswer(_ m: PeerMessage, link: PeerLink, peer: MCPeerID) {
+        switch m {
+        case .hello:
+            break
+        case let .inviteReply(_, accepted):
+            guard accepted else {
+                link.close()
+                return
+            }
+            admit(link, peer: peer) { [self] ok in
+                let mine = lock.withLock { () -> Bool in
+                    guard case .some(.some(let l)) = pendingInvites[peer.token], l === link else { return false }
+                    pendingInvites[peer.token] = nil
+                    return true
+                }
+                guard mine else { return }
+                guard ok, let c = adopt(link, peer: peer, memberPort: 0) else {
+                    link.close()
+                    return notify(peer, .notConnected)
+                }
+                becameConnected(c, sendMembers: true)
+            }
+        default:
+            PeerLog.warning("\(peer.displayName) answered an invitation with \(m); closing")
+            link.close()
+        }
+    }
+
+    private func inviteFailed(_ peer: MCPeerID) {
+        let was = lock.withLock { pendingInvites.removeValue(forKey: peer.token) != nil }
+        if was { notify(peer, .notConnected) }
+    }
+
+    /// Tries each address in turn.
+    func connect(to addresses: [(host: String, port: UInt16)], peer: MCPeerID, _ done: @escaping @Sendable (PeerLink?) -> Void) {
+        guard let first = addresses.first else { return done(nil) }
+        PeerTransport.shared.connect(host: first.host, port: first.port, tls: encryptionPreference == .none ? nil : tls) { [weak self] r in
+            switch r {
+            case let .success(link): done(link)
+            case let .failure(e):
+                PeerLog.write("\(peer.displayName) at \(first.host):\(first.port): \(e)")
+                guard let self else { return done(nil) }
+                connect(to: Array(addresses.dropFirst()), peer: peer, done)
+            }
+        }
+    }
+
+    /// Mutual invitations: when `peer` invites us while we invite it, the lower token's invitation wins.
+    /// Returns false when theirs must be declined.
+    func settleMutualInvitation(from peer: MCPeerID) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let entry = pendingInvites[peer.token] else { return true }
+        if myPeerID.token < peer.token { return false }
+        pendingInvites[peer.token] = nil
+        if let link = entry {
+            link.onClose = nil
+            link.close()
+        }
+        return true
+    }
+
+    /// An invitation our advertiser received was accepted with this session.
+    func acceptInvitation(link: PeerLink, peer: MCPeerID, inviteID: UInt32, mesh theirMesh: UInt64, memberPort port: UInt16) {
+        guard settleMutualInvitation(from: peer) else {
+            link.send(.inviteReply(id: inviteID, accepted: false))
+            return link.close()
+        }
+        admit(link, peer: peer) { [self] ok in
+            guard ok, let c = adopt(link, peer: peer, memberPort: port) else {
+                link.send(.inviteReply(id: inviteID, accepted: false))
+                link.close()
+                return notify(peer, .notConnected)
+            }
+            // A session that is alone joins the inviter's mesh.
+            lock.withLock { if peers.count == 1 { mesh = theirMesh } }
+            link.send([.inviteReply(id: inviteID, accepted: true), .hello(version: PeerMessage.version, identity: identity, port: memberPort())])
+            becameConnected(c, sendMembers: false)
+        }
+    }
+
+    // MARK: Custom discovery (MCSessionCustomDiscovery)
+
+    /// Data another app instance needs to connect to us: our peer, our member port and our addresses.
+    public func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping (Data?, (any Error)?) -> Void) {
+        let port = memberPort()
+        let info: [String: Any] = ["v": 1, "token": String(myPeerID.token), "name": myPeerID.displayName, "port": Int(port),
+                                   "hosts": LocalAddresses.all()]
+        let data = try? JSONSerialization.data(withJSONObject: info, options: [.sortedKeys])
+        nonisolated(unsafe) let handler = completionHandler
+        delegateQueue.async { handler(data, data == nil ? MCError(.unknown) : nil) }
+    }
+
+    /// Connects to a peer whose connection data the app obtained itself; both sides call this.
+    public func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
+        guard let obj = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let tokenText = obj["token"] as? String, let token = UInt64(tokenText), token == peerID.token,
+              let port = obj["port"] as? Int, (1...65_535).contains(port), let hosts = obj["hosts"] as? [String] else {
+            PeerLog.warning("connectPeer: the connection data for \(peerID.displayName) is not ours or is damaged")
+            return notify(peerID, .notConnected)
+        }
+        _ = lock.withLock { expectedPeers.insert(peerID.token) }
+        // The lower token connects; the other waits for it (one link, no race).
+        guard myPeerID.token < peerID.token else { return notify(peerID, .connecting) }
+        notify(peerID, .connecting)
+        connect(to: hosts.map { ($0, UInt16(port)) }, peer: peerID) { [weak self] link in
+            guard let self else { return }
+            guard let link, lock.withLock({ expectedPeers.contains(peerID.token) }), let c = adopt(link, peer: peerID, memberPort: UInt16(port)) else {
+                link?.close()
+                return notify(peerID, .notConnected)
+            }
+            c.awaitingJoinReply = true
+            link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()), .join(mesh: lock.withLock { mesh })])
+        }
+    }
+
+    public func cancelConnectPeer(_ peerID: MCPeerID) {
+        let c = lock.withLock { () -> PeerConnection? in
+            expectedPeers.remove(peerID.token)
+            return peers[peerID.token].flatMap { $0.connected ? nil : $0 }
+        }
+        c?.link.close()
+    }
+}
+
+/// This machine's addresses (for custom discovery data).
+enum LocalAddresses {
+    static func all() -> [String] {
+        var out: [String] = []
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0, let first = list else { return ["127.0.0.1"] }
+        defer { freeifaddrs(list) }
+        var p: UnsafeMutablePointer<ifaddrs>? = first
+        while let ifa = p {
+            defer { p = ifa.pointee.ifa_next }
+            guard let sa = ifa.pointee.ifa_addr, sa.pointee.sa_family == sa_family_t(AF_INET) else { continue }
+            var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            if getnameinfo(sa, socklen_t(MemoryLayout<sockaddr_in>.size), &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST) == 0 {
+                out.append(String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            }
+        }
+        // Loopback last: other machines cannot use it.
+        return out.sorted { a, _ in !a.hasPrefix("127.") }
+    }
+}

@@ -1,0 +1,279 @@
+// What flows on a session's links: messages, resources (files with progress and cancellation from either
+// side, read and written in 64 KB pieces only as the link drains, so memory stays flat), and one-way named
+// streams with credits (the receiver grants 256 KB and more as its app reads).
+import Foundation
+import PeerSession
+import PeerTransport
+import BoundStreams
+
+extension MCSession {
+    // MARK: Incoming
+
+    func received(_ m: PeerMessage, on c: PeerConnection) {
+        lock.withLock { c.lastHeard = Date() }
+        switch m {
+        case let .data(id, final, unreliable, chunk):
+            if unreliable {
+                deliver(chunk, from: c)
+                return
+            }
+            do {
+                if let whole = try lock.withLock({ try c.assembler.take(id: id, final: final, chunk: chunk) }) { deliver(whole, from: c) }
+            } catch {
+                PeerLog.warning("\(c.peer.displayName) broke the message framing: \(error); disconnecting")
+                c.link.close()
+            }
+        case .ping:
+            c.link.send(.pong)
+        case .pong:
+            break
+        case .bye:
+            c.link.close()
+        case let .members(list):
+            join(list)
+        case let .joinReply(ok):
+            let waiting = lock.withLock { () -> Bool in defer { c.awaitingJoinReply = false }; return c.awaitingJoinReply }
+            guard waiting else { return }
+            if ok { becameConnected(c, sendMembers: false) } else { c.link.close() }
+        case let .hello(_, _, port):
+            lock.withLock { c.memberPort = port }
+        case let .resourceStart(id, size, name):
+            startIncomingResource(id: id, size: size, name: name, on: c)
+        case let .resourceChunk(id, chunk):
+            resourceChunk(id: id, chunk: chunk, on: c)
+        case let .resourceEnd(id):
+            finishIncomingResource(id: id, on: c)
+        case let .resourceCancel(id):
+            resourceCancelled(id: id, on: c)
+        case let .resourceAck(id):
+            let r = lock.withLock { c.outgoingResources.removeValue(forKey: id) }
+            r?.completion(nil)
+        case let .streamOpen(id, name):
+            openIncomingStream(id: id, name: name, on: c)
+        case let .streamData(id, chunk):
+            let s = lock.withLock { c.incomingStreams[id] }
+            // More than the window granted is a broken peer; credits bound what we hold.
+            guard let s, s.bufferedByteCount + chunk.count <= PeerConnection.streamWindow else {
+                if s != nil { PeerLog.warning("\(c.peer.displayName) overran stream \(id); disconnecting"); c.link.close() }
+                return
+            }
+            s.deliver(chunk)
+        case let .streamCredit(id, n):
+            lock.withLock { c.outgoingStreams[id]?.credits += Int(n) }
+            pump(c)
+        case let .streamClose(id):
+            let s = lock.withLock { c.incomingStreams.removeValue(forKey: id) }
+            s?.finish(error: nil)
+        case let .evict(token):
+            if token == myPeerID.token {
+                disconnect()
+            } else if let victim = lock.withLock({ peers[token] }) {
+                victim.link.close()
+            }
+        case .invite, .inviteReply, .join, .unknown:
+            break
+        }
+    }
+
+    private func deliver(_ bytes: [UInt8], from c: PeerConnection) {
+        let data = Data(bytes)
+        delegateQueue.async { [self] in delegate?.session(self, didReceive: data, fromPeer: c.peer) }
+    }
+
+    // MARK: Resources
+
+    /// Sends a file (file URLs only on Linux) to a connected peer. The returned Progress counts octets and
+    /// can cancel; `completionHandler` runs when the peer has it all, or with the error.
+    @discardableResult
+    public func sendResource(at resourceURL: URL, withName resourceName: String, toPeer peerID: MCPeerID,
+                           withCompletionHandler completionHandler: (((any Error)?) -> Void)? = nil) -> Progress? {
+        let complete = Unchecked(completionHandler)
+        let done: @Sendable ((any Error)?) -> Void = { [delegateQueue] e in
+            let err = Unchecked(e)
+            delegateQueue.async { complete.value?(err.value) }
+        }
+        guard let c = lock.withLock({ peers[peerID.token] }), lock.withLock({ c.connected }) else {
+            done(MCError(.notConnected))
+            return nil
+        }
+        guard resourceURL.isFileURL, let file = try? FileHandle(forReadingFrom: resourceURL),
+              let size = (try? FileManager.default.attributesOfItem(atPath: resourceURL.path)[.size] as? NSNumber)?.uint64Value else {
+            done(MCError(.invalidParameter, userInfo: [NSLocalizedDescriptionKey: "Cannot read \(resourceURL)"]))
+            return nil
+        }
+        let progress = Progress(totalUnitCount: Int64(size))
+        let id = lock.withLock { () -> UInt32 in
+            defer { c.nextResourceID &+= 1 }
+            c.outgoingResources[c.nextResourceID] = PeerConnection.OutgoingResource(file: file, progress: progress, completion: done, sent: 0, size: size)
+            return c.nextResourceID
+        }
+        progress.cancellationHandler = { [weak self, weak c] in
+            guard let self, let c, let r = self.lock.withLock({ c.outgoingResources.removeValue(forKey: id) }) else { return }
+            try? r.file.close()
+            c.link.send(.resourceCancel(id: id))
+            r.completion(MCError(.cancelled))
+        }
+        c.link.send(.resourceStart(id: id, size: size, name: resourceName))
+        pump(c)
+        return progress
+    }
+
+    /// Sends what waits (resource pieces, stream data within credits) while the link is writable.
+    func pump(_ c: PeerConnection) {
+        while c.link.isWritable && c.link.isOpen {
+            var sentSomething = false
+            let ids = lock.withLock { Array(c.outgoingResources.keys).sorted() }
+            for id in ids {
+                guard c.link.isWritable else { break }
+                guard var r = lock.withLock({ c.outgoingResources[id] }), !r.finishedSending else { continue }
+                let piece = (try? r.file.read(upToCount: PeerConnection.chunk)) ?? nil
+                if let piece, !piece.isEmpty {
+                    c.link.send(.resourceChunk(id: id, chunk: [UInt8](piece)))
+                    r.sent += UInt64(piece.count)
+                    r.progress.completedUnitCount = Int64(r.sent)
+                    sentSomething = true
+                } else {
+                    try? r.file.close()
+                    r.finishedSending = true
+                    c.link.send(.resourceEnd(id: id))
+                }
+                lock.withLock { if c.outgoingResources[id] != nil { c.outgoingResources[id] = r } }
+            }
+            let streams = lock.withLock { c.outgoingStreams }
+            for (id, s) in streams.sorted(by: { $0.key < $1.key }) {
+                guard c.link.isWritable else { break }
+                if s.credits > 0 {
+                    let bytes = s.output.take(maxLength: min(s.credits, PeerConnection.chunk))
+                    if !bytes.isEmpty {
+                        lock.withLock { c.outgoingStreams[id]?.credits -= bytes.count }
+                        c.link.send(.streamData(id: id, chunk: bytes))
+                        sentSomething = true
+                    }
+                }
+                if s.output.isClosedByApp, s.output.bufferedByteCount == 0 {
+                    lock.withLock { _ = c.outgoingStreams.removeValue(forKey: id) }
+                    c.link.send(.streamClose(id: id))
+                }
+            }
+            if !sentSomething { break }
+        }
+    }
+
+    func startIncomingResource(id: UInt32, size: UInt64, name: String, on c: PeerConnection) {
+        let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("MCResource-\(UUID().uuidString)")
+        guard FileManager.default.createFile(atPath: url.path, contents: nil), let file = try? FileHandle(forWritingTo: url) else {
+            c.link.send(.resourceCancel(id: id))
+            return
+        }
+        let progress = Progress(totalUnitCount: Int64(size))
+        progress.cancellationHandler = { [weak self, weak c] in
+            guard let self, let c, let r = self.lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
+            try? r.file.close()
+            try? FileManager.default.removeItem(at: r.url)
+            c.link.send(.resourceCancel(id: id))
+            delegateQueue.async { [self] in
+                delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.cancelled))
+            }
+        }
+        lock.withLock { c.incomingResources[id] = PeerConnection.IncomingResource(name: name, url: url, file: file, progress: progress, size: size, received: 0) }
+        delegateQueue.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
+    }
+
+    func resourceChunk(id: UInt32, chunk: [UInt8], on c: PeerConnection) {
+        guard var r = lock.withLock({ c.incomingResources[id] }) else { return }
+        guard r.received + UInt64(chunk.count) <= r.size else {
+            PeerLog.warning("\(c.peer.displayName) sent more than the resource's size; cancelling it")
+            return resourceFailed(id: id, on: c, error: MCError(.invalidParameter), tellPeer: true)
+        }
+        do { try r.file.write(contentsOf: chunk) } catch { return resourceFailed(id: id, on: c, error: error, tellPeer: true) }
+        r.received += UInt64(chunk.count)
+        r.progress.completedUnitCount = Int64(r.received)
+        lock.withLock { if c.incomingResources[id] != nil { c.incomingResources[id] = r } }
+    }
+
+    func finishIncomingResource(id: UInt32, on c: PeerConnection) {
+        guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
+        try? r.file.close()
+        guard r.received == r.size else {
+            try? FileManager.default.removeItem(at: r.url)
+            c.link.send(.resourceCancel(id: id))
+            delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.unknown)) }
+            return
+        }
+        c.link.send(.resourceAck(id: id))
+        delegateQueue.async { [self] in
+            delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: r.url, withError: nil)
+            // As on iOS the file is temporary: the app moves it during the callback.
+            try? FileManager.default.removeItem(at: r.url)
+        }
+    }
+
+    func resourceCancelled(id: UInt32, on c: PeerConnection) {
+        if let r = lock.withLock({ c.outgoingResources.removeValue(forKey: id) }) {
+            try? r.file.close()
+            r.completion(MCError(.cancelled))
+        }
+        resourceFailed(id: id, on: c, error: MCError(.cancelled), tellPeer: false)
+    }
+
+    func resourceFailed(id: UInt32, on c: PeerConnection, error: any Error, tellPeer: Bool) {
+        guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
+        try? r.file.close()
+        try? FileManager.default.removeItem(at: r.url)
+        if tellPeer { c.link.send(.resourceCancel(id: id)) }
+        delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
+    }
+
+    /// The link is gone: every transfer on it fails, every stream ends.
+    func failTransfers(of c: PeerConnection) {
+        let (outR, inR, outS, inS) = lock.withLock { () -> ([PeerConnection.OutgoingResource], [PeerConnection.IncomingResource], [PipeOutputStream], [PipeInputStream]) in
+            defer { c.outgoingResources.removeAll(); c.incomingResources.removeAll(); c.outgoingStreams.removeAll(); c.incomingStreams.removeAll() }
+            return (Array(c.outgoingResources.values), Array(c.incomingResources.values), c.outgoingStreams.values.map(\.output), Array(c.incomingStreams.values))
+        }
+        for r in outR { try? r.file.close(); r.completion(MCError(.notConnected)) }
+        for r in inR {
+            try? r.file.close()
+            try? FileManager.default.removeItem(at: r.url)
+            delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.notConnected)) }
+        }
+        for s in outS { s.fail(error: MCError(.notConnected)) }
+        for s in inS { s.finish(error: MCError(.notConnected)) }
+    }
+
+    // MARK: Streams
+
+    /// Opens a one-way byte stream to a connected peer; it gets the InputStream through its delegate.
+    /// Writes return 0 while the peer's reader lags (back-pressure), as a full socket would.
+    public func startStream(withName streamName: String, toPeer peerID: MCPeerID) throws -> OutputStream {
+        guard let c = lock.withLock({ peers[peerID.token] }), lock.withLock({ c.connected }) else { throw MCError(.notConnected) }
+        let output = PipeOutputStream(capacity: PeerConnection.streamWindow)
+        let id = lock.withLock { () -> UInt32 in
+            defer { c.nextStreamID &+= 1 }
+            c.outgoingStreams[c.nextStreamID] = PeerConnection.OutgoingStream(output: output, credits: 0)
+            return c.nextStreamID
+        }
+        output.onDataAvailable = { [weak self, weak c] in if let self, let c { self.pump(c) } }
+        output.onClose = { [weak self, weak c] in if let self, let c { self.pump(c) } }
+        c.link.send(.streamOpen(id: id, name: streamName))
+        return output
+    }
+
+    func openIncomingStream(id: UInt32, name: String, on c: PeerConnection) {
+        let input = PipeInputStream()
+        lock.withLock { c.incomingStreams[id] = input }
+        input.onConsumed = { [weak self, weak c] n in
+            guard let self, let c else { return }
+            // Credits go back in batches of a quarter window.
+            let grant = lock.withLock { () -> Int in
+                c.pendingCredits[id, default: 0] += n
+                guard let g = c.pendingCredits[id], g >= PeerConnection.streamWindow / 4 else { return 0 }
+                c.pendingCredits[id] = 0
+                return g
+            }
+            if grant > 0 { c.link.send(.streamCredit(id: id, octets: UInt32(grant))) }
+        }
+        c.link.send(.streamCredit(id: id, octets: UInt32(PeerConnection.streamWindow)))
+        let stream = Unchecked(input)
+        delegateQueue.async { [self] in delegate?.session(self, didReceive: stream.value, withName: name, fromPeer: c.peer) }
+    }
+}

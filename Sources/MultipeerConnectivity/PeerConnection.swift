@@ -1,0 +1,61 @@
+// One remote peer of a session: its link, and what flows on it — message reassembly, resources both ways,
+// streams both ways with credits, keep-alive. The session owns these; they call back into it.
+//
+// Threading contract: link callbacks arrive on the link's event loop; state here is guarded by the
+// session's lock; delegate calls go through the session's private serial queue.
+import Foundation
+import PeerSession
+import PeerTransport
+import BoundStreams
+
+final class PeerConnection: @unchecked Sendable {
+    let peer: MCPeerID
+    let link: PeerLink
+    /// Where this peer accepts other mesh members (its session listener).
+    var memberPort: UInt16 = 0
+    var connected = false
+    /// We joined this member's session and wait for its answer.
+    var awaitingJoinReply = false
+    var lastHeard = Date()
+    var assembler = MessageAssembler()
+    var nextMessageID: UInt32 = 1
+    var nextResourceID: UInt32 = 1
+    var nextStreamID: UInt32 = 1
+
+    struct OutgoingResource {
+        var file: FileHandle
+        var progress: Progress
+        var completion: ((any Error)?) -> Void
+        var sent: UInt64
+        var size: UInt64
+        var finishedSending = false
+    }
+    struct IncomingResource {
+        var name: String
+        var url: URL
+        var file: FileHandle
+        var progress: Progress
+        var size: UInt64
+        var received: UInt64
+    }
+    struct OutgoingStream {
+        var output: PipeOutputStream
+        var credits: Int
+        var closing = false
+    }
+    var outgoingResources: [UInt32: OutgoingResource] = [:]
+    var incomingResources: [UInt32: IncomingResource] = [:]
+    var outgoingStreams: [UInt32: OutgoingStream] = [:]
+    var incomingStreams: [UInt32: PipeInputStream] = [:]
+    /// Credits for incoming streams not yet sent back (batched).
+    var pendingCredits: [UInt32: Int] = [:]
+
+    /// The receive window of each incoming stream: the sender may have this much unread here.
+    static let streamWindow = 256 * 1024
+    static let chunk = 64 * 1024
+
+    init(peer: MCPeerID, link: PeerLink) {
+        self.peer = peer
+        self.link = link
+    }
+}

@@ -1,0 +1,148 @@
+// One connection of the peer session protocol over TCP (optionally TLS 1.3): frames in, frames out, with
+// back-pressure from NIO's write buffer. What the frames mean is the session engine's business.
+//
+// Threading contract: callbacks run on the link's NIO event loop, in order. `send`, `close` and the
+// properties are safe from any thread.
+import Foundation
+import NIOCore
+import NIOPosix
+import NIOSSL
+import PeerSession
+
+public final class PeerLink: @unchecked Sendable {
+    let channel: Channel
+    private let lock = NSLock()
+    private var _onMessage: ((PeerMessage) -> Void)?
+    private var _onClose: (((any Error)?) -> Void)?
+    private var _onWritable: (() -> Void)?
+    private var closed = false
+    private var closeError: (any Error)?
+    private var pendingFlush = false
+    /// The peer's certificate chain (DER), once a TLS handshake completed; empty for plaintext.
+    public internal(set) var peerCertificates: [[UInt8]] = []
+    public let isEncrypted: Bool
+    /// The peer's address as seen by us ("10.0.0.2" / "fe80::1%veth0").
+    public let remoteHost: String
+
+    init(channel: Channel, encrypted: Bool) {
+        self.channel = channel
+        self.isEncrypted = encrypted
+        self.remoteHost = channel.remoteAddress?.ipAddress ?? "?"
+    }
+
+    /// Called for each message; a protocol error closes the link (onClose gets the error).
+    public var onMessage: ((PeerMessage) -> Void)? {
+        get { lock.withLock { _onMessage } }
+        set { lock.withLock { _onMessage = newValue } }
+    }
+    public var onClose: (((any Error)?) -> Void)? {
+        get { lock.withLock { _onClose } }
+        set {
+            let already = lock.withLock { () -> Bool in _onClose = newValue; return closed }
+            if already { channel.eventLoop.execute { [self] in newValue?(lock.withLock { closeError }) } }
+        }
+    }
+    /// The write buffer drained below its low mark after `isWritable` was false.
+    public var onWritable: (() -> Void)? {
+        get { lock.withLock { _onWritable } }
+        set { lock.withLock { _onWritable = newValue } }
+    }
+
+    /// False while more than the high water mark waits in the write buffer.
+    public var isWritable: Bool { channel.isWritable }
+    public var isOpen: Bool { lock.withLock { !closed } }
+
+    /// Queues messages; they leave with one flush per event-loop turn.
+    public func send(_ messages: [PeerMessage]) {
+        guard isOpen else { return }
+        var bytes: [UInt8] = []
+        for m in messages { m.frame.encode(into: &bytes) }
+        let loop = channel.eventLoop
+        let buffer = channel.allocator.buffer(bytes: bytes)
+        if loop.inEventLoop {
+            write(buffer)
+        } else {
+            loop.execute { [self] in write(buffer) }
+        }
+    }
+
+    public func send(_ m: PeerMessage) { send([m]) }
+
+    private func write(_ buffer: ByteBuffer) {
+        channel.write(buffer, promise: nil)
+        guard !pendingFlush else { return }
+        pendingFlush = true
+        channel.eventLoop.execute { [self] in
+            pendingFlush = false
+            channel.flush()
+        }
+    }
+
+    public func close() {
+        channel.close(promise: nil)
+    }
+
+    // Called by the handler on the event loop.
+    func received(_ m: PeerMessage) { lock.withLock { _onMessage }?(m) }
+    func writabilityChanged() { if channel.isWritable { lock.withLock { _onWritable }?() } }
+    func didClose(_ error: (any Error)?) {
+        let handler = lock.withLock { () -> (((any Error)?) -> Void)? in
+            guard !closed else { return nil }
+            closed = true
+            closeError = error
+            return _onClose
+        }
+        handler?(error)
+    }
+}
+
+/// Decodes frames into messages for its link; a malformed stream closes the connection.
+final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    weak var link: PeerLink?
+    private var decoder = PeerFrameDecoder()
+    private var error: (any Error)?
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var buffer = unwrapInboundIn(data)
+        if let bytes = buffer.readBytes(length: buffer.readableBytes) { decoder.append(bytes) }
+        do {
+            while let f = try decoder.next() {
+                let m = try PeerMessage(frame: f)
+                link?.received(m)
+            }
+        } catch {
+            PeerLog.warning("closing a connection from \(context.remoteAddress?.description ?? "?"): \(error)")
+            self.error = error
+            context.close(promise: nil)
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        link?.writabilityChanged()
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        link?.didClose(error)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if self.error == nil { self.error = error }
+        context.close(promise: nil)
+    }
+}
+
+/// Diagnostics of the peer transport: warnings (a misbehaving peer, a refused connection) always go to
+/// standard error; `MC_LOG=1` adds the rest.
+public enum PeerLog {
+    public static let enabled = ProcessInfo.processInfo.environment["MC_LOG"].map { $0 != "0" } ?? false
+    public static func write(_ s: @autoclosure () -> String) {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("[multipeer] \(s())\n".utf8))
+    }
+    public static func warning(_ s: String) {
+        FileHandle.standardError.write(Data("[multipeer] \(s)\n".utf8))
+    }
+}
