@@ -35,7 +35,8 @@ extension MCSession {
                 return true
             }
             guard stillWanted else { return link.close() }
-            link.onMessage = { [weak self] m in self?.inviteAnswer(m, link: link, peer: peer) }
+            let backlog = Backlog()
+            link.onMessage = { [weak self] m in self?.inviteAnswer(m, link: link, peer: peer, backlog: backlog) }
             link.onClose = { [weak self] _ in self?.inviteFailed(peer) }
             let ctx = context.map { [UInt8]($0) }
             link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()),
@@ -43,7 +44,12 @@ extension MCSession {
         }
     }
 
-    private func inviteAnswer(_ m: PeerMessage, link: PeerLink, peer: MCPeerID) {
+    private func inviteAnswer(_ m: PeerMessage, link: PeerLink, peer: MCPeerID, backlog: Backlog) {
+        if backlog.accepted {
+            // Accepted, waiting for the app's word on the certificate: keep what arrives for the session.
+            backlog.messages.append(m)
+            return
+        }
         switch m {
         case .hello:
             break
@@ -52,6 +58,7 @@ extension MCSession {
                 link.close()
                 return
             }
+            backlog.accepted = true
             admit(link, peer: peer) { [self] ok in
                 let mine = lock.withLock { () -> Bool in
                     guard case .some(.some(let l)) = pendingInvites[peer.token], l === link else { return false }
@@ -64,6 +71,11 @@ extension MCSession {
                     return notify(peer, .notConnected)
                 }
                 becameConnected(c, sendMembers: true)
+                let held = Unchecked(self)
+                link.execute {
+                    for m in backlog.messages { held.value.received(m, on: c) }
+                    backlog.messages.removeAll()
+                }
             }
         default:
             PeerLog.warning("\(peer.displayName) answered an invitation with \(m); closing")
@@ -120,7 +132,8 @@ extension MCSession {
             // A session that is alone joins the inviter's mesh.
             lock.withLock { if peers.count == 1 { mesh = theirMesh } }
             link.send([.inviteReply(id: inviteID, accepted: true), .hello(version: PeerMessage.version, identity: identity, port: memberPort())])
-            becameConnected(c, sendMembers: false)
+            // Both ends of an invitation tell the newcomer about the members they know.
+            becameConnected(c, sendMembers: true)
         }
     }
 
@@ -166,6 +179,12 @@ extension MCSession {
         }
         c?.link.close()
     }
+}
+
+/// What an inviter receives between the acceptance and the app's admission of the peer (on the link's loop).
+final class Backlog: @unchecked Sendable {
+    var accepted = false
+    var messages: [PeerMessage] = []
 }
 
 /// This machine's addresses (for custom discovery data).

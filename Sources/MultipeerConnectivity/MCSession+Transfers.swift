@@ -29,7 +29,9 @@ extension MCSession {
             break
         case .bye:
             c.link.close()
-        case let .members(list):
+        case let .members(theirMesh, list):
+            // A newcomer (we know only the peer that told us) adopts the mesh it joined.
+            lock.withLock { if peers.count == 1 { mesh = theirMesh } }
             join(list)
         case let .joinReply(ok):
             let waiting = lock.withLock { () -> Bool in defer { c.awaitingJoinReply = false }; return c.awaitingJoinReply }
@@ -118,8 +120,14 @@ extension MCSession {
         return progress
     }
 
-    /// Sends what waits (resource pieces, stream data within credits) while the link is writable.
+    /// Sends what waits (resource pieces, stream data within credits) while the link is writable; always on
+    /// the link's event loop, so pieces leave in order.
     func pump(_ c: PeerConnection) {
+        let session = Unchecked(self), conn = Unchecked(c)
+        c.link.execute { session.value.pumpOnLoop(conn.value) }
+    }
+
+    private func pumpOnLoop(_ c: PeerConnection) {
         while c.link.isWritable && c.link.isOpen {
             var sentSomething = false
             let ids = lock.withLock { Array(c.outgoingResources.keys).sorted() }

@@ -54,6 +54,7 @@ open class MCSession: NSObject, @unchecked Sendable {
             tls = encryptionPreference == .none ? nil : TLSIdentities.identity(for: myPeerID)
         }
         super.init()
+        openListener()
     }
 
     deinit {
@@ -67,21 +68,19 @@ open class MCSession: NSObject, @unchecked Sendable {
         lock.withLock { peers.values.filter(\.connected).map(\.peer).sorted { $0.token < $1.token } }
     }
 
-    /// Our listener for mesh members, opened on first use.
-    func memberPort() -> UInt16 {
-        lock.withLock {
-            if let listener { return listener.port }
-            do {
-                let l = try PeerTransport.shared.listen(tls: tls) { [weak self] link in self?.acceptMember(link) }
-                listener = l
-                startKeepAlive()
-                return l.port
-            } catch {
-                PeerLog.warning("session of \(myPeerID.displayName) cannot accept members: \(error)")
-                return 0
-            }
+    /// Opens our listener for mesh members (at init: it waits for the socket, so never on an event loop).
+    private func openListener() {
+        do {
+            let l = try PeerTransport.shared.listen(tls: tls) { [weak self] link in self?.acceptMember(link) }
+            lock.withLock { listener = l }
+            startKeepAlive()
+        } catch {
+            PeerLog.warning("session of \(myPeerID.displayName) cannot accept members: \(error)")
         }
     }
+
+    /// The port mesh members connect to (0 when the listener could not open).
+    func memberPort() -> UInt16 { lock.withLock { listener?.port ?? 0 } }
 
     // MARK: Sending
 
@@ -151,7 +150,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         guard let others else { return }
         _ = memberPort()
         notify(c.peer, .connected)
-        if sendMembers, !others.isEmpty { c.link.send(.members(others)) }
+        if sendMembers, !others.isEmpty { c.link.send(.members(mesh: lock.withLock { mesh }, others)) }
     }
 
     /// A connection from another member of our mesh (or a stray one).

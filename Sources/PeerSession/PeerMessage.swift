@@ -33,8 +33,8 @@ public enum PeerMessage: Sendable, Equatable {
     /// A member of mesh `mesh` connects to another member.
     case join(mesh: UInt64)
     case joinReply(accepted: Bool)
-    /// The other members of the mesh, sent to a peer that just joined.
-    case members([PeerMember])
+    /// The mesh and its other members, sent to a peer that just joined (it adopts the mesh and connects).
+    case members(mesh: UInt64, [PeerMember])
     /// A message chunk; `final` ends message `id`. Unreliable messages are sent whole in one frame.
     case data(id: UInt32, final: Bool, unreliable: Bool, chunk: [UInt8])
     case resourceStart(id: UInt32, size: UInt64, name: String)
@@ -77,8 +77,8 @@ public enum PeerMessage: Sendable, Equatable {
             kind = .join; w.write(mesh)
         case let .joinReply(ok):
             kind = .joinReply; w.write(UInt8(ok ? 1 : 0))
-        case let .members(list):
-            kind = .members; w.write(UInt16(list.count))
+        case let .members(mesh, list):
+            kind = .members; w.write(mesh); w.write(UInt16(list.count))
             for m in list { w.write(m.identity.token); Self.write(m.identity.displayName, &w); Self.write(m.host, &w); w.write(m.port) }
         case let .data(id, final, unreliable, chunk):
             kind = .data; flags = (final ? 1 : 0) | (unreliable ? 2 : 0); w.write(id); w.write(contentsOf: chunk)
@@ -120,6 +120,7 @@ public enum PeerMessage: Sendable, Equatable {
             case .join: self = .join(mesh: try r.readUInt64())
             case .joinReply: self = .joinReply(accepted: try r.readUInt8() != 0)
             case .members:
+                let mesh = try r.readUInt64()
                 let n = Int(try r.readUInt16())
                 guard n <= 16 else { throw PeerProtocolError.malformed("\(n) members") }
                 var list: [PeerMember] = []
@@ -127,7 +128,7 @@ public enum PeerMessage: Sendable, Equatable {
                     let token = try r.readUInt64(), name = try Self.string(&r), host = try Self.string(&r), port = try r.readUInt16()
                     list.append(PeerMember(identity: PeerIdentity(token: token, displayName: name), host: host, port: port))
                 }
-                self = .members(list)
+                self = .members(mesh: mesh, list)
             case .data:
                 self = .data(id: try r.readUInt32(), final: frame.flags & 1 != 0, unreliable: frame.flags & 2 != 0, chunk: r.readRemaining())
             case .resourceStart:

@@ -82,6 +82,12 @@ public final class PeerLink: @unchecked Sendable {
         channel.close(promise: nil)
     }
 
+    /// Runs `work` on the link's event loop (at once when already there): work that must not interleave
+    /// with the link's own callbacks.
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        if channel.eventLoop.inEventLoop { work() } else { channel.eventLoop.execute(work) }
+    }
+
     // Called by the handler on the event loop.
     func received(_ m: PeerMessage) { lock.withLock { _onMessage }?(m) }
     func writabilityChanged() { if channel.isWritable { lock.withLock { _onWritable }?() } }

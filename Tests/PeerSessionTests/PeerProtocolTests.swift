@@ -7,7 +7,7 @@ let samples: [PeerMessage] = [
     .hello(version: 1, identity: PeerIdentity(token: 0x0123_4567_89AB_CDEF, displayName: "Kenshin ✓"), port: 4242),
     .invite(id: 7, mesh: 99, context: [1, 2, 3]), .invite(id: 8, mesh: 1, context: nil),
     .inviteReply(id: 7, accepted: true), .join(mesh: 99), .joinReply(accepted: false),
-    .members([PeerMember(identity: PeerIdentity(token: 5, displayName: "b"), host: "10.0.0.2", port: 7)]),
+    .members(mesh: 77, [PeerMember(identity: PeerIdentity(token: 5, displayName: "b"), host: "10.0.0.2", port: 7)]),
     .data(id: 3, final: false, unreliable: false, chunk: [9, 9]), .data(id: 4, final: true, unreliable: true, chunk: []),
     .resourceStart(id: 1, size: 1 << 33, name: "photo.png"), .resourceChunk(id: 1, chunk: [0xFF]), .resourceEnd(id: 1),
     .resourceCancel(id: 1), .resourceAck(id: 1), .streamOpen(id: 2, name: "s"), .streamData(id: 2, chunk: [1]),
@@ -42,7 +42,7 @@ let samples: [PeerMessage] = [
         }
     }
 
-    @Test func oversizedLengthHeadersAndGarbage() {
+    @Test func oversizedLengthHeadersAndGarbage() throws {
         var d = PeerFrameDecoder()
         d.append([7, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0x7F])
         #expect(throws: PeerProtocolError.frameTooLong(0x7FFF_FFFF)) { _ = try d.next() }

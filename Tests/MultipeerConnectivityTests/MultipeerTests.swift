@@ -1,0 +1,259 @@
+// Multipeer Connectivity end to end inside a private network namespace: discovery over our mDNS,
+// invitations (accept, decline, time out), encryption with the certificate callback, messages, resources,
+// streams, the mesh, custom discovery, lost peers, bad input; and the API's validation rules.
+import Foundation
+import Testing
+import PeerSession
+@testable import MultipeerConnectivity
+
+@Suite struct MCPeerIDTests {
+    @Test func uniqueEqualByIdentityAndArchivable() throws {
+        let a = MCPeerID(displayName: "Same"), b = MCPeerID(displayName: "Same")
+        #expect(a != b && a == a.copy() as! MCPeerID)
+        let data = try NSKeyedArchiver.archivedData(withRootObject: a, requiringSecureCoding: true)
+        let back = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self, from: data))
+        #expect(back == a && back.displayName == "Same" && back.hash == a.hash)
+        #expect(Set([a, back, b]).count == 2)
+        #expect(MCPeerID.isValidDisplayName(String(repeating: "x", count: 63)))
+        #expect(!MCPeerID.isValidDisplayName(String(repeating: "é", count: 32)))   // 64 octets
+        #expect(!MCPeerID.isValidDisplayName(""))
+    }
+
+    @Test func serviceTypeAndDiscoveryInfoRules() {
+        for ok in ["cmj-stream", "a", "abc123", "x-y-z", "123456789abcdef"] { #expect(MCServiceType.isValid(ok), "\(ok)") }
+        for bad in ["", "1234", "-ab", "ab-", "a--b", "Abc", "a_b", "1234567890abcdef", "héllo"] { #expect(!MCServiceType.isValid(bad), "\(bad)") }
+        #expect(MCServiceType.discoveryInfoFailure(["k": "v"]) == nil)
+        #expect(MCServiceType.discoveryInfoFailure(["a=b": "v"]) != nil)
+        #expect(MCServiceType.discoveryInfoFailure(["k": String(repeating: "v", count: 254)]) != nil)
+        #expect(MCServiceType.discoveryInfoFailure(["_d": "x"]) != nil)
+        #expect(kMCSessionMinimumNumberOfPeers == 2 && kMCSessionMaximumNumberOfPeers == 8)
+        #expect(MCError(.timedOut).errorCode == 4 && MCErrorDomain == "MCErrorDomain")
+        #expect(MCSession(peer: MCPeerID(displayName: "x")).encryptionPreference == .required)
+    }
+}
+
+@Suite(.serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
+struct MultipeerNetworkTests {
+    @Test func discoverInviteAcceptAndTalk() throws {
+        let p = try Pair(context: Data("hello?".utf8))
+        defer { p.stop() }
+        // The browser saw A with its discoveryInfo, the advertiser saw B's context.
+        #expect(p.found.lock.withLock { p.found.found.first?.1 } == ["room": "1"])
+        #expect(p.answer.lock.withLock { p.answer.invitations.first?.1 } == Data("hello?".utf8))
+        #expect(p.rb.lock.withLock { p.rb.states.map(\.1) } == [.connecting, .connected])
+        #expect(p.a.connectedPeers.map(\.displayName) == ["B"] && p.b.connectedPeers.map(\.displayName) == ["A"])
+        // Encrypted by default: each side got the other's certificate (DER) to judge.
+        #expect(p.ra.lock.withLock { p.ra.certificates.first??.first } is Data)
+        try p.b.send(Data("hi A".utf8), toPeers: [p.a.connectedPeers.isEmpty ? MCPeerID(displayName: "z") : p.b.connectedPeers[0]], with: .reliable)
+        try p.a.send(Data("hi B".utf8), toPeers: p.a.connectedPeers, with: .unreliable)
+        try waitFor("messages") { p.ra.lock.withLock { p.ra.messages.count } == 1 && p.rb.lock.withLock { p.rb.messages.count } == 1 }
+        #expect(p.ra.lock.withLock { p.ra.messages[0].1 } == Data("hi A".utf8))
+        #expect(!p.ra.lock.withLock { p.ra.onMainThread })
+        // Sending to a peer that is not connected is MCError.notConnected.
+        #expect(throws: MCError.self) { try p.a.send(Data([1]), toPeers: [MCPeerID(displayName: "nobody")], with: .reliable) }
+    }
+
+    @Test func discoveryTimingAndGoodbye() throws {
+        let start = Date()
+        let p = try Pair(connect: false)
+        defer { p.stop() }
+        try waitFor("found", seconds: 1.5) { p.found.peer(named: "A") != nil }
+        let found = Date().timeIntervalSince(start)
+        p.advertiser.stopAdvertisingPeer()
+        let stop = Date()
+        try waitFor("lost", seconds: 1) { p.found.lock.withLock { !p.found.lost.isEmpty } }
+        print("discovery: found in \(String(format: "%.3f", found)) s, lost \(String(format: "%.3f", Date().timeIntervalSince(stop))) s after stop")
+    }
+
+    @Test func declineAndTimeout() throws {
+        let d = try Pair(answer: false)
+        defer { d.stop() }
+        try waitFor("declined") { d.rb.lastState("A") == .notConnected }
+        #expect(d.a.connectedPeers.isEmpty)
+        let t = try Pair(answer: nil, timeout: 1)
+        defer { t.stop() }
+        try waitFor("timed out", seconds: 3) { t.rb.lastState("A") == .notConnected }
+        #expect(t.b.connectedPeers.isEmpty)
+    }
+
+    @Test func certificateRefusedAndEncryptionMismatch() throws {
+        let p = try Pair(connect: false)
+        defer { p.stop() }
+        p.ra.acceptCertificates = false
+        try waitFor("found") { p.found.peer(named: "A") != nil }
+        p.browser.invitePeer(p.found.peer(named: "A")!, to: p.b, withContext: nil, timeout: 5)
+        try waitFor("refused") { p.rb.lastState("A") == .notConnected }
+        #expect(p.a.connectedPeers.isEmpty && p.ra.lock.withLock { p.ra.certificates.count } == 1)
+        // A plaintext inviter cannot join a session that requires encryption.
+        let plain = MCSession(peer: MCPeerID(displayName: "P"), securityIdentity: nil, encryptionPreference: .none)
+        let rp = SessionRecorder()
+        plain.delegate = rp
+        let browser = MCNearbyServiceBrowser(peer: plain.myPeerID, serviceType: p.serviceType)
+        let seen = BrowserRecorder()
+        browser.delegate = seen
+        browser.startBrowsingForPeers()
+        defer { browser.stopBrowsingForPeers() }
+        try waitFor("found by P") { seen.peer(named: "A") != nil }
+        p.ra.acceptCertificates = true
+        browser.invitePeer(seen.peer(named: "A")!, to: plain, withContext: nil, timeout: 5)
+        try waitFor("mismatch refused") { rp.lastState("A") == .notConnected }
+        #expect(p.a.connectedPeers.isEmpty)
+    }
+
+    @Test func thousandReliableMessagesInOrderAndLargeOnes() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        let to = p.b.connectedPeers
+        for i in 0..<1000 { try p.b.send(Data("\(i)".utf8) + Data(repeating: UInt8(i & 0xFF), count: 1000), toPeers: to, with: .reliable) }
+        let big = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try p.b.send(big, toPeers: to, with: .reliable)
+        try waitFor("1,001 messages", seconds: 30) { p.ra.lock.withLock { p.ra.messages.count } == 1001 }
+        let got = p.ra.lock.withLock { p.ra.messages.map(\.1) }
+        for i in 0..<1000 { #expect(got[i].prefix("\(i)".utf8.count) == Data("\(i)".utf8)) }
+        #expect(got[1000] == big)
+    }
+
+    @Test func resourceWithProgressAndCancellation() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-res-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("photo.png")
+        let bytes = Data((0..<5_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        try bytes.write(to: file)
+        let done = NSLock()
+        var result: Error?? = nil
+        let progress = try #require(p.b.sendResource(at: file, withName: "photo.png", toPeer: p.b.connectedPeers[0]) { e in done.withLock { result = .some(e) } })
+        try waitFor("resource", seconds: 30) { p.ra.lock.withLock { p.ra.resourcesFinished.count } == 1 }
+        let fin = p.ra.lock.withLock { p.ra.resourcesFinished[0] }
+        #expect(fin.0 == "photo.png" && fin.1 == bytes && fin.2 == nil)
+        try waitFor("completion") { done.withLock { result != nil } }
+        #expect(done.withLock { result! } == nil && progress.fractionCompleted == 1)
+        #expect(p.ra.lock.withLock { p.ra.resourcesStarted.first?.1.totalUnitCount } == Int64(bytes.count))
+        // The receiver cancels a second transfer through its Progress: the sender's completion says cancelled.
+        let big = dir.appendingPathComponent("big.bin")
+        try Data(count: 60_000_000).write(to: big)
+        var second: Error?? = nil
+        _ = p.b.sendResource(at: big, withName: "big.bin", toPeer: p.b.connectedPeers[0]) { e in done.withLock { second = .some(e) } }
+        try waitFor("started") { p.ra.lock.withLock { p.ra.resourcesStarted.count } == 2 }
+        p.ra.lock.withLock { p.ra.resourcesStarted[1].1 }.cancel()
+        try waitFor("cancelled both sides", seconds: 10) { done.withLock { second != nil } && p.ra.lock.withLock { p.ra.resourcesFinished.count } == 2 }
+        #expect((done.withLock { second! } as? MCError)?.code == .cancelled)
+        #expect((p.ra.lock.withLock { p.ra.resourcesFinished[1].2 } as? MCError)?.code == .cancelled)
+    }
+
+    @Test func streamWithASlowReader() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        let out = try p.b.startStream(withName: "pipe", toPeer: p.b.connectedPeers[0])
+        out.open()
+        try waitFor("stream arrives") { p.ra.lock.withLock { p.ra.streams.count } == 1 }
+        let input = p.ra.lock.withLock { p.ra.streams[0].1 }
+        #expect(p.ra.lock.withLock { p.ra.streams[0].0 } == "pipe")
+        input.open()
+        // Write 2 MB while nobody reads: writes start returning 0 (back-pressure), nothing is lost.
+        let total = 2_000_000
+        var sent = 0, zeros = 0
+        let deadline = Date().addingTimeInterval(1)
+        while sent < total && Date() < deadline {
+            let chunk = (0..<min(16_384, total - sent)).map { UInt8(truncatingIfNeeded: sent + $0) }
+            let n = out.write(chunk, maxLength: chunk.count)
+            if n > 0 { sent += n } else { zeros += 1; usleep(1000) }
+        }
+        #expect(zeros > 0 && sent < total)
+        var received = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        let end = Date().addingTimeInterval(30)
+        while received.count < total && Date() < end {
+            if sent < total {
+                let chunk = (0..<min(16_384, total - sent)).map { UInt8(truncatingIfNeeded: sent + $0) }
+                let n = out.write(chunk, maxLength: chunk.count)
+                if n > 0 { sent += n }
+            }
+            if input.hasBytesAvailable {
+                let n = input.read(&buf, maxLength: buf.count)
+                if n > 0 { received += buf[0..<n] }
+            } else { usleep(500) }
+        }
+        #expect(received.count == total)
+        #expect(received.enumerated().allSatisfy { $0.element == UInt8(truncatingIfNeeded: $0.offset) })
+        out.close()
+        try waitFor("end") { input.streamStatus == .atEnd || (input.read(&buf, maxLength: 1) == 0) }
+    }
+
+    @Test func meshAndLostPeer() throws {
+        // A advertises; B and C each invite A: B and C then connect to each other through the mesh.
+        let p = try Pair()
+        defer { p.stop() }
+        let c = MCSession(peer: MCPeerID(displayName: "C"))
+        let rc = SessionRecorder()
+        c.delegate = rc
+        let browser = MCNearbyServiceBrowser(peer: c.myPeerID, serviceType: p.serviceType)
+        let seen = BrowserRecorder()
+        browser.delegate = seen
+        browser.startBrowsingForPeers()
+        defer { browser.stopBrowsingForPeers() }
+        try waitFor("found by C") { seen.peer(named: "A") != nil }
+        browser.invitePeer(seen.peer(named: "A")!, to: c, withContext: nil, timeout: 10)
+        try waitFor("C connected to A and B", seconds: 15) { Set(c.connectedPeers.map(\.displayName)) == ["A", "B"] }
+        try waitFor("B sees C") { Set(p.b.connectedPeers.map(\.displayName)) == ["A", "C"] }
+        #expect(Set(p.a.connectedPeers.map(\.displayName)) == ["B", "C"])
+        // C vanishes without a word (its links are cut): the others see it .notConnected quickly.
+        for (_, conn) in c.lock.withLock({ c.peers }) { conn.link.close() }
+        try waitFor("C gone", seconds: 5) { p.ra.lastState("C") == .notConnected && p.rb.lastState("C") == .notConnected }
+        c.disconnect()
+    }
+
+    @Test func customDiscoveryTrio() throws {
+        let a = MCSession(peer: MCPeerID(displayName: "X"), securityIdentity: nil, encryptionPreference: .optional)
+        let b = MCSession(peer: MCPeerID(displayName: "Y"), securityIdentity: nil, encryptionPreference: .optional)
+        let ra = SessionRecorder(), rb = SessionRecorder()
+        a.delegate = ra
+        b.delegate = rb
+        defer { a.disconnect(); b.disconnect() }
+        let lock = NSLock()
+        var da: Data?, db: Data?
+        a.nearbyConnectionData(forPeer: b.myPeerID) { d, _ in lock.withLock { da = d } }
+        b.nearbyConnectionData(forPeer: a.myPeerID) { d, _ in lock.withLock { db = d } }
+        try waitFor("data") { lock.withLock { da != nil && db != nil } }
+        // Peer IDs cross the app's own channel archived, as Apple's flow says.
+        let bID = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self,
+                                                                     from: NSKeyedArchiver.archivedData(withRootObject: b.myPeerID, requiringSecureCoding: true)))
+        let aID = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self,
+                                                                     from: NSKeyedArchiver.archivedData(withRootObject: a.myPeerID, requiringSecureCoding: true)))
+        a.connectPeer(bID, withNearbyConnectionData: lock.withLock { db! })
+        b.connectPeer(aID, withNearbyConnectionData: lock.withLock { da! })
+        try waitFor("connected") { a.connectedPeers == [bID] && b.connectedPeers == [aID] }
+        try a.send(Data([42]), toPeers: [bID], with: .reliable)
+        try waitFor("message") { rb.lock.withLock { rb.messages.count } == 1 }
+        // Damaged connection data is refused.
+        a.connectPeer(MCPeerID(displayName: "Z"), withNearbyConnectionData: Data("garbage".utf8))
+        try waitFor("refused") { ra.lastState("Z") == .notConnected }
+    }
+
+    @Test func garbageAndOversizedFramesCloseTheConnection() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        // Connect to A's session listener directly and misbehave: an oversized length header, then garbage.
+        let port = p.a.memberPort()
+        for payload in [[UInt8]([7, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0x7F]), [UInt8](repeating: 0xAB, count: 64)] {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_port = port.bigEndian
+            addr.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+            let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            #expect(ok == 0)
+            _ = payload.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            var tv = timeval(tv_sec: 3, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            var b = [UInt8](repeating: 0, count: 64)
+            #expect(read(fd, &b, 64) == 0, "the session closes the connection")
+            close(fd)
+        }
+        // The real peers are unaffected.
+        try p.b.send(Data([1]), toPeers: p.b.connectedPeers, with: .reliable)
+        try waitFor("still talking") { p.ra.lock.withLock { p.ra.messages.count } == 1 }
+    }
+}

@@ -1,0 +1,129 @@
+// Multipeer tests send real packets, so they run only inside a network namespace of their own:
+// scripts/test runs this target under `unshare -n` with loopback up and multicast on (see
+// scripts/netns-run). Anywhere else the networking tests are skipped with that explanation.
+import Foundation
+import Testing
+@testable import MultipeerConnectivity
+
+enum NetworkIsolation {
+    /// True when this process sees no network interface but loopback (a namespace made for the tests).
+    static let isolated: Bool = {
+        // /proc/self/net/dev lists the interfaces of this process's own namespace (sysfs would show the host's).
+        guard let text = try? String(contentsOfFile: "/proc/self/net/dev", encoding: .utf8) else { return false }
+        let names = text.split(separator: "\n").dropFirst(2).compactMap { $0.split(separator: ":").first?.trimmingCharacters(in: .whitespaces) }
+        return names == ["lo"]
+    }()
+    static let reason: Comment = "needs a private network namespace: run scripts/test (or scripts/netns-run swift test --filter MultipeerConnectivityTests)"
+}
+
+/// Records a session's delegate calls, with the thread they came on.
+final class SessionRecorder: NSObject, MCSessionDelegate, @unchecked Sendable {
+    let lock = NSLock()
+    var states: [(String, MCSessionState)] = []
+    var messages: [(String, Data)] = []
+    var streams: [(String, InputStream)] = []
+    var resourcesStarted: [(String, Progress)] = []
+    var resourcesFinished: [(String, Data?, Error?)] = []
+    var certificates: [[Any]?] = []
+    var acceptCertificates = true
+    var onMainThread = false
+    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {
+        lock.withLock { states.append((peerID.displayName, state)); if Thread.isMainThread { onMainThread = true } }
+    }
+    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) { lock.withLock { messages.append((peerID.displayName, data)) } }
+    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {
+        lock.withLock { streams.append((streamName, stream)) }
+    }
+    func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress) {
+        lock.withLock { resourcesStarted.append((resourceName, progress)) }
+    }
+    func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: Error?) {
+        let data = localURL.flatMap { try? Data(contentsOf: $0) }
+        lock.withLock { resourcesFinished.append((resourceName, data, error)) }
+    }
+    func session(_ session: MCSession, didReceiveCertificate certificate: [Any]?, fromPeer peerID: MCPeerID, certificateHandler: @escaping (Bool) -> Void) {
+        lock.withLock { certificates.append(certificate) }
+        certificateHandler(lock.withLock { acceptCertificates })
+    }
+    func connected(_ name: String) -> Bool { lock.withLock { states.last { $0.0 == name }?.1 == .connected } }
+    func lastState(_ name: String) -> MCSessionState? { lock.withLock { states.last { $0.0 == name }?.1 } }
+}
+
+final class AdvertiserAnswer: NSObject, MCNearbyServiceAdvertiserDelegate, @unchecked Sendable {
+    var session: MCSession?
+    var answer: Bool? = true    // nil: never answer
+    let lock = NSLock()
+    var invitations: [(String, Data?)] = []
+    func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+                    invitationHandler: @escaping (Bool, MCSession?) -> Void) {
+        lock.withLock { invitations.append((peerID.displayName, context)) }
+        guard let answer else { return }
+        invitationHandler(answer, answer ? session : nil)
+    }
+}
+
+final class BrowserRecorder: NSObject, MCNearbyServiceBrowserDelegate, @unchecked Sendable {
+    let lock = NSLock()
+    var found: [(MCPeerID, [String: String]?, Date)] = []
+    var lost: [(MCPeerID, Date)] = []
+    func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?) {
+        lock.withLock { found.append((peerID, info, Date())) }
+    }
+    func browser(_ browser: MCNearbyServiceBrowser, lostPeer peerID: MCPeerID) { lock.withLock { lost.append((peerID, Date())) } }
+    func peer(named n: String) -> MCPeerID? { lock.withLock { found.first { $0.0.displayName == n }?.0 } }
+}
+
+func waitFor(_ what: String, seconds: Double = 10, _ cond: () -> Bool) throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while !cond() {
+        if Date() > deadline { throw TestFailure("timed out waiting for \(what)") }
+        usleep(5_000)
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// A connected pair over mDNS discovery and an invitation: `a` advertises, `b` browses and invites.
+struct Pair {
+    let a: MCSession, b: MCSession
+    let ra = SessionRecorder(), rb = SessionRecorder()
+    let advertiser: MCNearbyServiceAdvertiser
+    let browser: MCNearbyServiceBrowser
+    let answer = AdvertiserAnswer()
+    let found = BrowserRecorder()
+    let serviceType: String
+
+    init(encryption: MCEncryptionPreference = .required, answer accept: Bool? = true, connect: Bool = true, context: Data? = nil,
+         timeout: TimeInterval = 10) throws {
+        serviceType = "t" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        a = MCSession(peer: MCPeerID(displayName: "A"), securityIdentity: nil, encryptionPreference: encryption)
+        b = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: encryption)
+        a.delegate = ra
+        b.delegate = rb
+        answer.session = a
+        answer.answer = accept
+        advertiser = MCNearbyServiceAdvertiser(peer: a.myPeerID, discoveryInfo: ["room": "1"], serviceType: serviceType)
+        advertiser.delegate = answer
+        browser = MCNearbyServiceBrowser(peer: b.myPeerID, serviceType: serviceType)
+        browser.delegate = found
+        advertiser.startAdvertisingPeer()
+        browser.startBrowsingForPeers()
+        guard connect else { return }
+        try waitFor("A found", seconds: 5) { found.peer(named: "A") != nil }
+        browser.invitePeer(found.peer(named: "A")!, to: b, withContext: context, timeout: timeout)
+        if accept == true {
+            let (ra, rb) = (ra, rb)
+            try waitFor("connected", seconds: 10) { rb.connected("A") && ra.connected("B") }
+        }
+    }
+
+    func stop() {
+        advertiser.stopAdvertisingPeer()
+        browser.stopBrowsingForPeers()
+        a.disconnect()
+        b.disconnect()
+    }
+}
