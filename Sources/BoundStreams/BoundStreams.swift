@@ -1,59 +1,37 @@
-// A bound pair: what is written into the output stream comes out of the input stream — the
-// `Stream.getBoundStreams` that swift-corelibs-foundation lacks, with Apple's back-pressure: the writer
-// gets 0 (and a later `.hasSpaceAvailable`) while `bufferSize` octets wait unread.
+// BoundStreams: a pair of streams joined by one bounded buffer — what is written to the output stream is
+// read from the input stream — as Apple's `Stream.getBoundStreams(withBufferSize:inputStream:outputStream:)`
+// makes them, which swift-corelibs-foundation lacks.
+//
+// Threading contract: the two streams may be used from different threads (typically a producer thread
+// writing and a run loop reading); see PipeInputStream and PipeOutputStream. Writes beyond the buffer size
+// return 0 (never block); the writer's `.hasSpaceAvailable` comes back once the reader has read.
 import Foundation
 
 public enum BoundStreams {
-    /// A connected pair: the output's bytes flow to the input; the reader's pace limits the writer.
+    /// A bound pair sharing a buffer of `bufferSize` bytes.
     public static func makePair(bufferSize: Int) -> (PipeInputStream, PipeOutputStream) {
-        let input = PipeInputStream()
-        let output = PipeOutputStream(capacity: bufferSize)
-        let link = PairLink(input: input, output: output)
-        output.onDataAvailable = { link.move() }
-        output.onClose = { link.move(); link.writerClosed() }
-        // Room frees as the reader consumes: move more across.
-        input.onConsumed = { _ in link.move() }
-        return (input, output)
+        let core = PipeCore(capacity: bufferSize)
+        return (PipeInputStream(core: core), PipeOutputStream(core: core))
     }
 }
 
-/// Moves octets from the output's buffer to the input while the input holds less than one buffer.
-private final class PairLink: @unchecked Sendable {
-    weak var input: PipeInputStream?
-    weak var output: PipeOutputStream?
-    private let lock = NSLock()
-
-    init(input: PipeInputStream, output: PipeOutputStream) {
-        self.input = input
-        self.output = output
-    }
-
-    /// The writer closed: once everything moved across, the reader sees the end.
-    func writerClosed() {
-        lock.withLock { closed = true }
-        move()
-    }
-
-    private var closed = false
-
-    func move() {
-        lock.withLock {
-            guard let input, let output else { return }
-            let room = output.capacity - input.bufferedByteCount
-            if room > 0 { input.deliver(output.take(maxLength: room)) }
-            if closed, output.bufferedByteCount == 0 { input.finish(error: nil) }
-        }
-    }
-}
+#if !_runtime(_ObjC)
+/// On Linux the standard library has no `AutoreleasingUnsafeMutablePointer` (it exists only with the
+/// Objective-C runtime). This alias lets Apple's signature below be spelled exactly, and callers passing
+/// `&someOptionalStream` compile unchanged.
+public typealias AutoreleasingUnsafeMutablePointer<Pointee> = UnsafeMutablePointer<Pointee>
 
 extension Stream {
-    /// Apple's `getBoundStreams(withBufferSize:inputStream:outputStream:)`, which swift-corelibs-foundation
-    /// does not provide. Linux has no AutoreleasingUnsafeMutablePointer; with plain pointers the usual call
-    /// `Stream.getBoundStreams(withBufferSize: n, inputStream: &input, outputStream: &output)` compiles as is.
-    public class func getBoundStreams(withBufferSize bufferSize: Int, inputStream: UnsafeMutablePointer<InputStream?>?,
-                                      outputStream: UnsafeMutablePointer<OutputStream?>?) {
-        let (i, o) = BoundStreams.makePair(bufferSize: bufferSize)
-        inputStream?.pointee = i
-        outputStream?.pointee = o
+    /// Apple's bound-pair factory: `inputStream` reads what is written to `outputStream`, through a buffer
+    /// of `bufferSize` bytes. The streams are a PipeInputStream and a PipeOutputStream.
+    public class func getBoundStreams(
+        withBufferSize bufferSize: Int,
+        inputStream: AutoreleasingUnsafeMutablePointer<InputStream?>?,
+        outputStream: AutoreleasingUnsafeMutablePointer<OutputStream?>?
+    ) {
+        let (input, output) = BoundStreams.makePair(bufferSize: bufferSize)
+        inputStream?.pointee = input
+        outputStream?.pointee = output
     }
 }
+#endif

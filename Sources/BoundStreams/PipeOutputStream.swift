@@ -1,133 +1,192 @@
-// An OutputStream drained by a consumer (a transport thread): the app writes into a buffer of `capacity`
-// octets — `write` copies what fits and returns that count, 0 when full; it never blocks and never drops —
-// and the consumer `take`s from it after `onDataAvailable`. When space frees after a write that found the
-// buffer full, `.hasSpaceAvailable` is raised again, as on Apple platforms; it is also raised after open and
-// after each write that left room. `fail` ends it with `.errorOccurred` (writes then return -1).
+// PipeOutputStream: an OutputStream the app writes into a bounded buffer, drained by a transport thread
+// (or read through the PipeInputStream of a bound pair), with StreamDelegate events delivered on the run
+// loop or dispatch queue it is scheduled on.
 //
-// Threading contract: `take`, `fail`, `bufferedByteCount` and the status are safe from any thread; the app
-// writes from one thread at a time.
+// Threading contract
+// - The app side (`open`, `write`, `close`, `delegate`, `schedule`…) is meant for one thread at a time, as
+//   with Apple's streams, but every call is thread-safe.
+// - The consumer side (`take`, `fail`, `closeFarSide`, or the Sendable `consumer` handle for use inside
+//   @Sendable closures) may be called from any thread.
+// - `write` never blocks and never drops: it copies what fits and returns that count, 0 when full.
+//   `.hasSpaceAvailable` follows once after open and after every write as soon as there is space (so a
+//   write that filled the buffer gets its event when the consumer takes bytes).
+// - `onDataAvailable` runs on the writing thread after each write that added bytes; `onClose` runs once,
+//   after the app closed the stream and the consumer took the last byte, on the thread that did the last
+//   of the two. Both outside any lock; neither may call back into `write` expecting to block.
+// - After `fail(error:)` writes return -1 and the stream is in `.error`; after `closeFarSide()` (the
+//   reader is gone) writes return -1, the status is `.atEnd` and `.endEncountered` is delivered.
+import Dispatch
 import Foundation
 
-public final class PipeOutputStream: OutputStream {
-    public let capacity: Int
-    private let lock = NSLock()
-    private var buffer = ByteQueue()
-    private var status: Stream.Status = .notOpen
-    private var error: (any Error)?
-    private var closedByApp = false
-    private weak var storedDelegate: (any StreamDelegate)?
-    private var events: StreamEventScheduler!
+public final class PipeOutputStream: OutputStream, StreamDelegate {
+    let core: PipeCore
+    private let dispatcher: StreamEventDispatcher
+    private let delegateBox = WeakDelegateBox()
 
-    /// Called (off the lock) after a write added data the consumer may take.
-    public var onDataAvailable: (@Sendable () -> Void)?
-    /// Called (off the lock) when the app closes the stream; what it wrote before stays to be taken.
-    public var onClose: (@Sendable () -> Void)?
-
-    public init(capacity: Int) {
-        precondition(capacity > 0, "a pipe needs room for at least one octet")
-        self.capacity = capacity
-        super.init(toMemory: ())
-        events = StreamEventScheduler { [weak self] e in self?.dispatch(e) }
+    /// A stream whose writes fill a buffer of `capacity` bytes that a transport drains with `take`.
+    public convenience init(capacity: Int) {
+        self.init(core: PipeCore(capacity: capacity))
     }
 
-    /// A pipe of 64 KB (OutputStream's required initialiser; the memory it names is not used).
+    /// Foundation's required initialiser; makes a 64 KB pipe.
     public required convenience init(toMemory: ()) {
-        self.init(capacity: 64 * 1024)
+        self.init(capacity: 65_536)
     }
 
-    // MARK: Consumer side
-
-    /// Takes up to `maxLength` written octets (empty when none).
-    public func take(maxLength: Int) -> [UInt8] {
-        let (bytes, raise) = lock.withLock { () -> ([UInt8], Bool) in
-            let wasFull = buffer.count >= capacity
-            let out = buffer.pop(maxLength: maxLength)
-            return (out, wasFull && !out.isEmpty && (status == .open || status == .writing))
-        }
-        if raise { events.raise(.hasSpaceAvailable) }
-        return bytes
+    init(core: PipeCore) {
+        self.core = core
+        let streamRef = WeakRef<PipeOutputStream>()
+        self.dispatcher = StreamEventDispatcher { event in streamRef.value?.dispatch(event) }
+        super.init(toMemory: ())
+        streamRef.value = self
+        core.writerDispatcher = dispatcher
     }
 
-    /// Ends the stream with an error: `.errorOccurred`, `streamError` set, writes return -1.
-    public func fail(error e: any Error) {
-        let raise = lock.withLock { () -> Bool in
-            guard status != .closed, status != .error else { return false }
-            error = e
-            status = .error
-            buffer.removeAll()
-            return true
-        }
-        if raise { events.raise(.errorOccurred) }
+    deinit {
+        dispatcher.stop()
     }
 
-    /// Octets written and not yet taken.
-    public var bufferedByteCount: Int { lock.withLock { buffer.count } }
+    // MARK: Consumer (transport) side
+
+    /// A Sendable handle on the consumer side, for transport code running in @Sendable closures.
+    public var consumer: Consumer { Consumer(core: core) }
+
+    /// Called after each write that added bytes, so the transport comes to `take` them.
+    public var onDataAvailable: (@Sendable () -> Void)? {
+        get { core.withHooks { $0.onDataAvailable } }
+        set { core.updateHooks { $0.onDataAvailable = newValue } }
+    }
+
+    /// Called once when the app has closed the stream and every byte written has been taken.
+    public var onClose: (@Sendable () -> Void)? {
+        get { core.withHooks { $0.onWriterClose } }
+        set { core.updateHooks { $0.onWriterClose = newValue } }
+    }
+
+    public func take(maxLength: Int) -> [UInt8] { consumer.take(maxLength: maxLength) }
+    public func fail(error: any Error) { consumer.fail(error: error) }
+    public func closeFarSide() { consumer.closeFarSide() }
+    public var bufferedByteCount: Int { consumer.bufferedByteCount }
+    public var capacity: Int { core.withState { $0.capacity } }
     /// True once the app called `close()`.
-    public var isClosedByApp: Bool { lock.withLock { closedByApp } }
+    public var isClosedByApp: Bool { core.withState { $0.writerClosed } }
 
-    // MARK: Stream
+    public struct Consumer: Sendable {
+        let core: PipeCore
 
-    public override var streamStatus: Stream.Status { lock.withLock { status } }
-    public override var streamError: (any Error)? { lock.withLock { error } }
+        /// Removes and returns up to `maxLength` buffered bytes (fewer, or none, if fewer are buffered).
+        public func take(maxLength: Int) -> [UInt8] {
+            core.mutate { s, _ in s.bytes.pop(max: maxLength) }
+        }
 
-    public override var delegate: (any StreamDelegate)? {
-        get { lock.withLock { storedDelegate } }
-        set { lock.withLock { storedDelegate = newValue } }
+        /// Zero-copy take: lends up to `maxLength` buffered bytes to `body`, which returns how many it
+        /// used (0…count); those are removed. `body` runs under the pipe's lock: it must not touch the streams.
+        @discardableResult
+        public func take(maxLength: Int, _ body: (UnsafeRawBufferPointer) -> Int) -> Int {
+            core.mutate { s, _ in s.bytes.withFront(max: maxLength, body) }
+        }
+
+        /// The transport failed: writes return -1 and the app gets `.errorOccurred` with this error.
+        public func fail(error: any Error) {
+            core.mutate { s, _ in
+                guard s.writerFailure == nil else { return }
+                s.writerFailure = error
+                s.bytes.removeAll()
+            }
+        }
+
+        /// The far side went away: unread bytes are dropped, writes return -1, the app gets `.endEncountered`.
+        public func closeFarSide() {
+            core.mutate { s, _ in
+                s.readerClosed = true
+                s.bytes.removeAll()
+            }
+        }
+
+        public var bufferedByteCount: Int { core.withState { $0.bytes.count } }
     }
+
+    // MARK: OutputStream
 
     public override func open() {
-        let opened = lock.withLock { () -> Bool in
-            guard status == .notOpen else { return false }
-            status = .open
-            return true
+        core.mutate { s, e in
+            guard !s.writerOpened else { return }
+            s.writerOpened = true
+            e.writerEvents.insert(.openCompleted)
         }
-        guard opened else { return }
-        events.raise(.openCompleted)
-        events.raise(.hasSpaceAvailable)
     }
 
+    /// Closes the app's side. Bytes already written stay buffered until taken (or read); then the reader
+    /// sees the end and the transport's `onClose` is called.
     public override func close() {
-        let first = lock.withLock { () -> Bool in
-            guard !closedByApp else { return false }
-            closedByApp = true
-            if status != .error { status = .closed }
+        let wasOpen = core.mutate { s, _ -> Bool in
+            guard !s.writerClosed else { return false }
+            s.writerClosed = true
+            if case .open = s.writerEnd { s.writerEnd = .finished }
             return true
         }
-        if first { onClose?() }
+        if wasOpen { dispatcher.stop() }
+    }
+
+    public override func write(_ buffer: UnsafePointer<UInt8>, maxLength len: Int) -> Int {
+        core.mutate { s, e in
+            guard s.writerOpened, !s.writerClosed, s.writerFailure == nil, !s.readerGone else { return -1 }
+            s.writerArmed = true
+            let n = min(len, s.space)
+            guard n > 0 else { return 0 }
+            s.bytes.append(UnsafeRawBufferPointer(start: buffer, count: n))
+            e.dataAvailable = true
+            return n
+        }
     }
 
     public override var hasSpaceAvailable: Bool {
-        lock.withLock { (status == .open || status == .writing) && buffer.count < capacity }
+        core.withState { s in
+            s.writerOpened && !s.writerClosed && s.writerFailure == nil && !s.readerGone && s.space > 0
+        }
     }
 
-    public override func write(_ src: UnsafePointer<UInt8>, maxLength len: Int) -> Int {
-        guard len > 0 else { return 0 }
-        let (n, roomLeft) = lock.withLock { () -> (Int, Bool) in
-            guard status == .open || status == .writing else { return (-1, false) }
-            let n = min(len, capacity - buffer.count)
-            if n > 0 { buffer.append(UnsafeRawBufferPointer(start: src, count: n)) }
-            return (n, buffer.count < capacity)
+    public override var streamStatus: Stream.Status {
+        core.withState { s in
+            if !s.writerOpened { return s.writerClosed ? .closed : .notOpen }
+            if s.writerClosed { return .closed }
+            if s.writerFailure != nil { return .error }
+            if s.readerGone { return .atEnd }
+            return .open
         }
-        if n > 0 { onDataAvailable?() }
-        if n > 0 && roomLeft { events.raise(.hasSpaceAvailable) }
-        return n
     }
 
-    public override func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) { events.add(aRunLoop, mode: mode) }
-    public override func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) { events.remove(aRunLoop, mode: mode) }
+    public override var streamError: (any Error)? {
+        core.withState { $0.writerFailure }
+    }
 
-    /// Delivers events on `queue` instead of a run loop (nil stops it).
-    public func schedule(on queue: DispatchQueue?) { events.set(queue: queue) }
+    public override var delegate: (any StreamDelegate)? {
+        get { delegateBox.value ?? self }
+        set { delegateBox.value = newValue }
+    }
 
-    private func dispatch(_ e: Stream.Event) {
-        let (d, valid) = lock.withLock { () -> ((any StreamDelegate)?, Bool) in
-            switch e {
-            case .hasSpaceAvailable: return (storedDelegate, (status == .open || status == .writing) && buffer.count < capacity)
-            case .errorOccurred: return (storedDelegate, status == .error)
-            default: return (storedDelegate, status != .closed)
-            }
-        }
-        guard valid else { return }
-        d?.stream(self, handle: e)
+    public override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
+
+    public override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
+
+    public override func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        dispatcher.schedule(in: aRunLoop, forMode: mode)
+    }
+
+    public override func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        dispatcher.remove(from: aRunLoop, forMode: mode)
+    }
+
+    /// Delivers delegate events on `queue` instead of (or besides) a run loop, for programs in `dispatchMain()`.
+    public func schedule(on queue: DispatchQueue) { dispatcher.schedule(on: queue) }
+
+    public func remove(from queue: DispatchQueue) { dispatcher.remove(from: queue) }
+
+    /// The stream's own delegate method, used while `delegate` is nil (as in Foundation); does nothing.
+    public func stream(_ aStream: Stream, handle eventCode: Stream.Event) {}
+
+    private func dispatch(_ event: Stream.Event) {
+        guard streamStatus != .closed else { return }
+        delegate?.stream(self, handle: event)
     }
 }
