@@ -46,7 +46,7 @@ let package = Package(
         ]),
         .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams"]),
         .executableTarget(name: "ble", dependencies: [
-            "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
+            "CoreBluetooth", "MultipeerConnectivity", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),

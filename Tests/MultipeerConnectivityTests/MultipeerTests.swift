@@ -257,3 +257,43 @@ struct MultipeerNetworkTests {
         try waitFor("still talking") { p.ra.lock.withLock { p.ra.messages.count } == 1 }
     }
 }
+
+/// The README's two-terminal demo, as two processes in this test's namespace.
+@Suite(.enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(2)))
+struct MultipeerDemoTests {
+    @Test func seedPhotoDemoBetweenTwoProcesses() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let ble = root.appendingPathComponent(".build/debug/ble").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-demo-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("in"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let photo = dir.appendingPathComponent("photo.png")
+        let bytes = Data((0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try bytes.write(to: photo)
+        func run(_ args: [String]) throws -> (Process, Pipe) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: ble)
+            p.arguments = args
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            try p.run()
+            return (p, out)
+        }
+        let service = "demo" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
+        let (adv, advOut) = try run(["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello",
+                                     "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "30"])
+        defer { if adv.isRunning { adv.terminate() } }
+        let (brw, brwOut) = try run(["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi",
+                                     "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "30"])
+        defer { if brw.isRunning { brw.terminate() } }
+        brw.waitUntilExit()
+        adv.waitUntilExit()
+        let a = String(decoding: advOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let b = String(decoding: brwOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(b.contains("KenshinCui_Advertiser: connected") && b.contains("KenshinCui_Advertiser says: hello"), "\(b)")
+        #expect(a.contains("KenshinCui says: hi") && a.contains("stored "), "\(a)")
+        #expect(try Data(contentsOf: dir.appendingPathComponent("in/photo.png")) == bytes)
+        #expect(adv.terminationStatus == 0 && brw.terminationStatus == 0)
+    }
+}

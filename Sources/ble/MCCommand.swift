@@ -1,0 +1,170 @@
+// `ble mc`: the seed's Multipeer Connectivity photo demo in two terminals. `ble mc advertise` is the
+// advertiser side (MCAdvertiserAssistant with a session, as in the seed), `ble mc browse` the browser side
+// (MCBrowserViewController, headless: the nearby peers are listed and the first one — or the one named with
+// --peer — is invited). Once connected, each side sends a chat line and, if given, a photo as a resource
+// with progress; what arrives is printed and stored in --dir. Multipeer Connectivity API only.
+import ArgumentParser
+import Foundation
+import MultipeerConnectivity
+
+struct MCCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mc", abstract: "Multipeer Connectivity demo: advertise or browse, then chat and send a photo.",
+                                                    subcommands: [MCAdvertiseCommand.self, MCBrowseCommand.self])
+}
+
+struct MCOptions: ParsableArguments {
+    @Option(help: "This peer's display name (1 to 63 octets).")
+    var name: String
+    @Option(help: "The service type (1–15 lowercase letters, digits, hyphens).")
+    var service: String = "cmj-stream"
+    @Option(help: "A chat line to send once connected.")
+    var say: String?
+    @Option(help: "A file (the photo) to send once connected, as a resource with progress.")
+    var photo: String?
+    @Option(help: "Where received resources are stored.")
+    var dir: String = "."
+    @Option(help: "Exit after this many seconds (0: run until interrupted).")
+    var duration: Double = 0
+    @Option(help: "Exit once this many messages and resources have arrived (0: never).")
+    var expect: Int = 0
+    @Option(help: "Encryption: required (TLS 1.3), optional or none.")
+    var encryption: String = "required"
+
+    func validate() throws {
+        guard MCPeerID.isValidDisplayName(name) else { throw ValidationError("--name must be 1 to 63 octets of UTF-8") }
+        guard MCServiceType.isValid(service) else { throw ValidationError("--service: 1–15 lowercase letters, digits and hyphens, with a letter, no hyphen first, last or doubled") }
+        guard ["required", "optional", "none"].contains(encryption) else { throw ValidationError("--encryption required, optional or none") }
+        if let photo, !FileManager.default.isReadableFile(atPath: photo) { throw ValidationError("--photo: cannot read \(photo)") }
+    }
+
+    var preference: MCEncryptionPreference { encryption == "none" ? .none : encryption == "optional" ? .optional : .required }
+}
+
+/// The session side both commands share: prints what happens, sends the line and the photo once connected.
+final class MCDemoPeer: NSObject, MCSessionDelegate, @unchecked Sendable {
+    let options: MCOptions
+    let session: MCSession
+    private let lock = NSLock()
+    private var arrived = 0
+    private var sentTo: Set<MCPeerID> = []
+
+    init(options: MCOptions) {
+        self.options = options
+        session = MCSession(peer: MCPeerID(displayName: options.name), securityIdentity: nil, encryptionPreference: options.preference)
+        super.init()
+        session.delegate = self
+        if options.duration > 0 {
+            DispatchQueue.main.asyncAfter(deadline: .now() + options.duration) { Foundation.exit(0) }
+        }
+    }
+
+    func say(_ s: String) {
+        print(s)
+        fflush(nil)
+    }
+
+    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {
+        say("\(peerID.displayName): \(state)")
+        guard state == .connected, lock.withLock({ sentTo.insert(peerID).inserted }) else { return }
+        if let line = options.say {
+            do { try session.send(Data(line.utf8), toPeers: [peerID], with: .reliable) } catch { say("cannot send: \(error.localizedDescription)") }
+        }
+        if let photo = options.photo {
+            let url = URL(fileURLWithPath: photo)
+            let progress = session.sendResource(at: url, withName: url.lastPathComponent, toPeer: peerID) { [self] e in
+                say(e.map { "photo not sent: \($0.localizedDescription)" } ?? "photo sent to \(peerID.displayName)")
+            }
+            if let progress { watch(progress, label: "sending \(url.lastPathComponent)") }
+        }
+    }
+
+    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {
+        say("\(peerID.displayName) says: \(String(decoding: data, as: UTF8.self))")
+        arrivedOne()
+    }
+
+    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {
+        say("\(peerID.displayName) opened stream \(streamName)")
+    }
+
+    func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress) {
+        say("receiving \(resourceName) from \(peerID.displayName)")
+        watch(progress, label: "receiving \(resourceName)")
+    }
+
+    func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: (any Error)?) {
+        guard let localURL, error == nil else { return say("\(resourceName) failed: \(error?.localizedDescription ?? "?")") }
+        // The file is temporary: move it now, never over an existing one.
+        let base = URL(fileURLWithPath: options.dir)
+        var target = base.appendingPathComponent((resourceName as NSString).lastPathComponent)
+        var n = 1
+        while FileManager.default.fileExists(atPath: target.path) {
+            let name = (resourceName as NSString).lastPathComponent as NSString
+            target = base.appendingPathComponent("\(name.deletingPathExtension) (\(n))" + (name.pathExtension.isEmpty ? "" : ".\(name.pathExtension)"))
+            n += 1
+        }
+        do {
+            try FileManager.default.moveItem(at: localURL, to: target)
+            let size = (try? FileManager.default.attributesOfItem(atPath: target.path)[.size] as? NSNumber)?.intValue ?? 0
+            say("stored \(target.path) (\(size) bytes) from \(peerID.displayName)")
+        } catch {
+            say("cannot store \(resourceName): \(error.localizedDescription)")
+        }
+        arrivedOne()
+    }
+
+    private func arrivedOne() {
+        let n = lock.withLock { () -> Int in arrived += 1; return arrived }
+        if options.expect > 0 && n >= options.expect {
+            // Let what we send leave before exiting.
+            DispatchQueue.main.asyncAfter(deadline: .now() + 1) { Foundation.exit(0) }
+        }
+    }
+
+    private func watch(_ p: Progress, label: String) {
+        DispatchQueue.global().async { [self] in
+            var last = -1
+            while !p.isFinished && !p.isCancelled {
+                let pct = Int(p.fractionCompleted * 100)
+                if pct / 25 != last / 25 { say("\(label): \(pct) %"); last = pct }
+                usleep(100_000)
+            }
+        }
+    }
+}
+
+struct MCAdvertiseCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "advertise", abstract: "Advertise (MCAdvertiserAssistant) and accept invitations.")
+    @OptionGroup var options: MCOptions
+    @Flag(help: "Ask on the terminal before accepting an invitation.")
+    var ask = false
+
+    func run() throws {
+        let peer = MCDemoPeer(options: options)
+        let assistant = MCAdvertiserAssistant(serviceType: options.service, discoveryInfo: nil, session: peer.session)
+        if ask { assistant.invitationPresenter = MCTerminalPrompt.invitation }
+        assistant.start()
+        peer.say("advertising \"\(options.name)\" for \(options.service)")
+        withExtendedLifetime((peer, assistant)) { dispatchMain() }
+    }
+}
+
+struct MCBrowseCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "browse", abstract: "Browse (MCBrowserViewController) and invite a peer.")
+    @OptionGroup var options: MCOptions
+    @Option(help: "Invite the peer with this display name (default: the first one found).")
+    var peer: String?
+
+    func run() throws {
+        let me = MCDemoPeer(options: options)
+        let browser = MCBrowserViewController(serviceType: options.service, session: me.session)
+        let wanted = peer
+        browser.presenter = { vc, peers in
+            me.say("nearby: " + (peers.isEmpty ? "nobody" : peers.map(\.displayName).joined(separator: ", ")))
+            if let p = peers.first(where: { wanted == nil || $0.displayName == wanted }) { vc.invite(p) }
+        }
+        browser.present()
+        me.say("browsing for \(options.service)")
+        withExtendedLifetime((me, browser)) { dispatchMain() }
+    }
+}
