@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "BLEHost", targets: ["BLEHost"]),
         .executable(name: "ble", targets: ["ble"]),
         .library(name: "MultipeerConnectivity", targets: ["MultipeerConnectivity"]),
+        .library(name: "GameKit", targets: ["GameKit"]),
         .library(name: "DNSSD", targets: ["DNSSD"]),
         .library(name: "DNSSDNIO", targets: ["DNSSDNIO"]),
         .executable(name: "dnssd-tool", targets: ["dnssd-tool"]),
@@ -46,7 +47,7 @@ let package = Package(
         ]),
         .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams"]),
         .executableTarget(name: "ble", dependencies: [
-            "CoreBluetooth", "MultipeerConnectivity", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
+            "CoreBluetooth", "MultipeerConnectivity", "GameKit", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
@@ -65,6 +66,8 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "DNSSDNIO", "DNSSD", "BoundStreams"]),
+        .target(name: "GameKit", dependencies: ["MultipeerConnectivity"]),
+        .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),
         .testTarget(name: "MultipeerConnectivityTests", dependencies: ["MultipeerConnectivity", "PeerSession", "PeerTransport"]),
         .target(name: "DNSSDNIO", dependencies: [

@@ -32,7 +32,7 @@ open class MCSession: NSObject, @unchecked Sendable {
     private var listener: PeerListener?
     private var keepAlive: DispatchSourceTimer?
     /// How long a silent peer stays connected (keep-alive pings go every third of it).
-    var livenessTimeout: TimeInterval = 10
+    package var livenessTimeout: TimeInterval = 10
 
     public convenience init(peer myPeerID: MCPeerID) {
         self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .required)
@@ -119,6 +119,14 @@ open class MCSession: NSObject, @unchecked Sendable {
             failTransfers(of: c)
             if c.connected { notify(c.peer, .notConnected) }
         }
+    }
+
+    /// Asks every member to drop `peer`, and drops it ourselves (GameKit's disconnectPeerFromAllPeers).
+    package func evict(_ peer: MCPeerID) {
+        let (others, victim) = lock.withLock { (peers.values.filter { $0.connected && $0.peer != peer }, peers[peer.token]) }
+        for c in others { c.link.send(.evict(token: peer.token)) }
+        victim?.link.send(.evict(token: peer.token))
+        victim?.link.close()
     }
 
     // MARK: Peers joining and leaving
@@ -275,9 +283,9 @@ open class MCSession: NSObject, @unchecked Sendable {
 
 /// Carries a value the compiler cannot prove Sendable across a queue hop; the code using it serialises
 /// access itself (delegate queue, locks).
-struct Unchecked<T>: @unchecked Sendable {
-    let value: T
-    init(_ value: T) { self.value = value }
+package struct Unchecked<T>: @unchecked Sendable {
+    package let value: T
+    package init(_ value: T) { self.value = value }
 }
 
 /// Self-signed identities for peers that bring none, one per peer ID (made once: P-256 key generation).

@@ -1,0 +1,103 @@
+// GKPeerPickerController without UIKit: the same delegate sequence — (didSelect when several connection
+// types are allowed) → sessionFor (a session in .peer mode; the picker makes one when the delegate does
+// not) → a peer is chosen → the other side accepts → didConnectPeer; or peerPickerControllerDidCancel.
+// `chooser` stands in for the user's tap (default: the first peer found; `GKTerminalPicker.choose` asks
+// on the terminal), `requestPresenter` for the other side's "accept?" alert (default: accept).
+import Foundation
+
+public protocol GKPeerPickerControllerDelegate: AnyObject {
+    func peerPickerController(_ picker: GKPeerPickerController, didSelect type: GKPeerPickerConnectionType)
+    /// Return a session in .peer mode; without this method the picker makes its own.
+    func peerPickerController(_ picker: GKPeerPickerController, sessionFor type: GKPeerPickerConnectionType) -> GKSession
+    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, toSession session: GKSession)
+    func peerPickerControllerDidCancel(_ picker: GKPeerPickerController)
+}
+
+public extension GKPeerPickerControllerDelegate {
+    func peerPickerController(_ picker: GKPeerPickerController, didSelect type: GKPeerPickerConnectionType) {}
+    func peerPickerController(_ picker: GKPeerPickerController, sessionFor type: GKPeerPickerConnectionType) -> GKSession {
+        GKSession(sessionID: nil, displayName: nil, sessionMode: .peer)
+    }
+    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, toSession session: GKSession) {}
+    func peerPickerControllerDidCancel(_ picker: GKPeerPickerController) {}
+}
+
+open class GKPeerPickerController: NSObject, @unchecked Sendable {
+    open var connectionTypesMask: GKPeerPickerConnectionType = .nearby
+    open weak var delegate: (any GKPeerPickerControllerDelegate)?
+    open private(set) var isVisible = false
+    /// Picks a peer among those shown (ID → display name); nil waits for more. Runs on the session's queue.
+    public var chooser: ([String: String]) -> String? = { $0.keys.sorted().first }
+    /// Answers a connection request from the peer with this display name (the remote side's alert).
+    public var requestPresenter: (String, @escaping (Bool) -> Void) -> Void = { _, answer in answer(true) }
+    public private(set) var session: GKSession?
+    private var chosen: String?
+    private var connectedReported = false
+
+    public override init() { super.init() }
+
+    /// Shows the picker: asks the delegate for the session, makes it available, and waits for a peer.
+    open func show() {
+        guard !isVisible else { return }
+        isVisible = true
+        if connectionTypesMask.contains(.online) && connectionTypesMask.contains(.nearby) {
+            delegate?.peerPickerController(self, didSelect: .nearby)
+        }
+        let s = delegate?.peerPickerController(self, sessionFor: .nearby) ?? GKSession(sessionID: nil, displayName: nil, sessionMode: .peer)
+        precondition(s.sessionMode == .peer, "the session a GKPeerPickerController uses must be in GKSessionModePeer")
+        session = s
+        s.engine.observers.append { [weak self, weak s] peer, state in
+            guard let self, let s, isVisible else { return }
+            if let state { stateChanged(peer, state, in: s) } else { requested(peer, in: s) }
+        }
+        s.isAvailable = true
+    }
+
+    /// Hides the picker. The session stays with the app.
+    open func dismiss() { isVisible = false }
+
+    /// The Cancel button.
+    open func cancel() {
+        guard isVisible else { return }
+        isVisible = false
+        session?.isAvailable = false
+        delegate?.peerPickerControllerDidCancel(self)
+    }
+
+    private func stateChanged(_ peer: String, _ state: GKPeerConnectionState, in s: GKSession) {
+        switch state {
+        case .available where chosen == nil:
+            var shown: [String: String] = [:]
+            for id in s.peers(with: .available) { shown[id] = s.displayName(forPeer: id) ?? id }
+            guard let pick = chooser(shown) else { return }
+            chosen = pick
+            s.connect(toPeer: pick, withTimeout: 30)
+        case .connected where !connectedReported:
+            connectedReported = true
+            delegate?.peerPickerController(self, didConnectPeer: peer, toSession: s)
+        case .disconnected, .unavailable:
+            if peer == chosen, !connectedReported { chosen = nil }
+        default:
+            break
+        }
+    }
+
+    private func requested(_ peer: String, in s: GKSession) {
+        requestPresenter(s.displayName(forPeer: peer) ?? peer) { ok in
+            if ok { try? s.acceptConnection(fromPeer: peer) } else { s.denyConnection(fromPeer: peer) }
+        }
+    }
+}
+
+/// A terminal stand-in for the picker's list.
+public enum GKTerminalPicker {
+    /// Prints the peers and reads a number; nil (wait) on an empty line.
+    public static func choose(_ peers: [String: String]) -> String? {
+        let ids = peers.keys.sorted()
+        for (i, id) in ids.enumerated() { print("  \(i + 1). \(peers[id]!)") }
+        print("Connect to which peer? ", terminator: "")
+        fflush(nil)
+        guard let line = readLine(), let n = Int(line), (1...ids.count).contains(n) else { return nil }
+        return ids[n - 1]
+    }
+}
