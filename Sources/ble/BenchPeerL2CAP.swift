@@ -263,4 +263,5 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         if request.needsResponse { host.respondToWrite(id: request.id, error: .writeNotPermitted) }
     }
     func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
 }

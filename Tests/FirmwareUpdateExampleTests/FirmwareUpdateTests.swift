@@ -11,15 +11,11 @@ import Testing
         let device = FirmwareDevice(name: name, offersL2CAP: offersL2CAP)
         let updater = FirmwareUpdater(image: image, deviceName: name)
         defer { updater.stop(); device.stop() }
+        let gate = Once<FirmwareUpdater.Outcome>()
         let outcome = try await withCheckedThrowingContinuation { (k: CheckedContinuation<FirmwareUpdater.Outcome, Error>) in
-            let once = NSLock()
-            var resumed = false
-            func resume(_ r: Result<FirmwareUpdater.Outcome, Error>) {
-                guard once.withLock({ defer { resumed = true }; return !resumed }) else { return }
-                k.resume(with: r)
-            }
-            updater.queue.sync { updater.onFinish = { resume(.success($0)) } }
-            DispatchQueue.global().asyncAfter(deadline: .now() + 60) { resume(.failure(UpdateTimeout())) }
+            gate.set(k)
+            updater.queue.sync { updater.onFinish = { gate.resume(.success($0)) } }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 60) { gate.resume(.failure(UpdateTimeout())) }
         }
         let statuses = updater.queue.sync { updater.statuses }
         let installed = device.queue.sync { device.installed }
@@ -27,6 +23,17 @@ import Testing
     }
 
     struct UpdateTimeout: Error {}
+
+    /// Resumes a continuation once, from whichever comes first.
+    final class Once<T: Sendable>: @unchecked Sendable {
+        private let lock = NSLock()
+        private var k: CheckedContinuation<T, Error>?
+        func set(_ k: CheckedContinuation<T, Error>) { lock.withLock { self.k = k } }
+        func resume(_ r: Result<T, Error>) {
+            let k = lock.withLock { () -> CheckedContinuation<T, Error>? in defer { self.k = nil }; return self.k }
+            k?.resume(with: r)
+        }
+    }
 
     static let expected: [UpdateStatus] = [
         .response(command: 1, result: 0),

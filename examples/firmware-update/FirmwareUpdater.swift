@@ -16,7 +16,7 @@ import Crypto
 
 final class FirmwareUpdater: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, StreamDelegate, @unchecked Sendable {
     enum Path: String { case l2cap, writeWithoutResponse }
-    enum Outcome: Equatable { case applied(Path), failed(String) }
+    enum Outcome: Equatable, Sendable { case applied(Path), failed(String) }
 
     let image: Data
     let deviceName: String
