@@ -124,7 +124,7 @@ func sha256(_ url: URL) throws -> [UInt8] { Array(SHA256.hash(data: try Data(con
         let dir = try TransferDirectory()
         defer { dir.remove() }
         let transport = "tcp-client:127.0.0.1:\(server.port)"
-        let file = try dir.write("firmware.bin", size: 3_000_000, seed: 11)
+        let file = try dir.write("firmware.bin", size: 1_000_000, seed: 11)
         let receiver = try ToolProcess(["receive", "--dir", dir.inbox.path, "--name", "inbox-b"], transport: transport)
         defer { receiver.kill() }
         try await receiver.waitFor("receiving into")
@@ -134,7 +134,7 @@ func sha256(_ url: URL) throws -> [UInt8] { Array(SHA256.hash(data: try Data(con
         // Killed once the receiver's partial file holds some of the file.
         let deadline = Date().addingTimeInterval(60)
         var partial: UInt64 = 0
-        while partial < 200_000 {
+        while partial < 100_000 {
             guard Date() < deadline, first.process.isRunning else { throw InteropError("no partial file grew:\n\(first.output)\n\(receiver.output)") }
             partial = (try dir.received().filter { $0.hasSuffix(".part") }.first).flatMap {
                 try? FileManager.default.attributesOfItem(atPath: dir.inbox.appendingPathComponent($0).path)[.size] as? UInt64
