@@ -26,8 +26,10 @@ struct BenchCommand: ParsableCommand {
     var aclBuffer = 251
 
     enum API: String, ExpressibleByArgument { case host, corebluetooth }
-    @Option(help: "host: the host core's API; corebluetooth: end to end through CBPeripheralManager and the CBPeripheral delegate (notify only).")
+    @Option(help: "host: the host core's API; corebluetooth: end to end through the Core Bluetooth API (notify: CBPeripheralManager.updateValue to the CBPeripheral delegate; l2cap: CBL2CAPChannel streams on run loop threads, --size octets per write).")
     var api: API = .host
+    @Flag(help: "With --api corebluetooth --mode l2cap: schedule both ends' streams on one run loop thread instead of one each.")
+    var oneStreamThread = false
 
     @Flag(help: "Charge airtime on the virtual radio (connection events, PHY, data length) and compare with the theoretical maximum.")
     var airtime = false
@@ -54,7 +56,7 @@ struct BenchCommand: ParsableCommand {
     var each = 200
     @Flag(help: .hidden)
     var single = false
-    @Option(help: "Run one side over BLE_TRANSPORT with bumble-bench's GATT protocol: central (connects to --peer) or peripheral.")
+    @Option(help: "Run one side over BLE_TRANSPORT with bumble-bench's GATT protocol (with --mode l2cap: its L2CAP protocol, SPSM 128): central (connects to --peer) or peripheral.")
     var role: String?
     @Option(help: "With --role: send, receive, ping or pong (bumble-bench's scenarios).")
     var scenario: String?
@@ -69,11 +71,23 @@ struct BenchCommand: ParsableCommand {
             let sc = BenchPeer.Scenario(rawValue: scenario ?? (r == .central ? "send" : "receive"))
             guard let sc else { throw ValidationError("--scenario send, receive, ping or pong") }
             guard let address = BluetoothAddress(string: peer, type: .random) else { throw ValidationError("--peer: not an address") }
-            guard (10...244).contains(size) else { throw ValidationError("--size must be 10…244 with --role") }
-            let total = CommandLine.arguments.contains("--count") ? count : (sc == .ping ? 100 : max(1, 1_000_000 / size))
-            let bench = try BenchPeer(role: r, scenario: sc, size: size, count: total, peer: address)
-            bench.intervalMilliseconds = interval
-            let result = try bench.run(timeout: timeout)
+            let result: BenchResult
+            if mode == .l2cap {
+                // bumble-bench's L2CAP packets count their 2-octet length prefix; 1024 fills one SDU.
+                let packet = CommandLine.arguments.contains("--size") ? size : 1024
+                guard (12...65_535).contains(packet) else { throw ValidationError("--size must be 12…65535 with --role and --mode l2cap") }
+                let total = CommandLine.arguments.contains("--count") ? count : (sc == .ping ? 100 : max(1, 1_000_000 / packet))
+                let bench = try BenchPeerL2CAP(role: r, scenario: sc, size: packet, count: total, peer: address)
+                bench.intervalMilliseconds = interval
+                result = try bench.run(timeout: timeout)
+            } else {
+                guard mode == .write || mode == .notify else { throw ValidationError("--role runs bumble-bench's GATT protocol (default) or --mode l2cap") }
+                guard (10...244).contains(size) else { throw ValidationError("--size must be 10…244 with --role") }
+                let total = CommandLine.arguments.contains("--count") ? count : (sc == .ping ? 100 : max(1, 1_000_000 / size))
+                let bench = try BenchPeer(role: r, scenario: sc, size: size, count: total, peer: address)
+                bench.intervalMilliseconds = interval
+                result = try bench.run(timeout: timeout)
+            }
             print(result.summary)
             print(result.json)
             return
@@ -97,8 +111,18 @@ struct BenchCommand: ParsableCommand {
         }
         let result: BenchResult
         if api == .corebluetooth {
-            guard mode == .notify else { throw ValidationError("--api corebluetooth supports --mode notify") }
-            result = try CoreBluetoothNotifyBench(size: size, count: count).run()
+            switch mode {
+            case .notify:
+                result = try CoreBluetoothNotifyBench(size: size, count: count).run()
+            case .l2cap:
+                guard (27...65_535).contains(aclBuffer) else { throw ValidationError("--acl-buffer must be 27…65535") }
+                // Unless told otherwise: 100 MB in 32 KB writes.
+                let writeSize = CommandLine.arguments.contains("--size") ? size : 32_768
+                let writes = CommandLine.arguments.contains("--count") ? count : 100_000_000 / writeSize
+                result = try CoreBluetoothL2CAPBench(writeSize: writeSize, count: writes, aclBuffer: aclBuffer, sharedThread: oneStreamThread).run()
+            default:
+                throw ValidationError("--api corebluetooth supports --mode notify and l2cap")
+            }
         } else {
             guard (27...65_535).contains(aclBuffer) else { throw ValidationError("--acl-buffer must be 27…65535") }
             result = try Bench(mode: mode, size: size, count: count, aclBuffer: aclBuffer).run()

@@ -160,3 +160,65 @@ extension Array where Element == UInt8 {
         return false
     }
 }
+
+/// `ble bench --mode l2cap` against `bumble-bench`'s L2CAP modes over rootcanal: our central opens SPSM 128
+/// on a `--mode l2cap-server` peripheral and sends; a `--mode l2cap-client` central opens ours and sends.
+/// Figures are for benchmarks (scripts/bench-vs-bumble.sh); here only what moved is checked.
+@Suite(.serialized, .timeLimit(.minutes(3))) struct BenchL2CAPInteropTests {
+    func ble(_ args: [String], transport: String) throws -> (Process, Pipe) {
+        let p = Process()
+        p.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
+        p.arguments = args
+        p.environment = ProcessInfo.processInfo.environment.merging(["BLE_TRANSPORT": transport]) { $1 }
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        return (p, out)
+    }
+
+    func lastJSON(_ data: Data) throws -> [String: Any] {
+        let last = try #require(String(decoding: data, as: UTF8.self).split(separator: "\n").last)
+        return try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
+    }
+
+    func bumbleBench(_ args: [String]) throws -> PeerProcess {
+        try PeerProcess(script: "../../../scripts/bumble_bench.py", arguments: args)
+    }
+
+    @Test func ourCentralSendsToBumbleBenchL2CAPServer() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let bumble = try bumbleBench(["--mode", "l2cap-server", "--scenario", "receive", "peripheral", rc.transport])
+        defer { bumble.stop() }
+        try await bumble.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("Waiting for connection") ?? false }
+        let (p, out) = try ble(["bench", "--mode", "l2cap", "--role", "central", "--scenario", "send", "--size", "1024", "--count", "200"],
+                               transport: rc.transport)
+        defer { if p.isRunning { p.terminate() } }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let json = try lastJSON(data)
+        #expect(json["bytes"] as? Int == 200 * 1024 && json["packets"] as? Int == 200)
+        // Bumble took every packet in order (it logs each one, and the last one's flag) and acknowledged the last.
+        try await bumble.waitFor("log") { ($0["text"] as? String)?.contains("Received last packet") ?? false }
+        #expect(!bumble.events("log").contains { ($0["text"] as? String)?.contains("Unexpected packet") ?? false })
+    }
+
+    @Test func bumbleBenchL2CAPClientSendsToOurPeripheral() async throws {
+        let rc = try RootCanal()
+        defer { rc.stop() }
+        let (p, out) = try ble(["bench", "--mode", "l2cap", "--role", "peripheral", "--scenario", "receive"], transport: rc.transport)
+        defer { if p.isRunning { p.terminate() } }
+        try await Task.sleep(nanoseconds: 2_000_000_000)
+        let bumble = try bumbleBench(["--mode", "l2cap-client", "--scenario", "send", "-s", "1024", "-c", "200", "central", rc.transport])
+        defer { bumble.stop() }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let json = try lastJSON(data)
+        #expect(json["packets"] as? Int == 200 && json["bytes"] as? Int == 200 * 1024)
+        // Bumble got our ACK for its last packet.
+        try await bumble.waitFor("log") { ($0["text"] as? String)?.contains("Received ACK") ?? false }
+    }
+}

@@ -1,0 +1,267 @@
+// `ble bench --mode l2cap --role central|peripheral --scenario send|receive|ping|pong`: one side of a
+// benchmark over any BLE_TRANSPORT, speaking bumble-bench's L2CAP protocol, so that the other side can be
+// `bumble-bench --mode l2cap-server` (our central opens the channel) or `--mode l2cap-client` (our
+// peripheral publishes it).
+//
+// bumble-bench's L2CAP protocol: an LE credit-based channel on SPSM 128, MTU 1024, MPS 1024, 128 credits
+// (a receive window of 128 K-frames). The channel is a byte stream: each packet is framed by its length
+// (2 octets, big-endian), SDU boundaries mean nothing. Packets are those of the GATT protocol (BenchPeer.swift):
+// RESET [0]; SEQUENCE [1, flags, sequence u32 LE, timestamp µs u32 LE, payload]; ACK [2, flags, sequence].
+// A sender's `--size` counts the framing: a SEQUENCE packet is size − 2 octets (payload size − 12), as
+// bumble-bench's `-s`. A receiver ACKs the LAST packet; a pong ACKs every packet, echoing its flags.
+//
+// Threading: everything runs on the host's loop, except `run`, which waits on `done`.
+import Foundation
+import BLEWire
+import BLEHCI
+import BLEL2CAP
+import BLEHost
+import BLETransport
+
+enum SpeedL2CAP {
+    static let psm: UInt16 = 128
+    static let parameters = L2CAPChannelParameters(mtu: 1024, mps: 1024, window: 128 * 1024)
+
+    /// Splits a byte stream into bumble-bench packets (2-octet big-endian length, then the packet).
+    struct Deframer {
+        private var buffer: [UInt8] = []
+        private var head = 0
+
+        /// Appends `bytes`; returns the packets completed by them.
+        mutating func feed(_ bytes: [UInt8]) -> [[UInt8]] {
+            buffer += bytes
+            var packets: [[UInt8]] = []
+            while buffer.count - head >= 2 {
+                let length = Int(buffer[head]) << 8 | Int(buffer[head + 1])
+                guard buffer.count - head - 2 >= length else { break }
+                packets.append(Array(buffer[(head + 2)..<(head + 2 + length)]))
+                head += 2 + length
+            }
+            if head > 0, head == buffer.count || head > 64 * 1024 {
+                buffer.removeFirst(head)
+                head = 0
+            }
+            return packets
+        }
+    }
+
+    static func frame(_ packet: [UInt8]) -> [UInt8] {
+        [UInt8(packet.count >> 8), UInt8(packet.count & 0xFF)] + packet
+    }
+}
+
+final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+    typealias Role = BenchPeer.Role
+    typealias Scenario = BenchPeer.Scenario
+
+    let role: Role, scenario: Scenario
+    let size: Int, count: Int
+    let peer: BluetoothAddress
+    var intervalMilliseconds = 7.5
+    let host: LEHost
+    let done = DispatchSemaphore(value: 0)
+    var channel: HostL2CAPChannel?
+    var deframer = SpeedL2CAP.Deframer()
+    /// Framed packets not yet handed to the channel.
+    var outgoing: [UInt8] = []
+    var sent = 0, received = 0, receivedBytes = 0, sentBytes = 0
+    var start = 0.0, end = 0.0
+    var rtts: [Double] = []
+    var lastPing = 0.0
+    var failure: String?
+
+    init(role: Role, scenario: Scenario, size: Int, count: Int, peer: BluetoothAddress) throws {
+        self.role = role
+        self.scenario = scenario
+        self.size = size
+        self.count = count
+        self.peer = peer
+        host = try HostFactory.makeHostFromEnvironment(name: "bench")
+    }
+
+    func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    func say(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
+
+    func run(timeout: Double) throws -> BenchResult {
+        let cpuStart = cpuSeconds()
+        host.loop.execute { [self] in
+            host.centralDelegate = self
+            host.peripheralDelegate = self
+            host.addPowerObserver { [self] s in
+                guard s == .on else { return }
+                switch role {
+                case .central:
+                    say("connecting to \(peer) on \(host.transport.name)")
+                    host.connect(to: peer)
+                case .peripheral:
+                    servePeripheral()
+                }
+            }
+            host.powerOn()
+        }
+        guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
+        if let failure { throw BenchError(failure) }
+        let cpu = cpuSeconds() - cpuStart
+        // Let the last ACK (or the channel's last K-frames) leave before switching off.
+        usleep(200_000)
+        host.loop.sync { host.powerOff() }
+        let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
+        return BenchResult(mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
+                           packets: max(sent, received), seconds: end - start, cpuSeconds: cpu, rtts: rtts)
+    }
+
+    // MARK: Peripheral: the L2CAP server on SPSM 128.
+
+    func servePeripheral() {
+        let psm = host.publishL2CAP(psm: SpeedL2CAP.psm, parameters: SpeedL2CAP.parameters) { [self] ch in
+            guard channel == nil else { return ch.close() }
+            say("channel open: \(ch)")
+            attach(ch)
+        }
+        guard psm != nil else { return fail("SPSM \(SpeedL2CAP.psm) is taken") }
+        host.setStaticRandomAddress(peer) { [self] _ in
+            var name: [UInt8] = Array("Speed Peripheral".utf8)
+            name = [UInt8(name.count + 1), 0x09] + name
+            host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6] + name, interval: 0x30)) { [self] e in
+                say(e.map { "advertising failed: \($0)" } ?? "advertising as \(peer) on \(host.transport.name), SPSM \(SpeedL2CAP.psm)")
+            }
+        }
+    }
+
+    // MARK: Central: the L2CAP client.
+
+    func host(_ host: LEHost, didConnect connection: HostConnection) {
+        say("connected: \(connection)")
+        guard role == .central else { return }
+        host.updateConnection(handle: connection.handle, interval: UInt16((intervalMilliseconds / 1.25).rounded()), timeout: 400) { [self] e in
+            if let e { say("connection update refused: \(e)") }
+        }
+        connection.openL2CAPChannel(psm: SpeedL2CAP.psm, parameters: SpeedL2CAP.parameters) { [self] r in
+            switch r {
+            case let .success(chs):
+                say("channel open: \(chs[0])")
+                attach(chs[0])
+            case let .failure(e):
+                fail("cannot open SPSM \(SpeedL2CAP.psm) on \(peer): \(e)")
+            }
+        }
+    }
+
+    // MARK: The channel
+
+    func attach(_ ch: HostL2CAPChannel) {
+        channel = ch
+        ch.onReceive = { [unowned ch, self] sdu in
+            ch.consumed(sdu.count)
+            for p in deframer.feed(sdu) { packetArrived(p) }
+        }
+        ch.onWritable = { [self] in flush() }
+        ch.onClose = { [self] reason in
+            if end == 0 { fail("the channel closed: \(reason)") }
+        }
+        if scenario == .send || scenario == .ping { startSending() }
+    }
+
+    /// Queues a packet; it leaves as the channel takes it.
+    func transmit(_ p: SpeedProtocol.Packet) {
+        outgoing += SpeedL2CAP.frame(p.encode())
+        flush()
+    }
+
+    /// Hands queued bytes to the channel in SDUs of the peer's MTU, and generates the next packets of a
+    /// send while it takes them.
+    func flush() {
+        guard let ch = channel else { return }
+        let mtu = max(1, ch.peerMTU)
+        while true {
+            if scenario == .send {
+                while outgoing.count < mtu, sent < count { queueNextSequence() }
+            }
+            if outgoing.isEmpty { return }
+            let n = min(mtu, outgoing.count)
+            guard ch.send(Array(outgoing[0..<n])) else { return }
+            outgoing.removeFirst(n)
+        }
+    }
+
+    func startSending() {
+        start = now()
+        transmit(.reset)
+        if scenario == .ping { ping() }
+    }
+
+    func queueNextSequence() {
+        let p = SpeedProtocol.Packet.sequence(last: sent == count - 1, sequence: UInt32(sent),
+                                              timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 12))
+        outgoing += SpeedL2CAP.frame(p.encode())
+        sent += 1
+        sentBytes += size
+        if sent % 1024 == 0 { say("sent \(sent)/\(count)") }
+    }
+
+    func ping() {
+        guard sent < count else { return }
+        lastPing = now()
+        transmit(.sequence(last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
+                           payloadSize: max(0, size - 12)))
+        sent += 1
+        sentBytes += size
+    }
+
+    func packetArrived(_ bytes: [UInt8]) {
+        guard let p = SpeedProtocol.Packet.decode(bytes) else {
+            say("invalid packet (\(bytes.count) octets)")
+            return
+        }
+        switch (p, scenario) {
+        case (.reset, _):
+            received = 0
+            receivedBytes = 0
+            start = now()
+        case let (.sequence(last, seq, _, _), .receive):
+            received += 1
+            receivedBytes += bytes.count + 2
+            if received % 1024 == 0 { say("received \(received)") }
+            if last {
+                end = now()
+                transmit(.ack(last: true, sequence: seq))
+                done.signal()
+            }
+        case let (.sequence(last, seq, _, _), .pong):
+            received += 1
+            receivedBytes += bytes.count + 2
+            if received == 1 { start = now() }
+            transmit(.ack(last: last, sequence: seq))
+            if last { end = now(); done.signal() }
+        case let (.ack(last, _), .send):
+            end = now()
+            if last { done.signal() }
+        case let (.ack(last, _), .ping):
+            rtts.append((now() - lastPing) * 1000)
+            received += 1
+            if last || sent >= count { end = now(); done.signal() } else { ping() }
+        default:
+            break
+        }
+    }
+
+    func fail(_ why: String) {
+        guard failure == nil else { return }
+        failure = why
+        done.signal()
+    }
+
+    func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
+    func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) { fail("connection failed: \(status)") }
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
+        if end == 0 { fail("disconnected: \(reason)") }
+    }
+    func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {}
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest) { host.respondToRead(id: request.id, result: .failure(.readNotPermitted)) }
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
+        if request.needsResponse { host.respondToWrite(id: request.id, error: .writeNotPermitted) }
+    }
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
+}
