@@ -172,12 +172,18 @@ extension MCSession {
         }
     }
 
+    /// Cancels a connection in progress: an invitation we sent, or custom-discovery data we were given.
     public func cancelConnectPeer(_ peerID: MCPeerID) {
-        let c = lock.withLock { () -> PeerConnection? in
+        let (c, invite) = lock.withLock { () -> (PeerConnection?, PeerLink??) in
             expectedPeers.remove(peerID.token)
-            return peers[peerID.token].flatMap { $0.connected ? nil : $0 }
+            let pending = pendingInvites.removeValue(forKey: peerID.token)
+            return (peers[peerID.token].flatMap { $0.connected ? nil : $0 }, pending)
         }
         c?.link.close()
+        if let invite {
+            invite?.close()
+            notify(peerID, .notConnected)
+        }
     }
 }
 

@@ -113,6 +113,27 @@ struct MultipeerNetworkTests {
         #expect(got[1000] == big)
     }
 
+    @Test func unreliableMessagesAreDroppedNotQueuedWhenTheLinkIsBusy() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        let big = Data(count: 200_000)
+        var thrown = 0
+        for _ in 0..<300 { do { try p.b.send(big, toPeers: p.b.connectedPeers, with: .unreliable) } catch { thrown += 1 } }
+        try p.b.send(Data("after".utf8), toPeers: p.b.connectedPeers, with: .reliable)
+        try waitFor("the reliable one", seconds: 20) { p.ra.lock.withLock { p.ra.messages.last?.1 } == Data("after".utf8) }
+        let unreliable = p.ra.lock.withLock { p.ra.messages.count } - 1
+        #expect(thrown == 0)
+        #expect(unreliable > 0 && unreliable < 300, "\(unreliable) of 300 arrived")
+    }
+
+    @Test func cancellingAnInvitationInProgress() throws {
+        let p = try Pair(answer: nil, timeout: 30)
+        defer { p.stop() }
+        try waitFor("invited") { p.answer.lock.withLock { p.answer.invitations.count } == 1 }
+        p.b.cancelConnectPeer(p.found.peer(named: "A")!)
+        try waitFor("cancelled") { p.rb.lastState("A") == .notConnected }
+    }
+
     @Test func resourceWithProgressAndCancellation() throws {
         let p = try Pair()
         defer { p.stop() }

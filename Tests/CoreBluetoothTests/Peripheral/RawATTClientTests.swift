@@ -155,6 +155,15 @@ final class OffsetPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked 
         #expect(try await raw.request([0x0A, 0x00, 0x01]) == [0x01, 0x0A, 0x00, 0x01, 0x01])
     }
 
+    @Test func aCompleteFrameRightAfterAnIncompleteOneIsAnswered() async throws {
+        // Issue 16's first defect: a Read that is answered; an ACL start fragment whose L2CAP header announces
+        // 32 octets with 1 following; then a complete Read Request — it must be answered, not lost.
+        let (_, raw, _) = try await setUp()
+        #expect(try await raw.request([0x0A, 0x0E, 0x00]) == [0x0B] + Array("fixed".utf8))
+        raw.controller.send(ACLPacket(handle: raw.handle, boundary: .firstNonFlushable, data: [32, 0, 0x04, 0x00, 0x0A]).encode())
+        #expect(try await raw.request([0x0A, 0x0E, 0x00]) == [0x0B] + Array("fixed".utf8))
+    }
+
     @Test func anUnansweredReadDoesNotWedgeTheServer() async throws {
         let (per, raw, air) = try await setUp()
         per.queue.sync { per.ignoreReads = true }
