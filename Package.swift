@@ -35,6 +35,7 @@ let package = Package(
         .target(name: "BLEHost", dependencies: [
             "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLECrypto", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
         ]),
+        .target(name: "BoundStreams"),
         .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire"]),
         .executableTarget(name: "ble", dependencies: [
             "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
@@ -52,6 +53,7 @@ let package = Package(
         .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
         .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
+        .testTarget(name: "BoundStreamsTests", dependencies: ["BoundStreams"]),
         .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEWire"], exclude: ["peers"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,177 @@
+import Foundation
+import Testing
+@testable import BoundStreams
+
+/// Delegate events: on which thread, when, and how often.
+@Suite(.serialized) struct EventTests {
+    func write(_ out: OutputStream, _ bytes: [UInt8]) -> Int {
+        bytes.withUnsafeBufferPointer { out.write($0.baseAddress!, maxLength: $0.count) }
+    }
+
+    func drain(_ input: InputStream) -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 256)
+        while input.hasBytesAvailable {
+            let n = input.read(&buf, maxLength: buf.count)
+            if n <= 0 { break }
+            out += buf[0 ..< n]
+        }
+        return out
+    }
+
+    @Test func eventsArriveOnABackgroundRunLoopThread() {
+        let loop = RunLoopThread(sliceSeconds: 0.05)
+        defer { loop.stop() }
+        let (input, output) = BoundStreams.makePair(bufferSize: 8)
+        let recorder = Recorder()
+        input.delegate = recorder
+        output.delegate = recorder
+        input.schedule(in: loop.runLoop, forMode: .default)
+        output.schedule(in: loop.runLoop, forMode: .default)
+        input.open(); output.open()
+        #expect(recorder.wait(for: .openCompleted, on: input))
+        #expect(recorder.wait(for: .hasSpaceAvailable, on: output))
+        #expect(recorder.events(of: output) == [.openCompleted, .hasSpaceAvailable])
+        #expect(recorder.events(of: input) == [.openCompleted], "nothing to read yet")
+        #expect(recorder.records.allSatisfy { $0.thread === loop.thread })
+
+        // A write that fills the buffer: a read event for the reader, no space event for the writer.
+        #expect(write(output, Array(0 ..< 10)) == 8)
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input))
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(recorder.events(of: input) == [.openCompleted, .hasBytesAvailable])
+        #expect(recorder.events(of: output) == [.openCompleted, .hasSpaceAvailable])
+
+        // A reader who does not read gets no second event, even when more arrives (edge-triggered).
+        #expect(write(output, [1]) == 0)
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(recorder.events(of: input).filter { $0 == .hasBytesAvailable }.count == 1)
+
+        // A partial read frees space (writer's event) and leaves bytes (reader's second event).
+        var buf = [UInt8](repeating: 0, count: 3)
+        #expect(input.read(&buf, maxLength: 3) == 3)
+        #expect(recorder.wait(for: .hasSpaceAvailable, on: output, count: 2))
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input, count: 2))
+        #expect(drain(input) == [3, 4, 5, 6, 7])
+
+        // Closing the writer: the reader hears the end once the bytes are read.
+        #expect(write(output, [9]) == 1)
+        output.close()
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input, count: 3))
+        Thread.sleep(forTimeInterval: 0.05)
+        #expect(!recorder.events(of: input).contains(.endEncountered))
+        #expect(drain(input) == [9])
+        #expect(recorder.wait(for: .endEncountered, on: input))
+        #expect(recorder.records.allSatisfy { $0.thread === loop.thread })
+        #expect(recorder.events(of: output) == [.openCompleted, .hasSpaceAvailable, .hasSpaceAvailable], "none after close")
+    }
+
+    @Test func readerCloseRaisesEndOnWriterAndErrorsArrive() {
+        let loop = RunLoopThread(sliceSeconds: 0.05)
+        defer { loop.stop() }
+        let (input, output) = BoundStreams.makePair(bufferSize: 8)
+        let recorder = Recorder()
+        output.delegate = recorder
+        output.schedule(in: loop.runLoop, forMode: .default)
+        input.open(); output.open()
+        input.close()
+        #expect(recorder.wait(for: .endEncountered, on: output))
+
+        let transportFed = PipeInputStream()
+        transportFed.delegate = recorder
+        transportFed.schedule(in: loop.runLoop, forMode: .default)
+        transportFed.open()
+        transportFed.producer.finish(error: TestError(code: 1))
+        #expect(recorder.wait(for: .errorOccurred, on: transportFed))
+
+        let drained = PipeOutputStream(capacity: 4)
+        drained.delegate = recorder
+        drained.schedule(in: loop.runLoop, forMode: .default)
+        drained.open()
+        drained.consumer.fail(error: TestError(code: 2))
+        #expect(recorder.wait(for: .errorOccurred, on: drained))
+        #expect(recorder.records.allSatisfy { $0.thread === loop.thread })
+    }
+
+    @Test func unscheduledStreamsHoldEventsUntilScheduled() {
+        let loop = RunLoopThread(sliceSeconds: 0.05)
+        defer { loop.stop() }
+        let input = PipeInputStream()
+        let recorder = Recorder()
+        input.delegate = recorder
+        input.open()
+        input.deliver([1])
+        Thread.sleep(forTimeInterval: 0.05)
+        #expect(recorder.records.isEmpty)
+        input.schedule(in: loop.runLoop, forMode: .default)
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input))
+        #expect(recorder.events(of: input) == [.openCompleted, .hasBytesAvailable])
+        // Removed from the run loop: nothing more arrives.
+        input.remove(from: loop.runLoop, forMode: .default)
+        #expect(drain(input) == [1])
+        input.deliver([2])
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(recorder.events(of: input).count == 2)
+    }
+
+    @Test func eventsOnADispatchQueue() {
+        let queue = DispatchQueue(label: "events")
+        let key = DispatchSpecificKey<Int>()
+        queue.setSpecific(key: key, value: 42)
+        let input = PipeInputStream()
+        let recorder = Recorder()
+        let onQueue = Counter()
+        recorder.handler = { _, _ in if DispatchQueue.getSpecific(key: key) == 42 { onQueue.add(1) } }
+        input.delegate = recorder
+        input.schedule(on: queue)
+        input.open()
+        input.producer.deliver([1, 2])
+        input.producer.finish()
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input))
+        #expect(drain(input) == [1, 2])
+        #expect(recorder.wait(for: .endEncountered, on: input))
+        #expect(onQueue.value == recorder.records.count)
+    }
+
+    @Test func eventsInANonDefaultModeOnlyWhileRunningInIt() {
+        let mode = RunLoop.Mode("BoundStreamsTestMode")
+        let loop = RunLoopThread(sliceSeconds: 0.05)
+        defer { loop.stop() }
+        let input = PipeInputStream()
+        let recorder = Recorder()
+        input.delegate = recorder
+        input.schedule(in: loop.runLoop, forMode: mode)
+        input.open()
+        input.deliver([1])
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(recorder.records.isEmpty, "the loop runs in .default only")
+        input.schedule(in: loop.runLoop, forMode: .default)
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input))
+    }
+
+    /// The main run loop, as a program blocked in `RunLoop.main.run()` uses it.
+    @MainActor @Test func eventsOnTheMainRunLoop() {
+        guard Thread.isMainThread else {
+            Issue.record("MainActor test not on the main thread")
+            return
+        }
+        let (input, output) = BoundStreams.makePair(bufferSize: 64)
+        let recorder = Recorder()
+        input.delegate = recorder
+        input.schedule(in: .main, forMode: .default)
+        input.open(); output.open()
+        let box = Unchecked(output)
+        let sent = Date()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
+            _ = [UInt8](repeating: 7, count: 10).withUnsafeBufferPointer { box.value.write($0.baseAddress!, maxLength: 10) }
+        }
+        let deadline = Date().addingTimeInterval(5)
+        while recorder.events(of: input).count < 2, Date() < deadline {
+            _ = RunLoop.main.run(mode: .default, before: deadline)
+        }
+        #expect(recorder.events(of: input) == [.openCompleted, .hasBytesAvailable])
+        #expect(recorder.records.allSatisfy { $0.thread.isMainThread })
+        #expect(Date().timeIntervalSince(sent) < 1)
+        input.close()
+    }
+}
