@@ -10,15 +10,18 @@
 //
 // How a swift-corelibs-foundation run loop is woken from another thread
 // `RunLoop.perform(inModes:block:)` enqueues a block but does not wake a run loop blocked in
-// `run(mode:before:)`, and the CoreFoundation `CFRunLoopWakeUp` is not public API on Linux. A run loop
-// with neither a source nor a timer in a mode also returns from `run()` at once, whereas on Apple's
-// systems a scheduled stream keeps it running. One repeating `Timer` per scheduled run loop, added in each
-// scheduled mode with its fire date in the distant future, does both jobs: it keeps the run loop alive
-// while the stream is scheduled, and setting its `fireDate` to now from any thread
-// (`CFRunLoopTimerSetNextFireDate`, thread-safe, re-arms the loop's timerfd) wakes the loop at once. The
-// timer's callout first pushes its fire date back to the distant future (CoreFoundation honours a later
-// date set during the callout, and a post racing with it sets an even later "now", also honoured) and
-// then delivers what is pending. Measured round-trip: see the report in BoundStreamsTests.
+// `run(mode:before:)`, and CoreFoundation's `CFRunLoopWakeUp` is not public API on Linux. On Apple's
+// systems a scheduled stream is a version-0 run-loop source: it keeps `run()` from returning at once, its
+// events make `run(mode:before:)` return after they are handled, and CFStream wakes the loop. Here the same
+// is built from two pieces per scheduled run loop, added in each scheduled mode:
+// - a `RunLoop._Source` (swift-corelibs-foundation's version-0 source, public though underscored; XCTest
+//   uses it): `post` signals it, and its `perform` delivers the pending events, so `run(mode:before:)`
+//   returns after them as on Apple's systems;
+// - a repeating `Timer` whose fire date sits in the distant future; `post` sets it to now
+//   (`CFRunLoopTimerSetNextFireDate` is thread-safe and re-arms the loop's timer descriptor), which wakes a
+//   sleeping loop; the loop then runs the signalled source. The callout pushes the date back (a later date
+//   set during a callout is honoured; a racing post sets an even later "now", also honoured).
+// Measured wake-up latency: see `WakeLatencyTests` (printed by the test run).
 import Dispatch
 import Foundation
 import Synchronization
@@ -26,13 +29,15 @@ import Synchronization
 final class StreamEventDispatcher: Sendable {
     private enum Target: @unchecked Sendable {
         // RunLoop and Timer are thread-safe in swift-corelibs-foundation; the enum only carries them.
-        case runLoop(RunLoop, modes: Set<RunLoop.Mode>, timer: WakeTimer)
+        case runLoop(RunLoop, modes: Set<RunLoop.Mode>, wake: Wake)
         case queue(DispatchQueue)
     }
 
-    /// The wake-up timer, in a box that may cross threads (CFRunLoopTimer's calls used here lock).
-    private struct WakeTimer: @unchecked Sendable {
+    /// The wake-up timer and the delivery source of one run loop, in a box that may cross threads (the
+    /// CoreFoundation calls used on them take the run loop's locks).
+    private struct Wake: @unchecked Sendable {
         let timer: Timer
+        let source: DeliverySource
     }
 
     private struct State {
@@ -53,45 +58,51 @@ final class StreamEventDispatcher: Sendable {
     // MARK: Scheduling
 
     func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
-        let added: (WakeTimer, Bool)? = state.withLock { s in
+        let added: (Wake, Bool)? = state.withLock { s in
             guard !s.stopped else { return nil }
             for (i, t) in s.targets.enumerated() {
-                if case .runLoop(let rl, var modes, let timer) = t, rl === runLoop {
+                if case .runLoop(let rl, var modes, let wake) = t, rl === runLoop {
                     guard modes.insert(mode).inserted else { return nil }
-                    s.targets[i] = .runLoop(rl, modes: modes, timer: timer)
-                    return (timer, !s.pending.isEmpty)
+                    s.targets[i] = .runLoop(rl, modes: modes, wake: wake)
+                    return (wake, !s.pending.isEmpty)
                 }
             }
-            let timer = WakeTimer(timer: Timer(fire: .distantFuture, interval: 1_000_000, repeats: true) { [weak self] timer in
+            let timer = Timer(fire: .distantFuture, interval: 1_000_000, repeats: true) { timer in
                 timer.fireDate = .distantFuture
-                self?.drain()
-            })
-            s.targets.append(.runLoop(runLoop, modes: [mode], timer: timer))
-            return (timer, !s.pending.isEmpty)
+            }
+            let wake = Wake(timer: timer, source: DeliverySource { [weak self] in self?.drain() })
+            s.targets.append(.runLoop(runLoop, modes: [mode], wake: wake))
+            return (wake, !s.pending.isEmpty)
         }
-        guard let (timer, hasPending) = added else { return }
-        runLoop.add(timer.timer, forMode: mode)
+        guard let (wake, hasPending) = added else { return }
+        runLoop._add(wake.source, forMode: mode)
+        runLoop.add(wake.timer, forMode: mode)
         if hasPending { wakeAll() }
     }
 
     func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
-        let toInvalidate: WakeTimer? = state.withLock { s in
+        let removed: (Wake, Bool)? = state.withLock { s in
             for (i, t) in s.targets.enumerated() {
-                if case .runLoop(let rl, var modes, let timer) = t, rl === runLoop {
+                if case .runLoop(let rl, var modes, let wake) = t, rl === runLoop {
                     guard modes.remove(mode) != nil else { return nil }
                     if modes.isEmpty {
                         s.targets.remove(at: i)
-                        return timer
+                        return (wake, true)
                     }
-                    s.targets[i] = .runLoop(rl, modes: modes, timer: timer)
-                    return nil
+                    s.targets[i] = .runLoop(rl, modes: modes, wake: wake)
+                    return (wake, false)
                 }
             }
             return nil
         }
-        // A timer in several modes cannot leave one mode alone through public API; a removed mode keeps
-        // it until the last mode goes, which only delays nothing: delivery checks nothing per mode.
-        toInvalidate?.timer.invalidate()
+        guard let (wake, last) = removed else { return }
+        runLoop._remove(wake.source, for: mode)
+        // A timer cannot leave one mode alone through public API; it only wakes the loop, so it stays
+        // until the last mode goes. Events are delivered by the source, which has left this mode.
+        if last {
+            wake.timer.invalidate()
+            wake.source.invalidate()
+        }
     }
 
     func schedule(on queue: DispatchQueue) {
@@ -121,7 +132,10 @@ final class StreamEventDispatcher: Sendable {
             s.targets = []
             return t
         }
-        for case .runLoop(_, _, let timer) in targets { timer.timer.invalidate() }
+        for case .runLoop(_, _, let wake) in targets {
+            wake.timer.invalidate()
+            wake.source.invalidate()
+        }
     }
 
     // MARK: Posting and delivery
@@ -145,8 +159,9 @@ final class StreamEventDispatcher: Sendable {
         }
         for target in targets {
             switch target {
-            case .runLoop(_, _, let timer):
-                timer.timer.fireDate = Date()
+            case .runLoop(_, _, let wake):
+                wake.source.signal()
+                wake.timer.fireDate = Date()
             case .queue(let queue):
                 queue.async { [weak self] in self?.drain() }
             }
@@ -163,6 +178,20 @@ final class StreamEventDispatcher: Sendable {
         for event in Stream.Event.deliveryOrder where events.contains(event) {
             handler(event)
         }
+    }
+}
+
+/// The version-0 run-loop source that delivers a dispatcher's events on the run loop's thread.
+final class DeliverySource: RunLoop._Source {
+    private let action: @Sendable () -> Void
+
+    init(action: @escaping @Sendable () -> Void) {
+        self.action = action
+        super.init(order: 0)
+    }
+
+    override func perform() {
+        action()
     }
 }
 

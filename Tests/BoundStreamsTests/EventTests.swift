@@ -148,30 +148,4 @@ import Testing
         input.schedule(in: loop.runLoop, forMode: .default)
         #expect(recorder.wait(for: .hasBytesAvailable, on: input))
     }
-
-    /// The main run loop, as a program blocked in `RunLoop.main.run()` uses it.
-    @MainActor @Test func eventsOnTheMainRunLoop() {
-        guard Thread.isMainThread else {
-            Issue.record("MainActor test not on the main thread")
-            return
-        }
-        let (input, output) = BoundStreams.makePair(bufferSize: 64)
-        let recorder = Recorder()
-        input.delegate = recorder
-        input.schedule(in: .main, forMode: .default)
-        input.open(); output.open()
-        let box = Unchecked(output)
-        let sent = Date()
-        DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
-            _ = [UInt8](repeating: 7, count: 10).withUnsafeBufferPointer { box.value.write($0.baseAddress!, maxLength: 10) }
-        }
-        let deadline = Date().addingTimeInterval(5)
-        while recorder.events(of: input).count < 2, Date() < deadline {
-            _ = RunLoop.main.run(mode: .default, before: deadline)
-        }
-        #expect(recorder.events(of: input) == [.openCompleted, .hasBytesAvailable])
-        #expect(recorder.records.allSatisfy { $0.thread.isMainThread })
-        #expect(Date().timeIntervalSince(sent) < 1)
-        input.close()
-    }
 }
