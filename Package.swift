@@ -41,6 +41,21 @@ let package = Package(
             "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // Fuzzing (issue 16). Each Fuzz<Name> defines libFuzzer's entry point; scripts/fuzz builds them with
+        // -sanitize=fuzzer,address -D FUZZING (libFuzzer supplies main). A plain build makes them corpus
+        // replayers with a @main of their own, so `swift build` of the whole package is unaffected.
+        .target(name: "FuzzSupport", path: "Sources/Fuzz/Support"),
+        .executableTarget(name: "FuzzH4", dependencies: ["FuzzSupport", "BLEHCI"], path: "Sources/Fuzz/H4"),
+        .executableTarget(name: "FuzzHCIEvent", dependencies: ["FuzzSupport", "BLEHCI", "BLEWire"], path: "Sources/Fuzz/HCIEvent"),
+        .executableTarget(name: "FuzzL2CAP", dependencies: ["FuzzSupport", "BLEL2CAP", "BLEHCI"], path: "Sources/Fuzz/L2CAP"),
+        .executableTarget(name: "FuzzATT", dependencies: ["FuzzSupport", "BLEATT", "BLEWire"], path: "Sources/Fuzz/ATT"),
+        .executableTarget(name: "FuzzSMP", dependencies: ["FuzzSupport", "BLESMP", "BLEWire"], path: "Sources/Fuzz/SMP"),
+        .executableTarget(name: "FuzzAdvertisingData", dependencies: ["FuzzSupport", "BLEGAP", "BLEWire"], path: "Sources/Fuzz/AdvertisingData"),
+        .executableTarget(name: "FuzzGATTFile", dependencies: ["FuzzSupport", "BLEGATT"], path: "Sources/Fuzz/GATTFile"),
+        .executableTarget(name: "FuzzBTSnoop", dependencies: ["FuzzSupport", "BLETransport", "BLEHCI"], path: "Sources/Fuzz/BTSnoop"),
+        .executableTarget(name: "FuzzHost", dependencies: [
+            "FuzzSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEATT", "BLEGATT", "BLEWire",
+        ], path: "Sources/Fuzz/Host"),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
         .testTarget(name: "BLESMPTests", dependencies: ["BLESMP", "BLECrypto", "BLEWire"]),
