@@ -42,9 +42,10 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // Fuzzing (issue 16). Each Fuzz<Name> defines libFuzzer's entry point; scripts/fuzz builds them with
-        // -sanitize=fuzzer,address -D FUZZING (libFuzzer supplies main). A plain build makes them corpus
-        // replayers with a @main of their own, so `swift build` of the whole package is unaffected.
-        .target(name: "FuzzSupport", path: "Sources/Fuzz/Support"),
+        // -sanitize=fuzzer,address -D FUZZING (their entry runs libFuzzer's driver). A plain build makes them
+        // corpus replayers with a @main of their own, so `swift build` of the whole package is unaffected.
+        .target(name: "FuzzDriver", path: "Sources/Fuzz/Driver"),
+        .target(name: "FuzzSupport", dependencies: ["FuzzDriver"], path: "Sources/Fuzz/Support"),
         .executableTarget(name: "FuzzH4", dependencies: ["FuzzSupport", "BLEHCI"], path: "Sources/Fuzz/H4"),
         .executableTarget(name: "FuzzHCIEvent", dependencies: ["FuzzSupport", "BLEHCI", "BLEWire"], path: "Sources/Fuzz/HCIEvent"),
         .executableTarget(name: "FuzzL2CAP", dependencies: ["FuzzSupport", "BLEL2CAP", "BLEHCI"], path: "Sources/Fuzz/L2CAP"),

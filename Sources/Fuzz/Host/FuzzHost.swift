@@ -154,7 +154,12 @@ public func fuzzerTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> 
     return 0
 }
 
-#if !FUZZING
+#if FUZZING
+@_cdecl("FuzzHost_main")
+public func fuzzEntry(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    FuzzMain.libFuzzer(argc, argv, fuzzerTestOneInput)
+}
+#else
 @main struct Main {
     static func main() { FuzzMain.run(name: "FuzzHost", test: fuzzOne, seeds: seeds) }
 }

@@ -88,7 +88,12 @@ public func fuzzerTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> 
     return 0
 }
 
-#if !FUZZING
+#if FUZZING
+@_cdecl("FuzzL2CAP_main")
+public func fuzzEntry(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    FuzzMain.libFuzzer(argc, argv, fuzzerTestOneInput)
+}
+#else
 @main struct Main {
     static func main() { FuzzMain.run(name: "FuzzL2CAP", test: fuzzOne, seeds: seeds) }
 }

@@ -1,15 +1,29 @@
 // FuzzSupport: what every Fuzz<Name> executable shares.
 //
-// Each fuzz target defines `LLVMFuzzerTestOneInput` (libFuzzer's entry point) and, only in a plain build
-// (no `-D FUZZING`), a `@main` that replays files through the same entry point. So:
-// - `scripts/fuzz` builds with `-sanitize=fuzzer,address -D FUZZING`: libFuzzer supplies `main`;
+// Each fuzz target defines `LLVMFuzzerTestOneInput` (libFuzzer's entry point) and either
+// - under `-D FUZZING` (scripts/fuzz builds with `-sanitize=fuzzer,address -D FUZZING`): `<Module>_main`,
+//   the symbol SwiftPM links as `main` for an executable module, which runs libFuzzer's driver
+//   (`FuzzMain.libFuzzer`); libFuzzer's own `main` cannot be used because of that renaming; or
 // - `swift build` builds ordinary executables: `FuzzATT Tests/FuzzCorpus/ATT` replays a corpus (and its
 //   crashes/ folder) as a regression run, and `FuzzATT --make-seeds DIR` writes the seed corpus, made from
 //   valid PDUs with the library's own encoders.
 // Threading: single-threaded, like libFuzzer's loop.
 import Foundation
+#if FUZZING
+import FuzzDriver
+#endif
 
 public enum FuzzMain {
+    #if FUZZING
+    /// Runs libFuzzer with the process's arguments and the target's entry point.
+    public static func libFuzzer(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>,
+                                 _ test: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt {
+        var argc = argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = argv
+        return LLVMFuzzerRunDriver(&argc, &argv, test)
+    }
+    #endif
+
     /// Runs the plain-build command line: replays files and folders given as arguments, or makes seeds.
     public static func run(name: String, test: ([UInt8]) -> Void, seeds: () throws -> [(String, [UInt8])]) {
         var args = Array(CommandLine.arguments.dropFirst())
