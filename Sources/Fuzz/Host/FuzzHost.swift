@@ -61,7 +61,7 @@ func fuzzOne(_ data: [UInt8]) {
         _ = try? host.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x180D), characteristics: [
             GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.read, .write, .notify, .indicate], permissions: .readWrite, value: nil),
         ]))
-        host.addPowerObserver { state in
+        host.addPowerObserver { [unowned host] state in
             guard state == .on else { return }
             if flags & 1 != 0 { host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 3, 3, 0x0D, 0x18])) }
             if flags & 2 != 0 { host.startScanning(active: true) }
