@@ -49,12 +49,21 @@ final class Agent: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
 
 let peerAddress = BluetoothAddress(bytes: [0x55, 0x44, 0x33, 0x22, 0x11, 0xC0], type: .random)
 
-func fuzzOne(_ data: [UInt8]) {
+/// Runs one input; returns whether the host was released afterwards (a host kept alive by a cycle leaks).
+@discardableResult
+func fuzzOne(_ data: [UInt8]) -> Bool {
+    weak var released: LEHost?
+    run(data) { released = $0 }
+    return released == nil
+}
+
+func run(_ data: [UInt8], _ observe: (LEHost) -> Void) {
     guard let flags = data.first else { return }
     let loop = EventLoop(label: "fuzz.host", clock: .virtual)
     let controller = SilentController()
     let host = LEHost(transport: controller, loop: loop, name: "fuzz")
     let agent = Agent()
+    observe(host)
     loop.sync {
         host.centralDelegate = agent
         host.peripheralDelegate = agent
@@ -150,7 +159,7 @@ func seeds() throws -> [(String, [UInt8])] {
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzerTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
-    fuzzOne(count == 0 ? [] : Array(UnsafeBufferPointer(start: start, count: count)))
+    _ = fuzzOne(count == 0 ? [] : Array(UnsafeBufferPointer(start: start, count: count)))
     return 0
 }
 
@@ -161,6 +170,10 @@ public func fuzzEntry(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePo
 }
 #else
 @main struct Main {
-    static func main() { FuzzMain.run(name: "FuzzHost", test: fuzzOne, seeds: seeds) }
+    static func main() {
+        FuzzMain.run(name: "FuzzHost", test: { bytes in
+            if !fuzzOne(bytes) { print("FuzzHost: the host was not released after power-off (a reference cycle)") }
+        }, seeds: seeds)
+    }
 }
 #endif
