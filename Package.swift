@@ -78,6 +78,22 @@ let package = Package(
         .executableTarget(name: "dnssd-tool", dependencies: ["DNSSDNIO", "DNSSD"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD"]),
         .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD", "dnssd-tool"]),
+        // Fuzzing (issue 16). Each Fuzz<Name> defines libFuzzer's entry point; scripts/fuzz builds them with
+        // -sanitize=fuzzer,address -D FUZZING (their entry runs libFuzzer's driver). A plain build makes them
+        // corpus replayers with a @main of their own, so `swift build` of the whole package is unaffected.
+        .target(name: "FuzzDriver", path: "Sources/Fuzz/Driver"),
+        .target(name: "FuzzSupport", dependencies: ["FuzzDriver"], path: "Sources/Fuzz/Support"),
+        .executableTarget(name: "FuzzH4", dependencies: ["FuzzSupport", "BLEHCI"], path: "Sources/Fuzz/H4"),
+        .executableTarget(name: "FuzzHCIEvent", dependencies: ["FuzzSupport", "BLEHCI", "BLEWire"], path: "Sources/Fuzz/HCIEvent"),
+        .executableTarget(name: "FuzzL2CAP", dependencies: ["FuzzSupport", "BLEL2CAP", "BLEHCI"], path: "Sources/Fuzz/L2CAP"),
+        .executableTarget(name: "FuzzATT", dependencies: ["FuzzSupport", "BLEATT", "BLEWire"], path: "Sources/Fuzz/ATT"),
+        .executableTarget(name: "FuzzSMP", dependencies: ["FuzzSupport", "BLESMP", "BLEWire"], path: "Sources/Fuzz/SMP"),
+        .executableTarget(name: "FuzzAdvertisingData", dependencies: ["FuzzSupport", "BLEGAP", "BLEWire"], path: "Sources/Fuzz/AdvertisingData"),
+        .executableTarget(name: "FuzzGATTFile", dependencies: ["FuzzSupport", "BLEGATT"], path: "Sources/Fuzz/GATTFile"),
+        .executableTarget(name: "FuzzBTSnoop", dependencies: ["FuzzSupport", "BLETransport", "BLEHCI"], path: "Sources/Fuzz/BTSnoop"),
+        .executableTarget(name: "FuzzHost", dependencies: [
+            "FuzzSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEATT", "BLEGATT", "BLEWire",
+        ], path: "Sources/Fuzz/Host"),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
         .testTarget(name: "BoundStreamsTests", dependencies: ["BoundStreams"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),

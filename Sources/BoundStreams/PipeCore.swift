@@ -79,6 +79,7 @@ final class PipeCore: @unchecked Sendable {
     private let condition = NSCondition()
     private var state: PipeState
     private var hooks = PipeHooks()
+    private var asyncReaders: [CheckedContinuation<Void, Never>] = []
     // Set once by the streams' initialisers, before the core is shared with another thread.
     var readerDispatcher: StreamEventDispatcher?
     var writerDispatcher: StreamEventDispatcher?
@@ -114,19 +115,62 @@ final class PipeCore: @unchecked Sendable {
         let result = body(&state, &effects)
         Self.evaluate(&state, &effects)
         let hooks = self.hooks
+        let waiters = asyncReaders
+        asyncReaders.removeAll()
         condition.broadcast()
         condition.unlock()
+        for w in waiters { w.resume() }
         perform(effects, hooks)
         return result
+    }
+
+    private var readerMustWait: Bool {
+        guard state.readerOpened, !state.readerClosed, state.bytes.isEmpty, case .open = state.writerEnd else { return false }
+        return true
     }
 
     /// Blocks until the reader can make progress (bytes, end, error or close). Returns with the lock released.
     func waitReadable() {
         condition.lock()
-        while state.readerOpened, !state.readerClosed, state.bytes.isEmpty, case .open = state.writerEnd {
-            condition.wait()
-        }
+        while readerMustWait { condition.wait() }
         condition.unlock()
+    }
+
+    /// Suspends until the next change of the pipe if the reader cannot make progress now.
+    func waitReadableAsync() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            condition.lock()
+            if readerMustWait {
+                asyncReaders.append(c)
+                condition.unlock()
+            } else {
+                condition.unlock()
+                c.resume()
+            }
+        }
+    }
+
+    enum ReadOutcome {
+        case read(Int)
+        case end
+        case failed
+        case mustWait
+    }
+
+    /// The non-blocking core of a read: copies up to `max` bytes out and re-arms `.hasBytesAvailable`.
+    func read(into buffer: UnsafeMutableRawPointer, max: Int) -> ReadOutcome {
+        mutate { s, e in
+            guard s.readerOpened, !s.readerClosed else { return .failed }
+            if case .failed = s.writerEnd { return .failed }
+            let n = s.bytes.pop(into: buffer, max: max)
+            if n > 0 {
+                s.readerArmed = true
+                e.consumed = n
+                return .read(n)
+            }
+            if case .finished = s.writerEnd { return .end }
+            return .mustWait
+        }
     }
 
     private static func evaluate(_ s: inout PipeState, _ e: inout PipeEffects) {

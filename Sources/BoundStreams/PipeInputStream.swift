@@ -124,20 +124,12 @@ public final class PipeInputStream: InputStream, StreamDelegate {
     public override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
         guard len > 0 else { return 0 }
         while true {
-            let result: Int? = core.mutate { s, e in
-                guard s.readerOpened, !s.readerClosed else { return -1 }
-                if case .failed = s.writerEnd { return -1 }
-                let n = s.bytes.pop(into: buffer, max: len)
-                if n > 0 {
-                    s.readerArmed = true
-                    e.consumed = n
-                    return n
-                }
-                if case .finished = s.writerEnd { return 0 }
-                return nil
+            switch core.read(into: buffer, max: len) {
+            case .read(let n): return n
+            case .end: return 0
+            case .failed: return -1
+            case .mustWait: core.waitReadable()
             }
-            if let result { return result }
-            core.waitReadable()
         }
     }
 

@@ -24,7 +24,6 @@
 // Measured wake-up latency: see `WakeLatencyTests` (printed by the test run).
 import Dispatch
 import Foundation
-import Synchronization
 
 final class StreamEventDispatcher: Sendable {
     private enum Target: @unchecked Sendable {
@@ -47,7 +46,9 @@ final class StreamEventDispatcher: Sendable {
         var stopped = false
     }
 
-    private let state = Mutex(State())
+    // NSLock (a pthread mutex) rather than Synchronization.Mutex: ThreadSanitizer on Linux does not see
+    // Mutex's futex-based locking and reports false races between `post` and `drain`.
+    private let state = LockedState(State())
     /// Called on the target thread with each event, in the order of `Stream.Event.deliveryOrder`.
     private let handler: @Sendable (Stream.Event) -> Void
 
@@ -192,6 +193,20 @@ final class DeliverySource: RunLoop._Source {
 
     override func perform() {
         action()
+    }
+}
+
+/// A value behind an NSLock.
+final class LockedState<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
     }
 }
 

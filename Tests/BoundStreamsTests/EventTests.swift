@@ -63,7 +63,12 @@ import Testing
         #expect(drain(input) == [9])
         #expect(recorder.wait(for: .endEncountered, on: input))
         #expect(recorder.records.allSatisfy { $0.thread === loop.thread })
-        #expect(recorder.events(of: output) == [.openCompleted, .hasSpaceAvailable, .hasSpaceAvailable], "none after close")
+        // The write of [9] left space, so a third .hasSpaceAvailable may have come before close(); none after it.
+        let writerEvents = recorder.events(of: output)
+        #expect(writerEvents.first == .openCompleted && writerEvents.dropFirst().allSatisfy { $0 == .hasSpaceAvailable })
+        #expect((3 ... 4).contains(writerEvents.count))
+        Thread.sleep(forTimeInterval: 0.05)
+        #expect(recorder.events(of: output).count == writerEvents.count, "none after close")
     }
 
     @Test func readerCloseRaisesEndOnWriterAndErrorsArrive() {
