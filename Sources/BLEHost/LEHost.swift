@@ -208,13 +208,17 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         command(.reset) { [self] r in
             guard case .success = r else { return initFailed(r) }
             command(.readLocalVersionInformation) { [self] r in
+                if stopsInitialisation(r) { return }
                 if case let .success(.complete(p)) = r { controllerVersion = try? ReadLocalVersionReturn(decoding: p) }
                 command(.readBDADDR) { [self] r in
+                    if stopsInitialisation(r) { return }
                     if case let .success(.complete(p)) = r, let v = try? ReadBDADDRReturn(decoding: p) {
                         localAddress = BluetoothAddress(bytes: v.address.bytes, type: .public)
                     }
-                    command(.setEventMask(mask)) { [self] _ in
-                        command(.leSetEventMask(leMask)) { [self] _ in
+                    command(.setEventMask(mask)) { [self] r in
+                        if stopsInitialisation(r) { return }
+                        command(.leSetEventMask(leMask)) { [self] r in
+                            if stopsInitialisation(r) { return }
                             command(.leReadBufferSize) { [self] r in
                                 guard case let .success(.complete(p)) = r, let b = try? LEReadBufferSizeReturn(decoding: p),
                                       b.status == .success else { return initFailed(r) }
@@ -224,6 +228,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                                 }
                                 aclCredits = aclBufferCount
                                 command(.leReadLocalSupportedFeatures) { [self] r in
+                                    if stopsInitialisation(r) { return }
                                     if case let .success(.complete(p)) = r, let f = try? LEReadLocalSupportedFeaturesReturn(decoding: p) {
                                         leFeatures = f.features
                                     }
@@ -238,6 +243,15 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// A start-up step whose answer the host may ignore (an unsupported command) still ends start-up when
+    /// the controller went away (already handled: the chain must not queue more commands for the next
+    /// controller, found by FuzzHost) or did not answer (start-up failed).
+    private func stopsInitialisation(_ r: Result<CommandOutcome, HostError>) -> Bool {
+        guard case let .failure(e) = r else { return false }
+        if e != .transportClosed { initFailed(r) }
+        return true
     }
 
     private func initFailed(_ r: Result<CommandOutcome, HostError>) {
