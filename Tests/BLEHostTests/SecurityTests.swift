@@ -272,6 +272,7 @@ extension Result {
 
     @Test func survivesRestartsWithOwnerOnlyPermissions() throws {
         let url = tempFile()
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
         let a = BondStore(fileURL: url)
         a.store(sampleBond(9))
         a.store(sampleBond(10))
@@ -292,6 +293,7 @@ extension Result {
 
     @Test func corruptAndNewerFilesAreNotLost() throws {
         let url = tempFile()
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         try Data("{ not json".utf8).write(to: url)
         let s = BondStore(fileURL: url)

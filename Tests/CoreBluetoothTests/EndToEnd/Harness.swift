@@ -49,5 +49,7 @@ final class TestAir: @unchecked Sendable {
 let testStateDirectory: String = {
     let dir = NSTemporaryDirectory() + "ocb-state-\(getpid())"
     setenv("OCB_STATE_DIR", dir, 1)
+    // Removed when the test process exits: a test leaves no file behind.
+    atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-state-\(getpid())") }
     return dir
 }()

@@ -16,16 +16,24 @@ def die_with_parent():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-child = subprocess.Popen(sys.argv[1:], preexec_fn=die_with_parent)
+# The peer leads a process group of its own, so its children (bumble-pair under a wrapper, say) go with it.
+child = subprocess.Popen(sys.argv[1:], preexec_fn=die_with_parent, start_new_session=True)
+
+
+def kill_group(sig):
+    try:
+        os.killpg(child.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def stop(*_):
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            child.kill()
+    kill_group(signal.SIGTERM)
+    try:
+        child.wait(timeout=0.5)   # the test SIGKILLs this guard after 2 s: leave time for the group kill
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(signal.SIGKILL)
     os._exit(0)
 
 
@@ -41,4 +49,6 @@ def watch_stdin():
 
 
 threading.Thread(target=watch_stdin, daemon=True).start()
-sys.exit(child.wait())
+code = child.wait()
+kill_group(signal.SIGKILL)   # whatever the peer left running
+sys.exit(code)
