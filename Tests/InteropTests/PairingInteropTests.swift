@@ -68,8 +68,16 @@ final class SecurityRecorder: HostCentralDelegate, HostPeripheralDelegate, @unch
 
 let encryptedUUID = BluetoothUUID(0xFFE1), authenticatedUUID = BluetoothUUID(0xFFE2)
 
+/// One folder per test process for the pairing peers' files, removed when the process exits.
+let pairingTempDirectory: URL = {
+    let dir = URL(fileURLWithPath: NSTemporaryDirectory() + "ocb-pair-\(getpid())")
+    try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-pair-\(getpid())") }
+    return dir
+}()
+
 func tempPath(_ name: String) -> URL {
-    FileManager.default.temporaryDirectory.appendingPathComponent("ocb-pair-\(UUID().uuidString)-\(name)")
+    pairingTempDirectory.appendingPathComponent("\(UUID().uuidString)-\(name)")
 }
 
 /// Our host on rootcanal with a relay agent and a recorder.
