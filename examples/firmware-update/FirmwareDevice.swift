@@ -40,7 +40,8 @@ final class FirmwareDevice: NSObject, CBPeripheralManagerDelegate, StreamDelegat
         self.name = name
         self.offersL2CAP = offersL2CAP
         super.init()
-        manager = CBPeripheralManager(delegate: self, queue: queue)
+        // Made on `queue`, so the first delegate call (also on `queue`) finds `manager` set.
+        queue.sync { manager = CBPeripheralManager(delegate: self, queue: queue) }
     }
 
     func stop() {

@@ -42,7 +42,8 @@ final class FirmwareUpdater: NSObject, CBCentralManagerDelegate, CBPeripheralDel
         self.image = image
         self.deviceName = deviceName
         super.init()
-        manager = CBCentralManager(delegate: self, queue: queue)
+        // Made on `queue`, so the first delegate call (also on `queue`) finds `manager` set.
+        queue.sync { manager = CBCentralManager(delegate: self, queue: queue) }
     }
 
     func stop() {
