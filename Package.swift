@@ -65,11 +65,19 @@ let package = Package(
             .product(name: "SwiftASN1", package: "swift-asn1"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
-        .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "DNSSDNIO", "DNSSD", "BoundStreams"]),
+        .target(name: "PeerBluetooth", dependencies: [
+            "BLEWire", "BLEHCI", "BLEL2CAP", "BLEGAP", "BLETransport", "BLEHost", "PeerSession", "PeerTransport",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams"]),
         .target(name: "GameKit", dependencies: ["MultipeerConnectivity"]),
         .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),
-        .testTarget(name: "MultipeerConnectivityTests", dependencies: ["MultipeerConnectivity", "PeerSession", "PeerTransport"]),
+        .testTarget(name: "MultipeerConnectivityTests", dependencies: [
+            "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",
+        ]),
         .target(name: "DNSSDNIO", dependencies: [
             "DNSSD",
             .product(name: "NIOCore", package: "swift-nio"),

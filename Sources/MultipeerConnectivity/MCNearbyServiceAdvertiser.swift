@@ -5,6 +5,7 @@ import Foundation
 import DNSSDNIO
 import PeerSession
 import PeerTransport
+import PeerBluetooth
 
 public protocol MCNearbyServiceAdvertiserDelegate: AnyObject {
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
@@ -31,6 +32,12 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     private let queue = DispatchQueue(label: "MCNearbyServiceAdvertiser")
     /// The mDNS service it registers with (the process-wide one unless a test gives another).
     package var mdns: MDNSService = .shared
+    /// Where it advertises (Linux addition): read when advertising starts.
+    public var transports: MCTransports = .default
+    private var bluetooth: BluetoothPeerNode?
+    private var bluetoothPSM: UInt16 = 0
+    private var bluetoothAdvert: UInt64?
+    private var advertising = false
 
     /// Traps, as iOS raises an exception, on an invalid service type or discoveryInfo.
     public init(peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String) {
@@ -45,12 +52,20 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     deinit {
         registration?.cancel()
         listener?.close()
+        if let bluetooth {
+            if let bluetoothAdvert { bluetooth.removeAdvert(bluetoothAdvert) }
+            if bluetoothPSM != 0 { bluetooth.unlisten(bluetoothPSM) }
+            bluetooth.release()
+        }
     }
 
     open func startAdvertisingPeer() {
         lock.lock()
         defer { lock.unlock() }
-        guard registration == nil else { return }
+        guard !advertising else { return }
+        advertising = true
+        if transports.contains(.bluetooth) { startBluetooth() }
+        guard transports.contains(.network) else { return }
         do {
             let l = try listener ?? PeerTransport.shared.listen(tls: TLSIdentities.identity(for: myPeerID)) { [weak self] link in self?.accepted(link) }
             listener = l
@@ -66,22 +81,59 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         }
     }
 
-    /// Stops advertising (peers see us go at once: mDNS goodbyes); pending invitations stay answerable.
+    /// Stops advertising (peers see us go at once: mDNS goodbyes; over Bluetooth when our adverts stop
+    /// being heard); pending invitations stay answerable.
     open func stopAdvertisingPeer() {
-        let r = lock.withLock { () -> MDNSRegistration? in defer { registration = nil }; return registration }
+        let (r, advert) = lock.withLock { () -> (MDNSRegistration?, UInt64?) in
+            defer { registration = nil; bluetoothAdvert = nil; advertising = false }
+            return (registration, bluetoothAdvert)
+        }
         r?.cancel()
+        if let advert { bluetooth?.removeAdvert(advert) }
+    }
+
+    /// Over Bluetooth: an SPSM where invitations (and info requests) arrive, announced in our advert.
+    /// Called with the lock held.
+    private func startBluetooth() {
+        if bluetooth == nil { bluetooth = BluetoothPeerNode.acquire(forPeer: myPeerID.token) }
+        guard let node = bluetooth else {
+            let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "no Bluetooth controller"])
+            if !transports.contains(.network) { queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: e) } }
+            return
+        }
+        let advertise: @Sendable (UInt16) -> Void = { [weak self] psm in
+            guard let self else { return }
+            let advert = PeerAdvert(service: PeerAdvert.serviceUUID(forServiceType: serviceType), token: myPeerID.token, psm: psm)
+            lock.withLock {
+                guard advertising, bluetoothAdvert == nil else { return }
+                bluetoothAdvert = node.addAdvert(advert, name: myPeerID.displayName)
+            }
+        }
+        if bluetoothPSM != 0 { return advertise(bluetoothPSM) }
+        node.listen(tls: TLSIdentities.identity(for: myPeerID), onLink: { [weak self] link in self?.accepted(link) }) { [weak self] psm in
+            guard let self else { return }
+            guard let psm else {
+                let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "no L2CAP SPSM free"])
+                return queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: e) }
+            }
+            lock.withLock { bluetoothPSM = psm }
+            advertise(psm)
+        }
     }
 
     private func accepted(_ link: PeerLink) {
-        var hello: (MCPeerID, UInt16)?
+        var hello: (MCPeerID, UInt16, PeerBluetoothEndpoint?)?
         link.send(.hello(version: PeerMessage.version, identity: PeerIdentity(token: myPeerID.token, displayName: myPeerID.displayName), port: 0))
         link.onMessage = { [weak self] m in
             guard let self else { return link.close() }
             switch m {
-            case let .hello(_, id, port):
-                hello = (MCPeerID(token: id.token, displayName: id.displayName), port)
+            case let .hello(_, id, port, bt):
+                hello = (MCPeerID(token: id.token, displayName: id.displayName), port, bt)
+            case .infoRequest:
+                // A browser that found us over Bluetooth: what our TXT record says over mDNS.
+                link.send(.info(discoveryInfo ?? [:]))
             case let .invite(inviteID, mesh, context):
-                guard let (peer, port) = hello else { return link.close() }
+                guard let (peer, port, bt) = hello else { return link.close() }
                 let answered = Unchecked(NSLock())
                 var done = false
                 let ctx = context.map { Data($0) }
@@ -91,7 +143,7 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
                         link.send(.inviteReply(id: inviteID, accepted: false))
                         return link.close()
                     }
-                    session.acceptInvitation(link: link, peer: peer, inviteID: inviteID, mesh: mesh, memberPort: port)
+                    session.acceptInvitation(link: link, peer: peer, inviteID: inviteID, mesh: mesh, memberPort: link.isBluetooth ? 0 : port, bluetooth: bt)
                 }
                 let h = Unchecked(handler)
                 queue.async { [self] in

@@ -4,6 +4,8 @@
 import Foundation
 import DNSSDNIO
 import PeerTransport
+import PeerSession
+import PeerBluetooth
 
 public protocol MCNearbyServiceBrowserDelegate: AnyObject {
     func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?)
@@ -25,9 +27,24 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     private weak var storedDelegate: (any MCNearbyServiceBrowserDelegate)?
     private let lock = NSLock()
     private var browse: MDNSBrowse?
-    private var found: [UInt64: (peer: MCPeerID, addresses: [(host: String, port: UInt16)])] = [:]
+    /// A peer found over mDNS, Bluetooth or both: it is reported once, and lost when gone from both.
+    private struct Found {
+        var peer: MCPeerID
+        var network: [(host: String, port: UInt16)] = []
+        var bluetooth: PeerBluetoothEndpoint?
+        var addresses: [(host: String, port: UInt16)] { network + (bluetooth.map { [($0.host, $0.psm)] } ?? []) }
+    }
+    private var found: [UInt64: Found] = [:]
     private let queue = DispatchQueue(label: "MCNearbyServiceBrowser")
     package var mdns: MDNSService = .shared
+    /// Where it looks (Linux addition): read when browsing starts.
+    public var transports: MCTransports = .default
+    private var bluetooth: BluetoothPeerNode?
+    private var bluetoothBrowse: UInt64?
+    private var browsing = false
+    /// Bluetooth peers whose info we are fetching, and when a failed fetch may be tried again.
+    private var fetching: Set<UInt64> = []
+    private var retryAfter: [UInt64: Date] = [:]
 
     public init(peer myPeerID: MCPeerID, serviceType: String) {
         MCServiceType.require(serviceType)
@@ -36,18 +53,40 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
         super.init()
     }
 
-    deinit { browse?.cancel() }
+    deinit {
+        browse?.cancel()
+        if let bluetooth {
+            if let bluetoothBrowse { bluetooth.cancelBrowse(bluetoothBrowse) }
+            bluetooth.release()
+        }
+    }
 
     open func startBrowsingForPeers() {
         lock.lock()
         defer { lock.unlock() }
-        guard browse == nil else { return }
-        browse = mdns.browse(serviceType: "_\(serviceType)._tcp") { [weak self] e in self?.event(e) }
+        guard !browsing else { return }
+        browsing = true
+        if transports.contains(.network) {
+            browse = mdns.browse(serviceType: "_\(serviceType)._tcp") { [weak self] e in self?.event(e) }
+        }
+        if transports.contains(.bluetooth) {
+            if bluetooth == nil { bluetooth = BluetoothPeerNode.acquire(forPeer: myPeerID.token) }
+            if let node = bluetooth {
+                bluetoothBrowse = node.browse(service: PeerAdvert.serviceUUID(forServiceType: serviceType)) { [weak self] e in self?.bluetoothEvent(e) }
+            } else if !transports.contains(.network) {
+                let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "no Bluetooth controller"])
+                queue.async { [self] in delegate?.browser(self, didNotStartBrowsingForPeers: e) }
+            }
+        }
     }
 
     open func stopBrowsingForPeers() {
-        let b = lock.withLock { () -> MDNSBrowse? in defer { browse = nil; found.removeAll() }; return browse }
+        let (b, bt) = lock.withLock { () -> (MDNSBrowse?, UInt64?) in
+            defer { browse = nil; bluetoothBrowse = nil; browsing = false; found.removeAll(); fetching.removeAll(); retryAfter.removeAll() }
+            return (browse, bluetoothBrowse)
+        }
         b?.cancel()
+        if let bt { bluetooth?.cancelBrowse(bt) }
     }
 
     /// Invites a found peer into `session`; a timeout of 0 or less means 30 s, as on iOS.
@@ -70,20 +109,118 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
             var info = s.txt
             info["_d"] = nil
             info["_lx"] = nil
-            let (peer, isNew) = lock.withLock { () -> (MCPeerID, Bool) in
-                let p = found[token]?.peer ?? MCPeerID(token: token, displayName: name)
-                let new = found[token] == nil
-                found[token] = (p, addrs)
-                return (p, new)
-            }
-            guard isNew else { return }
-            let shown = info.isEmpty ? nil : info
-            queue.async { [self] in delegate?.browser(self, foundPeer: peer, withDiscoveryInfo: shown) }
+            report(token: token, name: name, info: info) { $0.network = addrs }
         case let .lost(instance):
-            guard let token = MCPeerID.token(fromInstance: instance), let p = lock.withLock({ found.removeValue(forKey: token) }) else { return }
-            queue.async { [self] in delegate?.browser(self, lostPeer: p.peer) }
+            guard let token = MCPeerID.token(fromInstance: instance) else { return }
+            forget(token: token) { $0.network = [] }
         case let .failed(error):
             queue.async { [self] in delegate?.browser(self, didNotStartBrowsingForPeers: MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "\(error)"])) }
         }
+    }
+
+    /// Records where a peer was found; reports it when it is new.
+    private func report(token: UInt64, name: String, info: [String: String], _ update: (inout Found) -> Void) {
+        let (peer, isNew) = lock.withLock { () -> (MCPeerID, Bool) in
+            let new = found[token] == nil
+            var f = found[token] ?? Found(peer: MCPeerID(token: token, displayName: name))
+            update(&f)
+            found[token] = f
+            return (f.peer, new && browsing)
+        }
+        guard isNew else { return }
+        let shown = info.isEmpty ? nil : info
+        queue.async { [self] in delegate?.browser(self, foundPeer: peer, withDiscoveryInfo: shown) }
+    }
+
+    /// A transport lost the peer; it is lost once no transport has it.
+    private func forget(token: UInt64, _ update: (inout Found) -> Void) {
+        let gone = lock.withLock { () -> MCPeerID? in
+            guard var f = found[token] else { return nil }
+            update(&f)
+            if f.network.isEmpty && f.bluetooth == nil {
+                found[token] = nil
+                return f.peer
+            }
+            found[token] = f
+            return nil
+        }
+        guard let gone else { return }
+        queue.async { [self] in delegate?.browser(self, lostPeer: gone) }
+    }
+
+    // MARK: Bluetooth
+
+    private func bluetoothEvent(_ e: BluetoothPeerNode.BrowseEvent) {
+        switch e {
+        case let .seen(token, endpoint):
+            guard token != myPeerID.token else { return }
+            let fetch = lock.withLock { () -> Bool in
+                guard browsing, !fetching.contains(token) else { return false }
+                if let f = found[token], f.bluetooth == endpoint { return false }
+                if let t = retryAfter[token], t > Date() { return false }
+                fetching.insert(token)
+                return true
+            }
+            if fetch { fetchInfo(token: token, at: endpoint) }
+        case let .lost(token):
+            forget(token: token) { $0.bluetooth = nil }
+        }
+    }
+
+    /// Asks a peer seen over Bluetooth for its display name and discoveryInfo (one short channel), then
+    /// reports it.
+    private func fetchInfo(token: UInt64, at endpoint: PeerBluetoothEndpoint) {
+        guard let node = bluetooth else { return }
+        let me = PeerIdentity(token: myPeerID.token, displayName: myPeerID.displayName)
+        node.connect(to: endpoint, tls: nil) { [weak self] r in
+            guard let self else { return }
+            guard case let .success(link) = r else { return fetchFailed(token) }
+            let state = FetchState()
+            link.onMessage = { [weak self] m in
+                guard let self else { return link.close() }
+                switch m {
+                case let .hello(_, id, _, _):
+                    guard id.token == token, MCPeerID.isValidDisplayName(id.displayName) else {
+                        PeerLog.warning("\(endpoint.host) announced token \(token) but said hello as \(id.token); ignored")
+                        return link.close()
+                    }
+                    state.name = id.displayName
+                case let .info(txt):
+                    guard let name = state.name, !state.done else { return link.close() }
+                    state.done = true
+                    link.send(.bye)
+                    link.close()
+                    lock.withLock { _ = fetching.remove(token) }
+                    report(token: token, name: name, info: txt) { $0.bluetooth = endpoint }
+                default:
+                    link.close()
+                }
+            }
+            link.onClose = { [weak self] _ in if !state.done { self?.fetchFailed(token) } }
+            link.send([.hello(version: PeerMessage.version, identity: me, port: 0), .infoRequest])
+            DispatchQueue.global().asyncAfter(deadline: .now() + 5) { if !state.done { link.close() } }
+        }
+    }
+
+    private func fetchFailed(_ token: UInt64) {
+        lock.withLock {
+            fetching.remove(token)
+            retryAfter[token] = Date().addingTimeInterval(2)
+        }
+    }
+}
+
+/// One info exchange (on its link's loop).
+private final class FetchState: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _name: String?
+    private var _done = false
+    var name: String? {
+        get { lock.withLock { _name } }
+        set { lock.withLock { _name = newValue } }
+    }
+    var done: Bool {
+        get { lock.withLock { _done } }
+        set { lock.withLock { _done = newValue } }
     }
 }

@@ -4,6 +4,7 @@
 import Foundation
 import PeerSession
 import PeerTransport
+import PeerBluetooth
 
 extension MCSession {
     /// Invites `peer` (found by a browser at `addresses`) into this session.
@@ -39,8 +40,7 @@ extension MCSession {
             link.onMessage = { [weak self] m in self?.inviteAnswer(m, link: link, peer: peer, backlog: backlog) }
             link.onClose = { [weak self] _ in self?.inviteFailed(peer) }
             let ctx = context.map { [UInt8]($0) }
-            link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()),
-                       .invite(id: id, mesh: lock.withLock { mesh }, context: ctx)])
+            link.send([hello(), .invite(id: id, mesh: lock.withLock { mesh }, context: ctx)])
         }
     }
 
@@ -66,6 +66,7 @@ extension MCSession {
                     return true
                 }
                 guard mine else { return }
+                // Its member port and Bluetooth endpoint come with the hello after its reply.
                 guard ok, let c = adopt(link, peer: peer, memberPort: 0) else {
                     link.close()
                     return notify(peer, .notConnected)
@@ -88,17 +89,28 @@ extension MCSession {
         if was { notify(peer, .notConnected) }
     }
 
-    /// Tries each address in turn.
-    func connect(to addresses: [(host: String, port: UInt16)], peer: MCPeerID, _ done: @escaping @Sendable (PeerLink?) -> Void) {
+    /// Tries each address in turn, over the transports this session uses: TCP hosts, and Bluetooth
+    /// endpoints (`ble:` hosts, the port being the SPSM). TLS as the encryption preference says (mesh
+    /// joins always offer it when we have an identity: the member admits or refuses it).
+    func connect(to addresses: [(host: String, port: UInt16)], peer: MCPeerID, useTLS: Bool = false, _ done: @escaping @Sendable (PeerLink?) -> Void) {
         guard let first = addresses.first else { return done(nil) }
-        PeerTransport.shared.connect(host: first.host, port: first.port, tls: encryptionPreference == .none ? nil : tls) { [weak self] r in
+        let rest = Array(addresses.dropFirst())
+        let identity = useTLS ? tls : (encryptionPreference == .none ? nil : tls)
+        let next: @Sendable (Result<PeerLink, PeerTransportError>) -> Void = { [weak self] r in
             switch r {
             case let .success(link): done(link)
             case let .failure(e):
                 PeerLog.write("\(peer.displayName) at \(first.host):\(first.port): \(e)")
                 guard let self else { return done(nil) }
-                connect(to: Array(addresses.dropFirst()), peer: peer, done)
+                connect(to: rest, peer: peer, useTLS: useTLS, done)
             }
+        }
+        if let endpoint = PeerBluetoothEndpoint(host: first.host, port: first.port) {
+            guard let node = bluetooth else { return next(.failure(.cannotConnect("\(first.host): this session does not use Bluetooth"))) }
+            node.connect(to: endpoint, tls: identity, completion: next)
+        } else {
+            guard transports.contains(.network) else { return next(.failure(.cannotConnect("\(first.host): this session does not use the network"))) }
+            PeerTransport.shared.connect(host: first.host, port: first.port, tls: identity, completion: next)
         }
     }
 
@@ -118,20 +130,21 @@ extension MCSession {
     }
 
     /// An invitation our advertiser received was accepted with this session.
-    func acceptInvitation(link: PeerLink, peer: MCPeerID, inviteID: UInt32, mesh theirMesh: UInt64, memberPort port: UInt16) {
+    func acceptInvitation(link: PeerLink, peer: MCPeerID, inviteID: UInt32, mesh theirMesh: UInt64, memberPort port: UInt16,
+                          bluetooth: PeerBluetoothEndpoint? = nil) {
         guard settleMutualInvitation(from: peer) else {
             link.send(.inviteReply(id: inviteID, accepted: false))
             return link.close()
         }
         admit(link, peer: peer) { [self] ok in
-            guard ok, let c = adopt(link, peer: peer, memberPort: port) else {
+            guard ok, let c = adopt(link, peer: peer, memberPort: port, bluetooth: bluetooth) else {
                 link.send(.inviteReply(id: inviteID, accepted: false))
                 link.close()
                 return notify(peer, .notConnected)
             }
             // A session that is alone joins the inviter's mesh.
             lock.withLock { if peers.count == 1 { mesh = theirMesh } }
-            link.send([.inviteReply(id: inviteID, accepted: true), .hello(version: PeerMessage.version, identity: identity, port: memberPort())])
+            link.send([.inviteReply(id: inviteID, accepted: true), hello()])
             // Both ends of an invitation tell the newcomer about the members they know.
             becameConnected(c, sendMembers: true)
         }
@@ -168,7 +181,7 @@ extension MCSession {
                 return notify(peerID, .notConnected)
             }
             c.awaitingJoinReply = true
-            link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()), .join(mesh: lock.withLock { mesh })])
+            link.send([hello(), .join(mesh: lock.withLock { mesh })])
         }
     }
 

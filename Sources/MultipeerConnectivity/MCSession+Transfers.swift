@@ -25,7 +25,7 @@ extension MCSession {
             }
         case .ping:
             c.link.send(.pong)
-        case .pong:
+        case .pong, .infoRequest, .info:
             break
         case .bye:
             c.link.close()
@@ -37,8 +37,11 @@ extension MCSession {
             let waiting = lock.withLock { () -> Bool in defer { c.awaitingJoinReply = false }; return c.awaitingJoinReply }
             guard waiting else { return }
             if ok { becameConnected(c, sendMembers: false) } else { c.link.close() }
-        case let .hello(_, _, port):
-            lock.withLock { c.memberPort = port }
+        case let .hello(_, _, port, bt):
+            lock.withLock {
+                if !c.link.isBluetooth { c.memberPort = port }
+                if let bt { c.bluetooth = bt }
+            }
         case let .resourceStart(id, size, name):
             startIncomingResource(id: id, size: size, name: name, on: c)
         case let .resourceChunk(id, chunk):

@@ -7,6 +7,7 @@ import Foundation
 import PeerSession
 import PeerTransport
 import BoundStreams
+import PeerBluetooth
 
 open class MCSession: NSObject, @unchecked Sendable {
     public let myPeerID: MCPeerID
@@ -34,14 +35,30 @@ open class MCSession: NSObject, @unchecked Sendable {
     /// How long a silent peer stays connected (keep-alive pings go every third of it).
     package var livenessTimeout: TimeInterval = 10
 
+    /// The transports this session accepts and makes links on (Linux addition; `MCTransports.default`).
+    public let transports: MCTransports
+    /// The Bluetooth device of this peer, when `transports` has `.bluetooth` and a controller is there.
+    var bluetooth: BluetoothPeerNode?
+    /// The SPSM where members connect over Bluetooth (0 until published).
+    var memberPSM: UInt16 = 0
+    /// Our member advert (while connected to someone, so newcomers over Bluetooth can reach us).
+    var memberAdvert: UInt64?
+
     public convenience init(peer myPeerID: MCPeerID) {
         self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .required)
     }
 
+    public convenience init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        self.init(peer: myPeerID, securityIdentity: identity, encryptionPreference: encryptionPreference, transports: .default)
+    }
+
     /// `identity`: on Linux a `PeerTLSIdentity` as its first element (Apple's SecIdentity does not exist
-    /// here); nil makes a self-signed one.
-    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+    /// here); nil makes a self-signed one. `transports` (Linux addition): where members are accepted and
+    /// reached.
+    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
+                transports: MCTransports) {
         self.myPeerID = myPeerID
+        self.transports = transports
         self.securityIdentity = identity
         self.encryptionPreference = encryptionPreference
         self.delegateQueue = DispatchQueue(label: "MCSession \(myPeerID.displayName)")
@@ -54,13 +71,64 @@ open class MCSession: NSObject, @unchecked Sendable {
             tls = encryptionPreference == .none ? nil : TLSIdentities.identity(for: myPeerID)
         }
         super.init()
-        openListener()
+        if transports.contains(.network) { openListener() } else { startKeepAlive() }
+        if transports.contains(.bluetooth) { openBluetoothListener() }
     }
 
     deinit {
         keepAlive?.cancel()
         listener?.close()
         for (_, c) in peers { c.link.close() }
+        if let bluetooth {
+            if let memberAdvert { bluetooth.removeAdvert(memberAdvert) }
+            if memberPSM != 0 { bluetooth.unlisten(memberPSM) }
+            bluetooth.release()
+        }
+    }
+
+    /// Publishes our member SPSM on this peer's Bluetooth device.
+    private func openBluetoothListener() {
+        guard let node = BluetoothPeerNode.acquire(forPeer: myPeerID.token) else { return }
+        bluetooth = node
+        node.listen(tls: tls, onLink: { [weak self] link in self?.acceptMember(link) }) { [weak self] psm in
+            guard let self, let psm else { return }
+            lock.withLock { memberPSM = psm }
+            updateMemberAdvert()
+        }
+    }
+
+    /// Where members reach us over Bluetooth (nil without it, or before the controller is on).
+    var bluetoothEndpoint: PeerBluetoothEndpoint? {
+        guard let node = bluetooth, let a = node.address else { return nil }
+        let psm = lock.withLock { memberPSM }
+        return psm == 0 ? nil : PeerBluetoothEndpoint(address: a.bytes, isRandom: a.type.isRandom, psm: psm)
+    }
+
+    /// Our hello: the member port and, with Bluetooth, the member endpoint there.
+    func hello() -> PeerMessage {
+        .hello(version: PeerMessage.version, identity: identity, port: memberPort(), bluetooth: bluetoothEndpoint)
+    }
+
+    /// Advertises the member endpoint while we have connected peers (members that join later connect to
+    /// every member, and a Bluetooth device must advertise to be connected to).
+    func updateMemberAdvert() {
+        guard let node = bluetooth else { return }
+        let (add, remove) = lock.withLock { () -> (PeerAdvert?, UInt64?) in
+            let wanted = memberPSM != 0 && peers.values.contains(where: \.connected)
+            if wanted && memberAdvert == nil {
+                return (PeerAdvert(service: PeerAdvert.memberUUID, token: myPeerID.token, psm: memberPSM), nil)
+            }
+            if !wanted, let id = memberAdvert {
+                memberAdvert = nil
+                return (nil, id)
+            }
+            return (nil, nil)
+        }
+        if let remove { node.removeAdvert(remove) }
+        if let add {
+            let id = node.addAdvert(add, name: myPeerID.displayName)
+            lock.withLock { memberAdvert = id }
+        }
     }
 
     /// The peers connected now.
@@ -119,6 +187,7 @@ open class MCSession: NSObject, @unchecked Sendable {
             failTransfers(of: c)
             if c.connected { notify(c.peer, .notConnected) }
         }
+        updateMemberAdvert()
     }
 
     /// Asks every member to drop `peer`, and drops it ourselves (GameKit's disconnectPeerFromAllPeers).
@@ -132,11 +201,12 @@ open class MCSession: NSObject, @unchecked Sendable {
     // MARK: Peers joining and leaving
 
     /// Adopts a link whose hello named `peer` (an accepted invitation, or a mesh member).
-    func adopt(_ link: PeerLink, peer: MCPeerID, memberPort port: UInt16) -> PeerConnection? {
+    func adopt(_ link: PeerLink, peer: MCPeerID, memberPort port: UInt16, bluetooth: PeerBluetoothEndpoint? = nil) -> PeerConnection? {
         lock.withLock {
             guard peers[peer.token] == nil, peers.count + 1 < kMCSessionMaximumNumberOfPeers else { return nil }
             let c = PeerConnection(peer: peer, link: link)
             c.memberPort = port
+            c.bluetooth = bluetooth
             peers[peer.token] = c
             link.onMessage = { [weak self, weak c] m in if let self, let c { self.received(m, on: c) } }
             link.onClose = { [weak self, weak c] e in if let self, let c { self.linkClosed(c, error: e) } }
@@ -151,43 +221,49 @@ open class MCSession: NSObject, @unchecked Sendable {
             guard !c.connected, peers[c.peer.token] === c else { return nil }
             c.connected = true
             c.lastHeard = Date()
-            return peers.values.filter { $0 !== c && $0.connected && $0.memberPort != 0 }.map {
-                PeerMember(identity: PeerIdentity(token: $0.peer.token, displayName: $0.peer.displayName), host: $0.link.remoteHost, port: $0.memberPort)
+            // Each member where it can be reached: its TCP listener as we see it, its Bluetooth endpoint.
+            return peers.values.filter { $0 !== c && $0.connected }.flatMap { m -> [PeerMember] in
+                let id = PeerIdentity(token: m.peer.token, displayName: m.peer.displayName)
+                var out: [PeerMember] = []
+                if m.memberPort != 0 && !m.link.isBluetooth { out.append(PeerMember(identity: id, host: m.link.remoteHost, port: m.memberPort)) }
+                if let bt = m.bluetooth { out.append(PeerMember(identity: id, host: bt.host, port: bt.psm)) }
+                return out
             }
         }
         guard let others else { return }
         _ = memberPort()
         notify(c.peer, .connected)
+        updateMemberAdvert()
         if sendMembers, !others.isEmpty { c.link.send(.members(mesh: lock.withLock { mesh }, others)) }
     }
 
     /// A connection from another member of our mesh (or a stray one).
     func acceptMember(_ link: PeerLink) {
-        var hello: (MCPeerID, UInt16)?
+        var greeting: (MCPeerID, UInt16, PeerBluetoothEndpoint?)?
         link.onMessage = { [weak self] m in
             guard let self else { return link.close() }
             switch m {
-            case let .hello(_, id, port):
-                hello = (MCPeerID(token: id.token, displayName: id.displayName), port)
+            case let .hello(_, id, port, bt):
+                greeting = (MCPeerID(token: id.token, displayName: id.displayName), port, bt)
             case let .join(mesh):
                 let ok = lock.withLock { () -> Bool in
-                    guard let (peer, _) = hello else { return false }
+                    guard let (peer, _, _) = greeting else { return false }
                     if expectedPeers.contains(peer.token) {
                         if peers.isEmpty { self.mesh = mesh }
                         return true
                     }
                     return mesh == self.mesh
                 }
-                guard ok, let (peer, port) = hello else {
+                guard ok, let (peer, port, bt) = greeting else {
                     link.send(.joinReply(accepted: false))
                     return link.close()
                 }
                 admit(link, peer: peer) { [self] admitted in
-                    guard admitted, let c = adopt(link, peer: peer, memberPort: port) else {
+                    guard admitted, let c = adopt(link, peer: peer, memberPort: port, bluetooth: bt) else {
                         link.send(.joinReply(accepted: false))
                         return link.close()
                     }
-                    link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()), .joinReply(accepted: true)])
+                    link.send([hello(), .joinReply(accepted: true)])
                     becameConnected(c, sendMembers: false)
                 }
             default:
@@ -197,20 +273,29 @@ open class MCSession: NSObject, @unchecked Sendable {
         }
     }
 
-    /// Connects to members the inviter told us about.
+    /// Connects to members the inviter told us about (each at the first of its addresses that works).
     func join(_ members: [PeerMember]) {
+        var order: [UInt64] = []
+        var addresses: [UInt64: (PeerIdentity, [(host: String, port: UInt16)])] = [:]
         for m in members where m.identity.token != myPeerID.token {
-            let known = lock.withLock { peers[m.identity.token] != nil }
+            if addresses[m.identity.token] == nil { order.append(m.identity.token); addresses[m.identity.token] = (m.identity, []) }
+            addresses[m.identity.token]!.1.append((m.host, m.port))
+        }
+        for token in order {
+            guard let (identity, list) = addresses[token] else { continue }
+            let known = lock.withLock { peers[token] != nil }
             guard !known else { continue }
-            let peer = MCPeerID(token: m.identity.token, displayName: m.identity.displayName)
+            let peer = MCPeerID(token: token, displayName: identity.displayName)
             notify(peer, .connecting)
-            PeerTransport.shared.connect(host: m.host, port: m.port, tls: tls) { [weak self] r in
-                guard let self else { return }
-                guard case let .success(link) = r, let c = adopt(link, peer: peer, memberPort: m.port) else {
-                    if case let .success(link) = r { link.close() }
+            connect(to: list, peer: peer, useTLS: true) { [weak self] link in
+                guard let self else { link?.close(); return }
+                let bt = link.flatMap { l in list.lazy.compactMap { PeerBluetoothEndpoint(host: $0.host, port: $0.port) }.first { $0.host == l.remoteHost } }
+                let port = list.first { PeerBluetoothEndpoint(host: $0.host, port: $0.port) == nil }?.port ?? 0
+                guard let link, let c = adopt(link, peer: peer, memberPort: link.isBluetooth ? 0 : port, bluetooth: bt) else {
+                    link?.close()
                     return notify(peer, .notConnected)
                 }
-                link.send([.hello(version: PeerMessage.version, identity: identity, port: memberPort()), .join(mesh: lock.withLock { mesh })])
+                link.send([hello(), .join(mesh: lock.withLock { mesh })])
                 c.awaitingJoinReply = true
             }
         }
@@ -249,6 +334,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         guard let was else { return }
         failTransfers(of: c)
         if was || c.awaitingJoinReply { notify(c.peer, .notConnected) }
+        updateMemberAdvert()
     }
 
     func notify(_ peer: MCPeerID, _ state: MCSessionState) {

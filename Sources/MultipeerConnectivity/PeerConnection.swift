@@ -7,12 +7,15 @@ import Foundation
 import PeerSession
 import PeerTransport
 import BoundStreams
+import PeerBluetooth
 
 final class PeerConnection: @unchecked Sendable {
     let peer: MCPeerID
     let link: PeerLink
     /// Where this peer accepts other mesh members (its session listener).
     var memberPort: UInt16 = 0
+    /// Where this peer accepts members over Bluetooth (from its hello).
+    var bluetooth: PeerBluetoothEndpoint?
     var connected = false
     /// We joined this member's session and wait for its answer.
     var awaitingJoinReply = false

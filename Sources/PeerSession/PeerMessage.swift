@@ -25,9 +25,47 @@ public struct PeerMember: Sendable, Hashable {
     }
 }
 
+/// Where a peer accepts channels over Bluetooth LE: its device address and the L2CAP SPSM.
+public struct PeerBluetoothEndpoint: Sendable, Hashable, CustomStringConvertible {
+    /// The address in wire order (least significant octet first, as on the air).
+    public var address: [UInt8]
+    public var isRandom: Bool
+    public var psm: UInt16
+    public init(address: [UInt8], isRandom: Bool, psm: UInt16) {
+        self.address = address
+        self.isRandom = isRandom
+        self.psm = psm
+    }
+
+    /// The host string members carry for it: `ble:C0:11:22:33:44:55/random` (port: the SPSM).
+    public var host: String {
+        "ble:" + address.reversed().map { String(format2: $0) }.joined(separator: ":") + (isRandom ? "/random" : "/public")
+    }
+
+    /// Parses `ble:AA:BB:CC:DD:EE:FF/random|public`.
+    public init?(host: String, port: UInt16) {
+        guard host.hasPrefix("ble:"), port != 0 else { return nil }
+        let parts = host.dropFirst(4).split(separator: "/")
+        guard parts.count == 2, parts[1] == "random" || parts[1] == "public" else { return nil }
+        let octets = parts[0].split(separator: ":").compactMap { $0.count == 2 ? UInt8($0, radix: 16) : nil }
+        guard octets.count == 6 else { return nil }
+        self.init(address: octets.reversed(), isRandom: parts[1] == "random", psm: port)
+    }
+
+    public var description: String { "\(host) PSM 0x\(String(psm, radix: 16))" }
+}
+
+extension String {
+    init(format2 v: UInt8) {
+        let h = String(v, radix: 16, uppercase: true)
+        self = h.count == 1 ? "0" + h : h
+    }
+}
+
 public enum PeerMessage: Sendable, Equatable {
-    /// First frame both ways: protocol version, who we are, and the port our session accepts members on.
-    case hello(version: UInt8, identity: PeerIdentity, port: UInt16)
+    /// First frame both ways: protocol version, who we are, the port our session accepts members on, and,
+    /// when the session also accepts members over Bluetooth LE, that endpoint (9 optional trailing octets).
+    case hello(version: UInt8, identity: PeerIdentity, port: UInt16, bluetooth: PeerBluetoothEndpoint? = nil)
     case invite(id: UInt32, mesh: UInt64, context: [UInt8]?)
     case inviteReply(id: UInt32, accepted: Bool)
     /// A member of mesh `mesh` connects to another member.
@@ -52,13 +90,18 @@ public enum PeerMessage: Sendable, Equatable {
     case bye
     /// Asks members to drop their link with this peer (GameKit's disconnectPeerFromAllPeers).
     case evict(token: UInt64)
+    /// A browser that found an advertiser over Bluetooth asks for what mDNS's TXT record would carry.
+    case infoRequest
+    /// The advertiser's discoveryInfo (its display name came in its hello).
+    case info([String: String])
     case unknown(type: UInt8)
 
     public static let version: UInt8 = 1
 
     enum Kind: UInt8 {
         case hello = 1, invite, inviteReply, join, joinReply, members, data, resourceStart, resourceChunk, resourceEnd,
-             resourceCancel, resourceAck, streamOpen, streamData, streamCredit, streamClose, ping, pong, bye, evict
+             resourceCancel, resourceAck, streamOpen, streamData, streamCredit, streamClose, ping, pong, bye, evict,
+             infoRequest, info
     }
 
     public var frame: PeerFrame {
@@ -66,8 +109,11 @@ public enum PeerMessage: Sendable, Equatable {
         var flags: UInt8 = 0
         let kind: Kind
         switch self {
-        case let .hello(v, id, port):
+        case let .hello(v, id, port, bluetooth):
             kind = .hello; w.write(v); w.write(id.token); Self.write(id.displayName, &w); w.write(port)
+            if let bluetooth, bluetooth.address.count == 6 {
+                w.write(contentsOf: bluetooth.address); w.write(UInt8(bluetooth.isRandom ? 1 : 0)); w.write(bluetooth.psm)
+            }
         case let .invite(id, mesh, context):
             kind = .invite; w.write(id); w.write(mesh)
             if let context { w.write(UInt8(1)); w.write(UInt32(context.count)); w.write(contentsOf: context) } else { w.write(UInt8(0)) }
@@ -97,6 +143,12 @@ public enum PeerMessage: Sendable, Equatable {
         case .pong: kind = .pong
         case .bye: kind = .bye
         case let .evict(token): kind = .evict; w.write(token)
+        case .infoRequest: kind = .infoRequest
+        case let .info(txt):
+            kind = .info
+            let pairs = txt.sorted { $0.key < $1.key }
+            w.write(UInt16(clamping: pairs.count))
+            for (k, v) in pairs.prefix(65_535) { Self.write(k, &w); Self.write(v, &w) }
         case let .unknown(t): return PeerFrame(type: t, payload: [])
         }
         return PeerFrame(type: kind.rawValue, flags: flags, payload: w.bytes)
@@ -109,7 +161,14 @@ public enum PeerMessage: Sendable, Equatable {
             switch kind {
             case .hello:
                 let v = try r.readUInt8(), token = try r.readUInt64(), name = try Self.string(&r)
-                self = .hello(version: v, identity: PeerIdentity(token: token, displayName: name), port: try r.readUInt16())
+                let port = try r.readUInt16()
+                var bluetooth: PeerBluetoothEndpoint?
+                if r.remaining > 0 {
+                    let address = try r.readBytes(6), type = try r.readUInt8(), psm = try r.readUInt16()
+                    guard type <= 1 else { throw PeerProtocolError.malformed("address type \(type)") }
+                    bluetooth = PeerBluetoothEndpoint(address: address, isRandom: type == 1, psm: psm)
+                }
+                self = .hello(version: v, identity: PeerIdentity(token: token, displayName: name), port: port, bluetooth: bluetooth)
             case .invite:
                 let id = try r.readUInt32(), mesh = try r.readUInt64()
                 let has = try r.readUInt8()
@@ -122,7 +181,7 @@ public enum PeerMessage: Sendable, Equatable {
             case .members:
                 let mesh = try r.readUInt64()
                 let n = Int(try r.readUInt16())
-                guard n <= 16 else { throw PeerProtocolError.malformed("\(n) members") }
+                guard n <= 32 else { throw PeerProtocolError.malformed("\(n) members") }
                 var list: [PeerMember] = []
                 for _ in 0..<n {
                     let token = try r.readUInt64(), name = try Self.string(&r), host = try Self.string(&r), port = try r.readUInt16()
@@ -148,6 +207,16 @@ public enum PeerMessage: Sendable, Equatable {
             case .pong: self = .pong
             case .bye: self = .bye
             case .evict: self = .evict(token: try r.readUInt64())
+            case .infoRequest: self = .infoRequest
+            case .info:
+                let n = Int(try r.readUInt16())
+                var txt: [String: String] = [:]
+                for _ in 0..<n {
+                    let k = try Self.string(&r)
+                    guard txt[k] == nil else { throw PeerProtocolError.malformed("key \(k) twice") }
+                    txt[k] = try Self.string(&r)
+                }
+                self = .info(txt)
             }
             switch kind {
             case .data, .resourceChunk, .streamData: break

@@ -24,10 +24,14 @@ public final class PeerLink: @unchecked Sendable {
     /// The peer's address as seen by us ("10.0.0.2" / "fe80::1%veth0").
     public let remoteHost: String
 
-    init(channel: Channel, encrypted: Bool) {
+    /// The transport under the link: TCP, or a Bluetooth LE L2CAP channel bridged through a socket pair.
+    public let isBluetooth: Bool
+
+    init(channel: Channel, encrypted: Bool, remoteHost: String? = nil) {
         self.channel = channel
         self.isEncrypted = encrypted
-        self.remoteHost = channel.remoteAddress?.ipAddress ?? "?"
+        self.remoteHost = remoteHost ?? channel.remoteAddress?.ipAddress ?? "?"
+        self.isBluetooth = remoteHost?.hasPrefix("ble:") ?? false
     }
 
     /// Called for each message; a protocol error closes the link (onClose gets the error).

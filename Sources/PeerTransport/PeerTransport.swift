@@ -114,6 +114,54 @@ public final class PeerTransport: @unchecked Sendable {
         }
     }
 
+    /// Adopts one end of a connected stream socket whose other end carries another transport (a Bluetooth
+    /// L2CAP channel bridged through a socket pair) as a peer link named `remoteHost`. As the client, the
+    /// link is TLS 1.3 from the first octet when `tls` is given; as the server it serves TLS or plaintext
+    /// as a listener does. Takes ownership of `fd` (closed with the link, or at once on failure).
+    public func adopt(socket fd: CInt, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?,
+                      completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
+        let done = NIOLockedValueBox(false)
+        let finish: @Sendable (Result<PeerLink, PeerTransportError>) -> Void = { r in
+            let first = done.withLockedValue { d -> Bool in defer { d = true }; return !d }
+            if first { completion(r) }
+        }
+        let context: NIOSSLContext?
+        do { context = try asClient ? tls?.clientContext() : tls?.serverContext() } catch {
+            close(fd)
+            return completion(.failure(.cannotConnect("TLS: \(error)")))
+        }
+        ClientBootstrap(group: group)
+            .channelInitializer { ch in
+                Self.configure(ch)
+                do {
+                    if !asClient {
+                        try ch.pipeline.syncOperations.addHandler(ProtocolSniffer(tls: context, remoteHost: remoteHost, onLink: { finish(.success($0)) }))
+                        // A peer that closes before its first octet never became a link.
+                        ch.closeFuture.whenComplete { _ in finish(.failure(.cannotConnect("\(remoteHost): closed before the first frame"))) }
+                        return ch.eventLoop.makeSucceededVoidFuture()
+                    }
+                    let frames = PeerFrameHandler()
+                    let link = PeerLink(channel: ch, encrypted: context != nil, remoteHost: remoteHost)
+                    frames.link = link
+                    if let context {
+                        let certs = CertificateRecorder(link: link)
+                        try ch.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: nil, customVerificationCallback: certs.verify))
+                        try ch.pipeline.syncOperations.addHandler(HandshakeWaiter(link: link, done: done, completion: completion))
+                    }
+                    try ch.pipeline.syncOperations.addHandler(frames)
+                    if context == nil { ch.eventLoop.execute { finish(.success(link)) } }
+                    return ch.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return ch.eventLoop.makeFailedFuture(error)
+                }
+            }
+            .withConnectedSocket(fd)
+            .whenFailure { error in
+                close(fd)
+                finish(.failure(.cannotConnect("\(remoteHost): \(error)")))
+            }
+    }
+
     /// Connects to a peer; with `tls` the connection is TLS 1.3 from the first octet.
     public func connect(host: String, port: UInt16, tls: PeerTLSIdentity?, timeout: TimeAmount = .seconds(10),
                         completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
@@ -199,10 +247,12 @@ final class HandshakeWaiter: ChannelInboundHandler, RemovableChannelHandler, @un
 final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     let tls: NIOSSLContext?
+    let remoteHost: String?
     let onLink: @Sendable (PeerLink) -> Void
 
-    init(tls: NIOSSLContext?, onLink: @escaping @Sendable (PeerLink) -> Void) {
+    init(tls: NIOSSLContext?, remoteHost: String? = nil, onLink: @escaping @Sendable (PeerLink) -> Void) {
         self.tls = tls
+        self.remoteHost = remoteHost
         self.onLink = onLink
     }
 
@@ -217,7 +267,7 @@ final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, @un
             context.close(promise: nil)
             return
         }
-        let link = PeerLink(channel: ch, encrypted: isTLS)
+        let link = PeerLink(channel: ch, encrypted: isTLS, remoteHost: remoteHost)
         let frames = PeerFrameHandler()
         frames.link = link
         do {

@@ -97,10 +97,10 @@ struct Pair {
     let serviceType: String
 
     init(encryption: MCEncryptionPreference = .required, answer accept: Bool? = true, connect: Bool = true, context: Data? = nil,
-         timeout: TimeInterval = 10) throws {
+         timeout: TimeInterval = 10, transports: MCTransports = .network, findWithin: Double = 5) throws {
         serviceType = "t" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        a = MCSession(peer: MCPeerID(displayName: "A"), securityIdentity: nil, encryptionPreference: encryption)
-        b = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: encryption)
+        a = MCSession(peer: MCPeerID(displayName: "A"), securityIdentity: nil, encryptionPreference: encryption, transports: transports)
+        b = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: encryption, transports: transports)
         a.delegate = ra
         b.delegate = rb
         answer.session = a
@@ -109,10 +109,12 @@ struct Pair {
         advertiser.delegate = answer
         browser = MCNearbyServiceBrowser(peer: b.myPeerID, serviceType: serviceType)
         browser.delegate = found
+        advertiser.transports = transports
+        browser.transports = transports
         advertiser.startAdvertisingPeer()
         browser.startBrowsingForPeers()
         guard connect else { return }
-        try waitFor("A found", seconds: 5) { found.peer(named: "A") != nil }
+        try waitFor("A found", seconds: findWithin) { found.peer(named: "A") != nil }
         browser.invitePeer(found.peer(named: "A")!, to: b, withContext: context, timeout: timeout)
         if accept == true {
             let (ra, rb) = (ra, rb)

@@ -1,0 +1,142 @@
+// Multipeer Connectivity over Bluetooth LE only: discovery from LE adverts, sessions over L2CAP channels,
+// on a virtual radio of the test's own (no network is used, so these run anywhere).
+import Foundation
+import Testing
+@testable import MultipeerConnectivity
+import PeerBluetooth
+import BLEHost
+import BLEVirtualRadio
+import BLETransport
+
+/// Every peer made while the fixture lives gets its own device on `air`.
+final class BluetoothAirFixture: @unchecked Sendable {
+    let air: VirtualAir
+    init(airtime: AirtimeModel? = nil) {
+        air = VirtualAir(loop: EventLoop(label: "mc-test-air", clock: .real))
+        air.airtime = airtime
+        let air = air
+        BluetoothPeerNode.configure(factory: { name in try HostFactory.makeHost(on: air, name: name) }, sharing: .perPeer)
+    }
+    func stop() { BluetoothPeerNode.configure(factory: nil, sharing: nil) }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct MultipeerBluetoothTests {
+    @Test func discoverInviteAndTalkOverBluetoothOnly() throws {
+        let air = BluetoothAirFixture()
+        defer { air.stop() }
+        let start = Date()
+        let p = try Pair(context: Data("ble?".utf8), transports: .bluetooth, findWithin: 5)
+        defer { p.stop() }
+        let found = try #require(p.found.lock.withLock { p.found.found.first })
+        print("Bluetooth discovery: found in \(String(format: "%.3f", found.2.timeIntervalSince(start))) s (100 ms adverts)")
+        #expect(found.2.timeIntervalSince(start) < 2)
+        // The browser learned the display name and discoveryInfo over the channel; the advertiser the context.
+        #expect(found.0.displayName == "A" && found.1 == ["room": "1"])
+        #expect(p.answer.lock.withLock { p.answer.invitations.first?.1 } == Data("ble?".utf8))
+        #expect(p.rb.lock.withLock { p.rb.states.map(\.1) } == [.connecting, .connected])
+        // TLS over the channel, as over TCP: each side judged the other's certificate.
+        #expect(p.ra.lock.withLock { p.ra.certificates.first??.first } is Data)
+        // The links are L2CAP channels.
+        let links = p.a.lock.withLock { p.a.peers.values.map(\.link) }
+        #expect(links.count == 1 && links.allSatisfy { $0.isBluetooth && $0.remoteHost.hasPrefix("ble:") })
+        try p.b.send(Data("hi A".utf8), toPeers: p.b.connectedPeers, with: .reliable)
+        try p.a.send(Data("hi B".utf8), toPeers: p.a.connectedPeers, with: .unreliable)
+        let big = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try p.a.send(big, toPeers: p.a.connectedPeers, with: .reliable)
+        try waitFor("messages", seconds: 20) { p.ra.lock.withLock { p.ra.messages.count } == 1 && p.rb.lock.withLock { p.rb.messages.count } == 2 }
+        #expect(p.ra.lock.withLock { p.ra.messages[0].1 } == Data("hi A".utf8))
+        #expect(p.rb.lock.withLock { p.rb.messages.map(\.1) } == [Data("hi B".utf8), big])
+        // The advertiser stops: the browser loses it once its adverts are no longer heard.
+        p.advertiser.stopAdvertisingPeer()
+        try waitFor("lost", seconds: 8) { p.found.lock.withLock { !p.found.lost.isEmpty } }
+        // Disconnecting reaches the other side.
+        p.b.disconnect()
+        try waitFor("A sees B leave", seconds: 5) { p.ra.lastState("B") == .notConnected }
+    }
+
+    @Test func resourceAndStreamOverAChannel() throws {
+        let air = BluetoothAirFixture()
+        defer { air.stop() }
+        let p = try Pair(encryption: .none, transports: .bluetooth)
+        defer { p.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-ble-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("photo.jpg")
+        let bytes = Data((0..<400_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        try bytes.write(to: file)
+        let done = NSLock()
+        var result: Error?? = nil
+        let progress = try #require(p.b.sendResource(at: file, withName: "photo.jpg", toPeer: p.b.connectedPeers[0]) { e in done.withLock { result = .some(e) } })
+        try waitFor("resource", seconds: 30) { p.ra.lock.withLock { p.ra.resourcesFinished.count } == 1 }
+        let fin = p.ra.lock.withLock { p.ra.resourcesFinished[0] }
+        #expect(fin.0 == "photo.jpg" && fin.1 == bytes && fin.2 == nil)
+        try waitFor("completion") { done.withLock { result != nil } }
+        #expect(done.withLock { result! } == nil && progress.fractionCompleted == 1)
+        // A stream: what is written arrives, in order.
+        let out = try p.a.startStream(withName: "pipe", toPeer: p.a.connectedPeers[0])
+        out.open()
+        try waitFor("stream arrives") { p.rb.lock.withLock { p.rb.streams.count } == 1 }
+        let input = p.rb.lock.withLock { p.rb.streams[0].1 }
+        input.open()
+        let total = 200_000
+        var sent = 0
+        var received = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        let end = Date().addingTimeInterval(30)
+        while received.count < total && Date() < end {
+            if sent < total {
+                let chunk = (0..<min(8_192, total - sent)).map { UInt8(truncatingIfNeeded: (sent + $0) &* 3) }
+                let n = out.write(chunk, maxLength: chunk.count)
+                if n > 0 { sent += n }
+            }
+            if input.hasBytesAvailable {
+                let n = input.read(&buf, maxLength: buf.count)
+                if n > 0 { received += buf[0..<n] }
+            } else { usleep(500) }
+        }
+        #expect(received.count == total)
+        #expect(received.enumerated().allSatisfy { $0.element == UInt8(truncatingIfNeeded: $0.offset &* 3) })
+        out.close()
+    }
+
+    @Test func aThirdPeerJoinsTheMeshOverBluetooth() throws {
+        let air = BluetoothAirFixture()
+        defer { air.stop() }
+        let p = try Pair(transports: .bluetooth)
+        defer { p.stop() }
+        let c = MCSession(peer: MCPeerID(displayName: "C"), securityIdentity: nil, encryptionPreference: .required, transports: .bluetooth)
+        let rc = SessionRecorder()
+        c.delegate = rc
+        let browser = MCNearbyServiceBrowser(peer: c.myPeerID, serviceType: p.serviceType)
+        browser.transports = .bluetooth
+        let seen = BrowserRecorder()
+        browser.delegate = seen
+        browser.startBrowsingForPeers()
+        defer { browser.stopBrowsingForPeers() }
+        try waitFor("found by C", seconds: 5) { seen.peer(named: "A") != nil }
+        browser.invitePeer(seen.peer(named: "A")!, to: c, withContext: nil, timeout: 10)
+        // C learns B's Bluetooth endpoint from A and connects to it (B advertises as a member meanwhile).
+        try waitFor("C connected to A and B", seconds: 20) { Set(c.connectedPeers.map(\.displayName)) == ["A", "B"] }
+        try waitFor("B sees C", seconds: 5) { Set(p.b.connectedPeers.map(\.displayName)) == ["A", "C"] }
+        #expect(Set(p.a.connectedPeers.map(\.displayName)) == ["B", "C"])
+        try c.send(Data("to all".utf8), toPeers: c.connectedPeers, with: .reliable)
+        try waitFor("both got it", seconds: 10) {
+            p.ra.lock.withLock { p.ra.messages.contains { $0.0 == "C" } } && p.rb.lock.withLock { p.rb.messages.contains { $0.0 == "C" } }
+        }
+        c.disconnect()
+        try waitFor("C gone", seconds: 5) { p.ra.lastState("C") == .notConnected && p.rb.lastState("C") == .notConnected }
+    }
+
+    @Test func aPeerIsReportedOnceWhileItsAdvertsKeepComing() throws {
+        let air = BluetoothAirFixture()
+        defer { air.stop() }
+        let p = try Pair(connect: false, transports: .bluetooth)
+        defer { p.stop() }
+        try waitFor("found", seconds: 5) { p.found.peer(named: "A") != nil }
+        Thread.sleep(forTimeInterval: 1.5)
+        // Adverts keep arriving every 100 ms: still one foundPeer.
+        #expect(p.found.lock.withLock { p.found.found.count } == 1)
+    }
+}
