@@ -29,12 +29,15 @@ struct MCOptions: ParsableArguments {
     var expect: Int = 0
     @Option(help: "Encryption: required (TLS 1.3), optional or none.")
     var encryption: String = "required"
+    @Option(help: "Transports: network (mDNS + TCP), bluetooth (LE adverts + L2CAP channels on BLE_TRANSPORT's controller) or both. Default: MC_TRANSPORTS, else network, plus bluetooth when BLE_TRANSPORT is set.")
+    var transport: String?
 
     func validate() throws {
         guard MCPeerID.isValidDisplayName(name) else { throw ValidationError("--name must be 1 to 63 octets of UTF-8") }
         guard MCServiceType.isValid(service) else { throw ValidationError("--service: 1–15 lowercase letters, digits and hyphens, with a letter, no hyphen first, last or doubled") }
         guard ["required", "optional", "none"].contains(encryption) else { throw ValidationError("--encryption required, optional or none") }
         if let photo, !FileManager.default.isReadableFile(atPath: photo) { throw ValidationError("--photo: cannot read \(photo)") }
+        if let transport, MCTransports(parsing: transport) == nil { throw ValidationError("--transport network, bluetooth or both") }
     }
 
     var preference: MCEncryptionPreference { encryption == "none" ? .none : encryption == "optional" ? .optional : .required }
@@ -50,6 +53,9 @@ final class MCDemoPeer: NSObject, MCSessionDelegate, @unchecked Sendable {
 
     init(options: MCOptions) {
         self.options = options
+        // The app code stays Apple's: the transports reach the session, advertiser and browser through the
+        // process-wide default.
+        if let t = options.transport.flatMap(MCTransports.init(parsing:)) { setenv("MC_TRANSPORTS", t.description, 1) }
         session = MCSession(peer: MCPeerID(displayName: options.name), securityIdentity: nil, encryptionPreference: options.preference)
         super.init()
         session.delegate = self

@@ -317,4 +317,54 @@ struct MultipeerDemoTests {
         #expect(try Data(contentsOf: dir.appendingPathComponent("in/photo.png")) == bytes)
         #expect(adv.terminationStatus == 0 && brw.terminationStatus == 0)
     }
+
+    @Test func seedPhotoDemoOverBluetoothOnly() throws {
+        // Two processes on one `ble radio`, with Multipeer told to use Bluetooth only: no mDNS, no TCP
+        // listener; the only sockets are each process's controller connection.
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let ble = root.appendingPathComponent(".build/debug/ble").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-ble-demo-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("in"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let photo = dir.appendingPathComponent("photo.png")
+        let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 29) })
+        try bytes.write(to: photo)
+        let radio = Process()
+        radio.executableURL = URL(fileURLWithPath: ble)
+        radio.arguments = ["radio", "--port", "0"]
+        let radioOut = Pipe()
+        radio.standardOutput = radioOut
+        try radio.run()
+        defer { radio.terminate(); radio.waitUntilExit() }
+        let line = String(decoding: radioOut.fileHandleForReading.availableData, as: UTF8.self)
+        let port = try #require(line.split(separator: ":").last.flatMap { UInt16($0.prefix { $0.isNumber }) }, "\(line)")
+        var env = ProcessInfo.processInfo.environment
+        env["BLE_TRANSPORT"] = "tcp-client:127.0.0.1:\(port)"
+        func run(_ args: [String]) throws -> (Process, Pipe) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: ble)
+            p.arguments = args
+            p.environment = env
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            try p.run()
+            return (p, out)
+        }
+        let service = "bt" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
+        let (adv, advOut) = try run(["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
+                                     "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "40"])
+        defer { if adv.isRunning { adv.terminate() } }
+        let (brw, brwOut) = try run(["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi", "--transport", "bluetooth",
+                                     "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "40"])
+        defer { if brw.isRunning { brw.terminate() } }
+        brw.waitUntilExit()
+        adv.waitUntilExit()
+        let a = String(decoding: advOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let b = String(decoding: brwOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(b.contains("KenshinCui_Advertiser: connected") && b.contains("KenshinCui_Advertiser says: hello"), "\(b)")
+        #expect(a.contains("KenshinCui says: hi") && a.contains("stored "), "\(a)")
+        #expect(try Data(contentsOf: dir.appendingPathComponent("in/photo.png")) == bytes)
+        #expect(adv.terminationStatus == 0 && brw.terminationStatus == 0)
+    }
 }
