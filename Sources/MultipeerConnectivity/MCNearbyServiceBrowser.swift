@@ -28,13 +28,15 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     private let lock = NSLock()
     private var browse: MDNSBrowse?
     /// A peer found over mDNS, Bluetooth or both: it is reported once, and lost when gone from both.
-    private struct Found {
+    struct Found {
         var peer: MCPeerID
         var network: [(host: String, port: UInt16)] = []
         var bluetooth: PeerBluetoothEndpoint?
         var addresses: [(host: String, port: UInt16)] { network + (bluetooth.map { [($0.host, $0.psm)] } ?? []) }
     }
     private var found: [UInt64: Found] = [:]
+    /// Where a found peer can be reached: its TCP addresses first, then its Bluetooth endpoint.
+    func addresses(of peer: MCPeerID) -> [(host: String, port: UInt16)] { lock.withLock { found[peer.token]?.addresses ?? [] } }
     private let queue = DispatchQueue(label: "MCNearbyServiceBrowser")
     package var mdns: MDNSService = .shared
     /// Where it looks (Linux addition): read when browsing starts.

@@ -140,3 +140,55 @@ struct MultipeerBluetoothTests {
         #expect(p.found.lock.withLock { p.found.found.count } == 1)
     }
 }
+
+/// LAN and Bluetooth together: needs the private network namespace (mDNS and TCP on its loopback).
+@Suite(.serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
+struct MultipeerMixedTransportTests {
+    @Test func twoPeersOnTheLANAndOneOnlyOnBluetoothFormOneMesh() throws {
+        let air = BluetoothAirFixture()
+        defer { air.stop() }
+        let both: MCTransports = [.network, .bluetooth]
+        // A advertises on both; B browses both: A is found once although both transports see it.
+        let p = try Pair(connect: false, transports: both)
+        defer { p.stop() }
+        try waitFor("A found", seconds: 5) { p.found.peer(named: "A") != nil }
+        let a = try #require(p.found.peer(named: "A"))
+        try waitFor("A found both ways", seconds: 5) {
+            let hosts = p.browser.addresses(of: a).map(\.host)
+            return hosts.contains { $0.hasPrefix("ble:") } && hosts.contains { !$0.hasPrefix("ble:") }
+        }
+        #expect(p.found.lock.withLock { p.found.found.count } == 1)
+        p.browser.invitePeer(a, to: p.b, withContext: nil, timeout: 10)
+        try waitFor("A and B connected", seconds: 10) { p.rb.connected("A") && p.ra.connected("B") }
+        // B reached A over TCP (preferred when both work).
+        #expect(p.b.lock.withLock { p.b.peers.values.map(\.link.isBluetooth) } == [false])
+        // C has no network: it finds A over Bluetooth and invites it there.
+        let c = MCSession(peer: MCPeerID(displayName: "C"), securityIdentity: nil, encryptionPreference: .required, transports: .bluetooth)
+        let rc = SessionRecorder()
+        c.delegate = rc
+        let browser = MCNearbyServiceBrowser(peer: c.myPeerID, serviceType: p.serviceType)
+        browser.transports = .bluetooth
+        let seen = BrowserRecorder()
+        browser.delegate = seen
+        browser.startBrowsingForPeers()
+        defer { browser.stopBrowsingForPeers() }
+        try waitFor("found by C", seconds: 5) { seen.peer(named: "A") != nil }
+        browser.invitePeer(seen.peer(named: "A")!, to: c, withContext: nil, timeout: 10)
+        // A tells C where B is: on the LAN (which C cannot use) and over Bluetooth, where C reaches it.
+        try waitFor("C connected to A and B", seconds: 20) { Set(c.connectedPeers.map(\.displayName)) == ["A", "B"] }
+        try waitFor("B sees C", seconds: 5) { Set(p.b.connectedPeers.map(\.displayName)) == ["A", "C"] }
+        #expect(c.lock.withLock { c.peers.values.allSatisfy(\.link.isBluetooth) })
+        try p.b.send(Data("from the LAN".utf8), toPeers: p.b.connectedPeers, with: .reliable)
+        try c.send(Data("from Bluetooth".utf8), toPeers: c.connectedPeers, with: .reliable)
+        try waitFor("everyone heard everyone", seconds: 10) {
+            rc.lock.withLock { rc.messages.contains { $0.0 == "B" } } && p.ra.lock.withLock { p.ra.messages.count } == 2
+                && p.rb.lock.withLock { p.rb.messages.contains { $0.0 == "C" } }
+        }
+        // A stops advertising: gone from mDNS at once, from Bluetooth when its adverts stop; lost once.
+        p.advertiser.stopAdvertisingPeer()
+        try waitFor("lost", seconds: 8) { p.found.lock.withLock { !p.found.lost.isEmpty } }
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(p.found.lock.withLock { p.found.lost.count } == 1)
+        c.disconnect()
+    }
+}
