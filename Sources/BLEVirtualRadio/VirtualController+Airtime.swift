@@ -18,6 +18,12 @@ struct AirPacket {
 }
 
 extension VirtualController {
+    /// The airtime model of link `handle` as negotiated (PHY, data length, interval); nil without such a
+    /// link or without airtime. Call on the air's loop.
+    public func linkModel(handle: UInt16) -> AirtimeModel? {
+        links[handle].flatMap { airtime(for: $0) }
+    }
+
     /// The model in force on a link: the air's settings with the link's PHY, data length and interval.
     func airtime(for link: VirtualLink) -> AirtimeModel? {
         guard var m = airRef?.airtime else { return nil }

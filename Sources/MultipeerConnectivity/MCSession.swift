@@ -38,7 +38,7 @@ open class MCSession: NSObject, @unchecked Sendable {
     /// The transports this session accepts and makes links on (Linux addition; `MCTransports.default`).
     public let transports: MCTransports
     /// The Bluetooth device of this peer, when `transports` has `.bluetooth` and a controller is there.
-    var bluetooth: BluetoothPeerNode?
+    package var bluetooth: BluetoothPeerNode?
     /// The SPSM where members connect over Bluetooth (0 until published).
     var memberPSM: UInt16 = 0
     /// Our member advert (while connected to someone, so newcomers over Bluetooth can reach us).

@@ -9,7 +9,7 @@ import MultipeerConnectivity
 
 struct MCCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "mc", abstract: "Multipeer Connectivity demo: advertise or browse, then chat and send a photo.",
-                                                    subcommands: [MCAdvertiseCommand.self, MCBrowseCommand.self])
+                                                    subcommands: [MCAdvertiseCommand.self, MCBrowseCommand.self, MCBenchCommand.self])
 }
 
 struct MCOptions: ParsableArguments {
