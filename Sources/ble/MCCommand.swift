@@ -49,6 +49,7 @@ final class MCDemoPeer: NSObject, MCSessionDelegate, @unchecked Sendable {
     let session: MCSession
     private let lock = NSLock()
     private var arrived = 0
+    private var sending = 0
     private var sentTo: Set<MCPeerID> = []
 
     init(options: MCOptions) {
@@ -77,8 +78,11 @@ final class MCDemoPeer: NSObject, MCSessionDelegate, @unchecked Sendable {
         }
         if let photo = options.photo {
             let url = URL(fileURLWithPath: photo)
+            lock.withLock { sending += 1 }
             let progress = session.sendResource(at: url, withName: url.lastPathComponent, toPeer: peerID) { [self] e in
                 say(e.map { "photo not sent: \($0.localizedDescription)" } ?? "photo sent to \(peerID.displayName)")
+                lock.withLock { sending -= 1 }
+                exitIfDone()
             }
             if let progress { watch(progress, label: "sending \(url.lastPathComponent)") }
         }
@@ -120,11 +124,15 @@ final class MCDemoPeer: NSObject, MCSessionDelegate, @unchecked Sendable {
     }
 
     private func arrivedOne() {
-        let n = lock.withLock { () -> Int in arrived += 1; return arrived }
-        if options.expect > 0 && n >= options.expect {
-            // Let what we send leave before exiting.
-            DispatchQueue.main.asyncAfter(deadline: .now() + 1) { Foundation.exit(0) }
-        }
+        lock.withLock { arrived += 1 }
+        exitIfDone()
+    }
+
+    /// With --expect: exits once that much arrived and our photo was delivered (its completion came).
+    private func exitIfDone() {
+        let done = lock.withLock { options.expect > 0 && arrived >= options.expect && sending == 0 }
+        // Let the last messages leave before exiting.
+        if done { DispatchQueue.main.asyncAfter(deadline: .now() + 1) { Foundation.exit(0) } }
     }
 
     private func watch(_ p: Progress, label: String) {
