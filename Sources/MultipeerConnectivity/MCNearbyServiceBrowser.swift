@@ -47,6 +47,8 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     /// Bluetooth peers whose info we are fetching, and when a failed fetch may be tried again.
     private var fetching: Set<UInt64> = []
     private var retryAfter: [UInt64: Date] = [:]
+    static let concurrentFetches = 4
+    static let maximumFound = 256
 
     public init(peer myPeerID: MCPeerID, serviceType: String) {
         MCServiceType.require(serviceType)
@@ -159,7 +161,11 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
             let fetch = lock.withLock { () -> Bool in
                 guard browsing, !fetching.contains(token) else { return false }
                 if let f = found[token], f.bluetooth == endpoint { return false }
-                if let t = retryAfter[token], t > Date() { return false }
+                let now = Date()
+                if let t = retryAfter[token], t > now { return false }
+                // A crowd (or a flood of made-up tokens) is taken a few at a time, within a bounded table.
+                guard fetching.count < Self.concurrentFetches, found.count < Self.maximumFound else { return false }
+                if retryAfter.count > Self.maximumFound { retryAfter = retryAfter.filter { $0.value > now } }
                 fetching.insert(token)
                 return true
             }
@@ -189,6 +195,10 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
                     state.name = id.displayName
                 case let .info(txt):
                     guard let name = state.name, !state.done else { return link.close() }
+                    if let why = MCServiceType.discoveryInfoFailure(txt) {
+                        PeerLog.warning("\(endpoint.host) sent discoveryInfo that no advertiser may have (\(why)); ignored")
+                        return link.close()
+                    }
                     state.done = true
                     link.send(.bye)
                     link.close()

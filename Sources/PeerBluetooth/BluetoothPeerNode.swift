@@ -202,6 +202,7 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
     private var sweepTimer: LoopTimer?
     /// A peer whose adverts stopped this long ago is lost.
     package var lostAfter: LoopTime = .seconds(4)
+    static let maximumTracked = 1024
 
     /// Reports adverts of `service` (a `PeerAdvert.serviceUUID`): `seen` for every advert (the caller
     /// deduplicates), `lost` when a token fell silent. The handler runs on the node's loop.
@@ -260,6 +261,8 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
         let endpoint = PeerBluetoothEndpoint(address: report.address.bytes, isRandom: report.address.type.isRandom, psm: advert.psm)
         let now = loop.now
         for (id, b) in browses where b.service == advert.service {
+            // Bounded: a flood of made-up tokens cannot grow the table past this.
+            guard b.lastSeen[advert.token] != nil || b.lastSeen.count < Self.maximumTracked else { continue }
             browses[id]?.lastSeen[advert.token] = now
             b.handler(.seen(token: advert.token, endpoint: endpoint))
         }

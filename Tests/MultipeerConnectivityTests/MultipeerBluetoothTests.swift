@@ -9,21 +9,41 @@ import BLEVirtualRadio
 import BLETransport
 
 /// Every peer made while the fixture lives gets its own device on `air`.
+/// With `overTCP`, the air is served as `ble radio` serves it (H4 over TCP on loopback) and each peer's
+/// host connects to it as a separate process would.
 final class BluetoothAirFixture: @unchecked Sendable {
+    /// The node factory is process-wide: one fixture at a time, whichever suite it is in.
+    private static let oneAtATime = DispatchSemaphore(value: 1)
     let air: VirtualAir
-    init(airtime: AirtimeModel? = nil) {
+    let server: RadioServer?
+    init(overTCP: Bool = false) throws {
+        Self.oneAtATime.wait()
         air = VirtualAir(loop: EventLoop(label: "mc-test-air", clock: .real))
-        air.airtime = airtime
         let air = air
-        BluetoothPeerNode.configure(factory: { name in try HostFactory.makeHost(on: air, name: name) }, sharing: .perPeer)
+        if overTCP {
+            let s: RadioServer
+            do { s = try RadioServer(air: air, host: "127.0.0.1", port: 0) } catch { Self.oneAtATime.signal(); throw error }
+            s.start()
+            server = s
+            let port = s.port
+            BluetoothPeerNode.configure(factory: { name in try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: port), name: name) },
+                                        sharing: .perPeer)
+        } else {
+            server = nil
+            BluetoothPeerNode.configure(factory: { name in try HostFactory.makeHost(on: air, name: name) }, sharing: .perPeer)
+        }
     }
-    func stop() { BluetoothPeerNode.configure(factory: nil, sharing: nil) }
+    func stop() {
+        BluetoothPeerNode.configure(factory: nil, sharing: nil)
+        server?.stop()
+        Self.oneAtATime.signal()
+    }
 }
 
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct MultipeerBluetoothTests {
     @Test func discoverInviteAndTalkOverBluetoothOnly() throws {
-        let air = BluetoothAirFixture()
+        let air = try BluetoothAirFixture()
         defer { air.stop() }
         let start = Date()
         let p = try Pair(context: Data("ble?".utf8), transports: .bluetooth, findWithin: 5)
@@ -56,7 +76,7 @@ struct MultipeerBluetoothTests {
     }
 
     @Test func resourceAndStreamOverAChannel() throws {
-        let air = BluetoothAirFixture()
+        let air = try BluetoothAirFixture()
         defer { air.stop() }
         let p = try Pair(encryption: .none, transports: .bluetooth)
         defer { p.stop() }
@@ -102,7 +122,7 @@ struct MultipeerBluetoothTests {
     }
 
     @Test func aThirdPeerJoinsTheMeshOverBluetooth() throws {
-        let air = BluetoothAirFixture()
+        let air = try BluetoothAirFixture()
         defer { air.stop() }
         let p = try Pair(transports: .bluetooth)
         defer { p.stop() }
@@ -130,7 +150,7 @@ struct MultipeerBluetoothTests {
     }
 
     @Test func aPeerIsReportedOnceWhileItsAdvertsKeepComing() throws {
-        let air = BluetoothAirFixture()
+        let air = try BluetoothAirFixture()
         defer { air.stop() }
         let p = try Pair(connect: false, transports: .bluetooth)
         defer { p.stop() }
@@ -145,7 +165,8 @@ struct MultipeerBluetoothTests {
 @Suite(.serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
 struct MultipeerMixedTransportTests {
     @Test func twoPeersOnTheLANAndOneOnlyOnBluetoothFormOneMesh() throws {
-        let air = BluetoothAirFixture()
+        // The radio as `ble radio` serves it, on the namespace's loopback.
+        let air = try BluetoothAirFixture(overTCP: true)
         defer { air.stop() }
         let both: MCTransports = [.network, .bluetooth]
         // A advertises on both; B browses both: A is found once although both transports see it.
