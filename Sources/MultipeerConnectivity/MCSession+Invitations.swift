@@ -170,7 +170,17 @@ extension MCSession {
             PeerLog.warning("connectPeer: the connection data for \(peerID.displayName) is not ours or is damaged")
             return notify(peerID, .notConnected)
         }
-        _ = lock.withLock { expectedPeers.insert(peerID.token) }
+        let parked = lock.withLock { () -> ParkedJoin? in
+            expectedPeers.insert(peerID.token)
+            guard let p = parkedJoins.removeValue(forKey: peerID.token) else { return nil }
+            if peers.isEmpty { mesh = p.mesh }
+            return p
+        }
+        // It connected before the app gave us its data: its join was waiting for this call.
+        if let parked {
+            notify(peerID, .connecting)
+            return acceptJoin(parked.link, peer: peerID, port: parked.port, bluetooth: parked.bluetooth)
+        }
         // The lower token connects; the other waits for it (one link, no race).
         guard myPeerID.token < peerID.token else { return notify(peerID, .connecting) }
         notify(peerID, .connecting)

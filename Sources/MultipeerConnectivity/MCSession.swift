@@ -29,6 +29,14 @@ open class MCSession: NSObject, @unchecked Sendable {
     var pendingInvites: [UInt64: PeerLink?] = [:]
     /// Peers the app asked to connect with custom discovery data (they may connect to us).
     var expectedPeers: Set<UInt64> = []
+    /// Joins from peers we did not expect (yet): held briefly for `connectPeer`.
+    struct ParkedJoin {
+        var link: PeerLink
+        var port: UInt16
+        var bluetooth: PeerBluetoothEndpoint?
+        var mesh: UInt64
+    }
+    var parkedJoins: [UInt64: ParkedJoin] = [:]
     let tls: PeerTLSIdentity?
     private var listener: PeerListener?
     private var keepAlive: DispatchSourceTimer?
@@ -246,30 +254,52 @@ open class MCSession: NSObject, @unchecked Sendable {
             case let .hello(_, id, port, bt):
                 greeting = (MCPeerID(token: id.token, displayName: id.displayName), port, bt)
             case let .join(mesh):
-                let ok = lock.withLock { () -> Bool in
-                    guard let (peer, _, _) = greeting else { return false }
-                    if expectedPeers.contains(peer.token) {
-                        if peers.isEmpty { self.mesh = mesh }
-                        return true
-                    }
-                    return mesh == self.mesh
-                }
-                guard ok, let (peer, port, bt) = greeting else {
+                guard let (peer, port, bt) = greeting else {
                     link.send(.joinReply(accepted: false))
                     return link.close()
                 }
-                admit(link, peer: peer) { [self] admitted in
-                    guard admitted, let c = adopt(link, peer: peer, memberPort: port, bluetooth: bt) else {
-                        link.send(.joinReply(accepted: false))
-                        return link.close()
+                let verdict = lock.withLock { () -> JoinVerdict in
+                    if expectedPeers.contains(peer.token) {
+                        if peers.isEmpty { self.mesh = mesh }
+                        return .accept
                     }
-                    link.send([hello(), .joinReply(accepted: true)])
-                    becameConnected(c, sendMembers: false)
+                    if mesh == self.mesh { return .accept }
+                    // Custom discovery: the peer may have our connection data before the app handed us
+                    // theirs. Hold its join a while for `connectPeer` (a few at most).
+                    guard parkedJoins.count < 8, parkedJoins[peer.token] == nil else { return .refuse }
+                    parkedJoins[peer.token] = ParkedJoin(link: link, port: port, bluetooth: bt, mesh: mesh)
+                    return .park
+                }
+                switch verdict {
+                case .accept: acceptJoin(link, peer: peer, port: port, bluetooth: bt)
+                case .refuse:
+                    link.send(.joinReply(accepted: false))
+                    link.close()
+                case .park:
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 10) { [weak self] in
+                        guard let self, let parked = lock.withLock({ parkedJoins.removeValue(forKey: peer.token) }) else { return }
+                        parked.link.send(.joinReply(accepted: false))
+                        parked.link.close()
+                    }
                 }
             default:
                 PeerLog.warning("\(link.remoteHost) sent \(m) before joining; closing")
                 link.close()
             }
+        }
+    }
+
+    enum JoinVerdict { case accept, refuse, park }
+
+    /// Admits a member whose join we accept (after the app's word on its certificate).
+    func acceptJoin(_ link: PeerLink, peer: MCPeerID, port: UInt16, bluetooth bt: PeerBluetoothEndpoint?) {
+        admit(link, peer: peer) { [self] admitted in
+            guard admitted, let c = adopt(link, peer: peer, memberPort: port, bluetooth: bt) else {
+                link.send(.joinReply(accepted: false))
+                return link.close()
+            }
+            link.send([hello(), .joinReply(accepted: true)])
+            becameConnected(c, sendMembers: false)
         }
     }
 

@@ -74,13 +74,26 @@ public final class PeerLink: @unchecked Sendable {
 
     private func write(_ buffer: ByteBuffer) {
         channel.write(buffer, promise: nil)
+        unflushed += buffer.readableBytes
+        // A TLS handler keeps unflushed writes to itself, where the channel's writability does not see
+        // them: past a few chunks, flush now, so a sender pacing itself on `isWritable` stops in time.
+        if unflushed >= Self.flushThreshold {
+            unflushed = 0
+            channel.flush()
+            return
+        }
         guard !pendingFlush else { return }
         pendingFlush = true
         channel.eventLoop.execute { [self] in
             pendingFlush = false
+            unflushed = 0
             channel.flush()
         }
     }
+
+    /// Octets written since the last flush (event loop only).
+    private var unflushed = 0
+    static let flushThreshold = 256 * 1024
 
     public func close() {
         channel.close(promise: nil)
