@@ -164,6 +164,91 @@ struct MultipeerNetworkTests {
         #expect((p.ra.lock.withLock { p.ra.resourcesFinished[1].2 } as? MCError)?.code == .cancelled)
     }
 
+    @Test func hundredMegabyteResourceWithTLSKeepsMemoryFlat() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-100mb-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("in"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("big.bin")
+        try writePattern(file, size: 100_000_000)
+        p.ra.lock.withLock { p.ra.moveResourcesTo = dir.appendingPathComponent("in") }
+        let before = residentMegabytes()
+        var peak = before
+        let done = NSLock()
+        var result: Error?? = nil
+        let progress = try #require(p.b.sendResource(at: file, withName: "big.bin", toPeer: p.b.connectedPeers[0]) { e in done.withLock { result = .some(e) } })
+        var fractions: Set<Int> = []
+        try waitFor("100 MB", seconds: 120) {
+            peak = max(peak, residentMegabytes())
+            fractions.insert(Int(progress.fractionCompleted * 10))
+            return done.withLock { result != nil }
+        }
+        #expect(done.withLock { result! } == nil)
+        #expect(fractions.count >= 3, "progress reported along the way: \(fractions.sorted())")
+        #expect(try sameContents(file, dir.appendingPathComponent("in/big.bin")))
+        // Memory follows the link's buffers, not the resource: well under its size.
+        #expect(peak - before < 60, "resident memory grew from \(before) MB to \(peak) MB")
+        print("100 MB resource with TLS: resident \(before) → peak \(peak) MB")
+    }
+
+    @Test func aPeerKilledMidTransferFailsTheResourceAndIsLost() throws {
+        let p = try Pair()
+        defer { p.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-kill-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("big.bin")
+        try writePattern(file, size: 200_000_000)
+        p.ra.lock.withLock { p.ra.moveResourcesTo = dir }
+        let done = NSLock()
+        var result: Error?? = nil
+        _ = p.b.sendResource(at: file, withName: "big.bin", toPeer: p.b.connectedPeers[0]) { e in done.withLock { result = .some(e) } }
+        try waitFor("started") { p.ra.lock.withLock { p.ra.resourcesStarted.count } == 1 }
+        let partial = try #require(p.a.lock.withLock { p.a.peers.values.first?.incomingResources.values.first?.url })
+        #expect(FileManager.default.fileExists(atPath: partial.path))
+        // A's links are cut without a word, as when its process dies.
+        for (_, conn) in p.a.lock.withLock({ p.a.peers }) { conn.link.close() }
+        try waitFor("sender failed", seconds: 10) { done.withLock { result != nil } }
+        #expect((done.withLock { result! } as? MCError)?.code == .notConnected)
+        try waitFor("B sees A gone", seconds: 10) { p.rb.lastState("A") == .notConnected }
+        // The receiver reports the transfer failed, and no partial file is left under the name.
+        try waitFor("receiver failed", seconds: 10) { p.ra.lock.withLock { p.ra.resourcesFinished.count } == 1 }
+        #expect(p.ra.lock.withLock { p.ra.resourcesFinished[0].2 } != nil)
+        #expect(!FileManager.default.fileExists(atPath: partial.path))
+        #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("in/big.bin").path))
+    }
+
+    @Test func eightPeersIncludingOurselvesAndNoMore() throws {
+        // A advertises; seven others invite it one after the other: the first six make a full mesh of
+        // seven, the seventh makes eight (the cap, counting the local peer), the eighth is turned away.
+        let p = try Pair()
+        defer { p.stop() }
+        var others: [(MCSession, SessionRecorder, MCNearbyServiceBrowser, BrowserRecorder)] = []
+        defer { for o in others { o.2.stopBrowsingForPeers(); o.0.disconnect() } }
+        for i in 0..<7 {
+            let s = MCSession(peer: MCPeerID(displayName: "P\(i)"))
+            let r = SessionRecorder()
+            s.delegate = r
+            let browser = MCNearbyServiceBrowser(peer: s.myPeerID, serviceType: p.serviceType)
+            let seen = BrowserRecorder()
+            browser.delegate = seen
+            browser.startBrowsingForPeers()
+            others.append((s, r, browser, seen))
+            try waitFor("P\(i) finds A", seconds: 5) { seen.peer(named: "A") != nil }
+            browser.invitePeer(seen.peer(named: "A")!, to: s, withContext: nil, timeout: 10)
+            if i < 6 {
+                try waitFor("P\(i) in the mesh", seconds: 20) { s.connectedPeers.count == i + 2 }
+            }
+        }
+        let last = others[6]
+        try waitFor("the eighth refused", seconds: 15) { last.1.lastState("A") == .notConnected }
+        #expect(p.a.connectedPeers.count == kMCSessionMaximumNumberOfPeers - 1)
+        #expect(Set(p.a.connectedPeers.map(\.displayName)) == Set(["B"] + (0..<6).map { "P\($0)" }))
+        for o in others.prefix(6) { #expect(o.0.connectedPeers.count == 7) }
+        #expect(last.0.connectedPeers.isEmpty)
+    }
+
     @Test func streamWithASlowReader() throws {
         let p = try Pair()
         defer { p.stop() }
@@ -251,6 +336,31 @@ struct MultipeerNetworkTests {
         // Damaged connection data is refused.
         a.connectPeer(MCPeerID(displayName: "Z"), withNearbyConnectionData: Data("garbage".utf8))
         try waitFor("refused") { ra.lastState("Z") == .notConnected }
+    }
+
+    @Test func customDiscoveryWhenTheOtherSideConnectsBeforeTheAppCallsConnectPeer() throws {
+        let a = MCSession(peer: MCPeerID(displayName: "X"), securityIdentity: nil, encryptionPreference: .required)
+        let b = MCSession(peer: MCPeerID(displayName: "Y"), securityIdentity: nil, encryptionPreference: .required)
+        let ra = SessionRecorder(), rb = SessionRecorder()
+        a.delegate = ra
+        b.delegate = rb
+        defer { a.disconnect(); b.disconnect() }
+        let lock = NSLock()
+        var da: Data?, db: Data?
+        a.nearbyConnectionData(forPeer: b.myPeerID) { d, _ in lock.withLock { da = d } }
+        b.nearbyConnectionData(forPeer: a.myPeerID) { d, _ in lock.withLock { db = d } }
+        try waitFor("data") { lock.withLock { da != nil && db != nil } }
+        // The side that connects (the lower token) gets the other's data first; the other side's app hands
+        // over its data only later: the early join waits for it instead of being refused.
+        let (first, second) = a.myPeerID.token < b.myPeerID.token ? (a, b) : (b, a)
+        let (firstData, secondData) = first === a ? (lock.withLock { db! }, lock.withLock { da! }) : (lock.withLock { da! }, lock.withLock { db! })
+        first.connectPeer(second.myPeerID, withNearbyConnectionData: firstData)
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(second.lock.withLock { second.parkedJoins.count } == 1)
+        #expect(second.connectedPeers.isEmpty)
+        second.connectPeer(first.myPeerID, withNearbyConnectionData: secondData)
+        try waitFor("connected") { a.connectedPeers == [b.myPeerID] && b.connectedPeers == [a.myPeerID] }
+        #expect(second.lock.withLock { second.parkedJoins.isEmpty })
     }
 
     @Test func garbageAndOversizedFramesCloseTheConnection() throws {

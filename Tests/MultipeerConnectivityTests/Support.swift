@@ -37,7 +37,14 @@ final class SessionRecorder: NSObject, MCSessionDelegate, @unchecked Sendable {
     func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress) {
         lock.withLock { resourcesStarted.append((resourceName, progress)) }
     }
+    /// Where received resources are moved instead of being read into memory (large ones).
+    var moveResourcesTo: URL?
     func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: Error?) {
+        if let dir = lock.withLock({ moveResourcesTo }), let localURL {
+            try? FileManager.default.moveItem(at: localURL, to: dir.appendingPathComponent(resourceName))
+            lock.withLock { resourcesFinished.append((resourceName, nil, error)) }
+            return
+        }
         let data = localURL.flatMap { try? Data(contentsOf: $0) }
         lock.withLock { resourcesFinished.append((resourceName, data, error)) }
     }
@@ -127,5 +134,39 @@ struct Pair {
         browser.stopBrowsingForPeers()
         a.disconnect()
         b.disconnect()
+    }
+}
+
+/// This process's resident memory now, in MB (/proc/self/statm).
+func residentMegabytes() -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+          let pages = text.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else { return 0 }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / (1 << 20)
+}
+
+/// Writes `size` bytes of a fixed pattern in 1 MB pieces (each piece a different slice of one buffer).
+func writePattern(_ url: URL, size: Int) throws {
+    FileManager.default.createFile(atPath: url.path, contents: nil)
+    let h = try FileHandle(forWritingTo: url)
+    defer { try? h.close() }
+    let base = Data((0..<((1 << 20) + 4096)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ ($0 >> 11)) })
+    var left = size, piece = 0
+    while left > 0 {
+        let n = min(left, 1 << 20)
+        let start = (piece &* 613) % 4096
+        try h.write(contentsOf: base[start..<(start + n)])
+        left -= n
+        piece += 1
+    }
+}
+
+/// Whether two files hold the same bytes (compared 1 MB at a time).
+func sameContents(_ a: URL, _ b: URL) throws -> Bool {
+    let ha = try FileHandle(forReadingFrom: a), hb = try FileHandle(forReadingFrom: b)
+    defer { try? ha.close(); try? hb.close() }
+    while true {
+        let x = try ha.read(upToCount: 1 << 20) ?? Data(), y = try hb.read(upToCount: 1 << 20) ?? Data()
+        if x != y { return false }
+        if x.isEmpty { return true }
     }
 }
