@@ -70,9 +70,9 @@ extension LEHost {
         if asCentral {
             let target = connectingTo
             connectingTo = nil
-            connectCancelRequested = false
+            let failedFor = initiationEnded(target: target, status: status)
             guard status == .success else {
-                if let t = target { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
+                if let t = failedFor { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
                 startNextConnect()
                 return
             }

@@ -108,6 +108,12 @@ extension LEHost {
     }
 
     // MARK: Connecting
+    //
+    // Any number of connections may be pending at once, and none times out (as on iOS). A controller
+    // initiates one LE Create Connection at a time, so while several are pending they take turns: each runs
+    // for `connectRotationInterval`, is cancelled (LE Create Connection Cancel) and goes to the back of the
+    // queue. A single pending connection is never interrupted. (The filter accept list would let the
+    // controller wait for all of them at once; the virtual radio does not implement it yet.)
 
     /// Connects to a device; the outcome arrives through the central delegate. Never times out by itself.
     public func connect(to address: BluetoothAddress) {
@@ -118,7 +124,11 @@ extension LEHost {
         guard connectingTo != address, !pendingConnects.contains(address) else { return }
         pendingConnects.append(address)
         startNextConnect()
+        scheduleConnectRotation()
     }
+
+    /// The addresses with a connection pending: the one being initiated first, then those waiting their turn.
+    public var pendingConnections: [BluetoothAddress] { (connectingTo.map { [$0] } ?? []) + pendingConnects }
 
     /// Cancels a pending connection; the delegate hears didFailToConnect with Unknown Connection Identifier.
     public func cancelConnect(to address: BluetoothAddress) {
@@ -129,7 +139,8 @@ extension LEHost {
         }
         if connectingTo == address, !connectCancelRequested {
             connectCancelRequested = true
-            command(.leCreateConnectionCancel)
+            // A rotation already asked the controller to stop; its Connection Complete answers both.
+            if !connectRotationRequested { command(.leCreateConnectionCancel) }
         }
     }
 
@@ -151,10 +162,43 @@ extension LEHost {
             }
             if let s = failed, connectingTo == address {
                 connectingTo = nil
+                connectCancelRequested = false
+                connectRotationRequested = false
                 centralDelegate?.host(self, didFailToConnectTo: address, status: s)
                 startNextConnect()
             }
         }
+        scheduleConnectRotation()
+    }
+
+    /// While others wait, the connection being initiated gives up its turn after `connectRotationInterval`.
+    func scheduleConnectRotation() {
+        guard connectRotationTimer == nil, connectingTo != nil, !pendingConnects.isEmpty else { return }
+        let current = connectingTo
+        connectRotationTimer = loop.schedule(after: connectRotationInterval) { [weak self] in
+            guard let self else { return }
+            self.connectRotationTimer = nil
+            guard self.connectingTo == current, current != nil, !self.pendingConnects.isEmpty,
+                  !self.connectCancelRequested, !self.connectRotationRequested else { return self.scheduleConnectRotation() }
+            self.connectRotationRequested = true
+            self.command(.leCreateConnectionCancel)
+        }
+    }
+
+    /// The end of an LE Create Connection that did not connect: a cancelled turn goes to the back of the
+    /// queue; anything else is the connection's outcome. Returns the address whose attempt failed for good.
+    func initiationEnded(target: BluetoothAddress?, status: HCIStatus) -> BluetoothAddress? {
+        let rotated = connectRotationRequested && !connectCancelRequested
+        connectCancelRequested = false
+        connectRotationRequested = false
+        loop.cancel(connectRotationTimer)
+        connectRotationTimer = nil
+        guard let target else { return nil }
+        if rotated && status == .unknownConnectionIdentifier {
+            pendingConnects.append(target)
+            return nil
+        }
+        return target
     }
 }
 

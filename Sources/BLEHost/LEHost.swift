@@ -75,6 +75,12 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var pendingConnects: [BluetoothAddress] = []
     var connectingTo: BluetoothAddress?
     var connectCancelRequested = false
+    /// Set while the current LE Create Connection is being cancelled to give the next address its turn.
+    var connectRotationRequested = false
+    var connectRotationTimer: LoopTimer?
+    /// How long one LE Create Connection runs before the next waiting address gets its turn, when several
+    /// connections are pending (one alone is never interrupted).
+    public var connectRotationInterval: LoopTime = .milliseconds(1500)
 
     // L2CAP credit-based channels (LEHost+Channels.swift).
     var l2capServers: [UInt16: L2CAPServer] = [:]
@@ -294,6 +300,10 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         let pending = pendingConnects + (connectingTo.map { [$0] } ?? [])
         pendingConnects.removeAll()
         connectingTo = nil
+        connectCancelRequested = false
+        connectRotationRequested = false
+        loop.cancel(connectRotationTimer)
+        connectRotationTimer = nil
         for (_, c) in connections.sorted(by: { $0.key < $1.key }) {
             connectionClosed(c, reason: .connectionTimeout)
         }

@@ -21,6 +21,7 @@ extension CBError {
 /// Seconds since 2001-01-01, as Core Foundation counts them.
 public typealias CFAbsoluteTime = Double
 
+@discardableResult
 public func CFAbsoluteTimeGetCurrent() -> CFAbsoluteTime {
     Date().timeIntervalSinceReferenceDate
 }

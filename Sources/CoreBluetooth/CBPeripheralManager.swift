@@ -126,6 +126,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     @available(*, deprecated, message: "Use CBManager.authorization instead")
+    @discardableResult
     open class func authorizationStatus() -> CBPeripheralManagerAuthorizationStatus { .authorized }
 
     // MARK: Advertising
@@ -134,7 +135,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Advertises; only the local name and service UUIDs are honoured, packed as iOS packs them.
     open func startAdvertising(_ advertisementData: [String: Any]?) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil else { return }
         let name = advertisementData?[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (advertisementData?[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         if isAdvertising {
@@ -310,8 +311,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     package func central(for connection: HostConnection) -> CBCentral {
         managerLock.withLock {
             if let c = centrals[connection.handle] { return c }
-            let c = CBCentral(identifier: CBPeripheral.identifier(for: connection.identityAddress),
-                              maximumUpdateValueLength: Int(connection.attMTU) - 3)
+            // Centrals get per-host random identifiers from the device cache, as peripherals do. (Loop.)
+            let id = leHost.map { DeviceCache.of($0).identifier(for: connection.identityAddress) } ?? UUID()
+            let c = CBCentral(identifier: id, maximumUpdateValueLength: Int(connection.attMTU) - 3)
             centrals[connection.handle] = c
             return c
         }
@@ -390,6 +392,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Sends a value to subscribed centrals (all when nil). Returns false when the transmit queue is full;
     /// `peripheralManagerIsReady(toUpdateSubscribers:)` follows when there is room again.
+    @discardableResult
     open func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic, onSubscribedCentrals centrals: [CBCentral]?) -> Bool {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return false }
         let handle = characteristic.valueHandle
