@@ -51,8 +51,10 @@ public enum HostFactory {
 
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).
     /// With `capture`, this host's packets are recorded to that btsnoop file.
-    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil) throws -> LEHost {
-        let controller = air.addController(position: position)
+    /// With `address`, the controller has that public address (a device that comes back in a later "run").
+    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil,
+                                address: BluetoothAddress? = nil) throws -> LEHost {
+        let controller = air.addController(address: address, position: position)
         let transport: any HCITransport = try capture.map { SnoopingTransport(controller, writer: try BTSnoopWriter(path: $0)) } ?? snooping(controller)
         let host = LEHost(transport: transport, loop: air.loop, name: name ?? "host")
         watchPower(controller, host)

@@ -474,6 +474,14 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         return options.isEmpty
     }
 
+    /// How many CBPeripherals this manager holds alive, and how many table entries it keeps (for tests).
+    package var peripheralCounts: (alive: Int, stored: Int) {
+        managerLock.withLock { (peripheralsByIdentifier.values.count, peripheralsByIdentifier.storedCount) }
+    }
+
+    /// How many devices the host's device cache holds (for tests); nil before the controller was on.
+    package var deviceCacheCount: Int? { deviceCache?.count }
+
     /// The host this manager runs on (for tests and tools).
     package var leHostForTests: LEHost { leHost! }
 

@@ -34,6 +34,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private var publishedServices: [ObjectIdentifier: (service: CBMutableService, range: ClosedRange<UInt16>)] = [:]
     private var pendingRequests: [ObjectIdentifier: (id: UInt64, isWrite: Bool, needsResponse: Bool)] = [:]
     private var centrals: [UInt16: CBCentral] = [:]
+    /// Services added and not yet answered (their didAdd is pending): they may already be included.
+    private var addingServices: Set<ObjectIdentifier> = []
+    // Loop-confined: the declaration handle of every service in the database, so that an include is
+    // resolved when its parent reaches the loop, after every add queued before it (adds queue, as on iOS).
+    private var serviceHandlesOnLoop: [ObjectIdentifier: UInt16] = [:]
 
     public convenience override init() {
         self.init(delegate: Optional<any CBPeripheralManagerDelegate>.none, queue: Optional<DispatchQueue>.none, options: Optional<[String: Any]>.none)
@@ -83,6 +88,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private func hostPowerChanged(_ s: HostPowerState) {
         let newState = s.managerState
         guard newState != .unknown else { return }
+        if newState != .poweredOn { serviceHandlesOnLoop.removeAll() }
         queue.async { [self] in
             if newState != .poweredOn {
                 // Below poweredOn advertising stops and centrals are gone; the database must be re-added.
@@ -202,19 +208,25 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// Puts a service in the local database; `announce` calls didAdd.
     func publish(_ service: CBMutableService, announce: Bool) {
         guard let host = leHost else { return }
-        let includes: [GATTServiceReference] = managerLock.withLock {
-            (service.includedServices ?? []).compactMap { inc in
-                publishedServices[ObjectIdentifier(inc)].map { GATTServiceReference(handle: $0.range.lowerBound) }
-            }
-        }
+        let included = (service.includedServices ?? []).map { ObjectIdentifier($0) }
         let chars = (service.characteristics ?? []).compactMap { $0 as? CBMutableCharacteristic }
-        let definition = GATTServiceDefinition(
-            uuid: service.uuid.bluetoothUUID, isPrimary: service.isPrimary, includedServices: includes,
-            characteristics: chars.map { $0.gattDefinition })
+        let uuid = service.uuid.bluetoothUUID, isPrimary = service.isPrimary
+        let characteristics = chars.map { $0.gattDefinition }
+        let key = ObjectIdentifier(service)
         service.isPublished = true
+        managerLock.withLock { _ = addingServices.insert(key) }
         host.loop.execute { [self] in
-            let result = Result { try host.addService(definition) }
+            let result = Result { () throws -> GATTServiceHandles in
+                let includes = try included.map { inc -> GATTServiceReference in
+                    guard let h = serviceHandlesOnLoop[inc] else { throw CBError(.invalidParameters) }
+                    return GATTServiceReference(handle: h)
+                }
+                return try host.addService(GATTServiceDefinition(uuid: uuid, isPrimary: isPrimary, includedServices: includes,
+                                                                 characteristics: characteristics))
+            }
+            if case let .success(handles) = result { serviceHandlesOnLoop[key] = handles.range.lowerBound }
             queue.async { [self] in
+                managerLock.withLock { _ = addingServices.remove(key) }
                 switch result {
                 case let .success(handles):
                     managerLock.withLock {
@@ -254,7 +266,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             return ("the \(service.uuid) service is reserved by the system", CBError(.uuidNotAllowed))
         }
         for inc in service.includedServices ?? [] {
-            let published = managerLock.withLock { publishedServices[ObjectIdentifier(inc)] != nil }
+            let published = managerLock.withLock {
+                publishedServices[ObjectIdentifier(inc)] != nil || addingServices.contains(ObjectIdentifier(inc))
+            }
             if !published { return ("included service \(inc) must be published first", CBError(.invalidParameters)) }
         }
         for c in service.characteristics ?? [] {
@@ -278,7 +292,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
         service.isPublished = false
         saveRestorationState()
-        host.loop.execute { host.removeService(startHandle: entry.range.lowerBound) }
+        let key = ObjectIdentifier(service)
+        host.loop.execute { [self] in
+            serviceHandlesOnLoop[key] = nil
+            host.removeService(startHandle: entry.range.lowerBound)
+        }
     }
 
     open func removeAllServices() {

@@ -46,6 +46,8 @@ enum RestorationStore {
         }
         let services = (root["scanServices"] as? [String])?.compactMap { CBUUID.bluetoothUUID(parsing: $0).map { CBUUID($0) } }
         let options: [String: Any]? = (root["allowDuplicates"] as? Bool).map { [CBCentralManagerScanOptionAllowDuplicatesKey: $0] }
+        // willRestoreState only when something was saved: no peripheral and no scan is no state.
+        guard !peripherals.isEmpty || root["scanning"] as? Bool == true else { return nil }
         return SavedCentralState(peripherals: peripherals, scanning: root["scanning"] as? Bool ?? false, scanServices: services, scanOptions: options)
     }
 
@@ -131,6 +133,8 @@ enum RestorationStore {
             if let n = a["name"] as? String { adv[CBAdvertisementDataLocalNameKey] = n }
             advertisement = adv
         }
+        // willRestoreState only when something was saved: nothing published and no advertising is no state.
+        guard !services.isEmpty || advertisement != nil else { return nil }
         return RestoredPeripheralState(services: services, advertisement: advertisement)
     }
 }
