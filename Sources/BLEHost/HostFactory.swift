@@ -74,6 +74,30 @@ public enum HostFactory {
         try makeHost(spec: try TransportSpec.fromEnvironment(), name: name)
     }
 
+    private struct WeakHost: Sendable { weak var host: LEHost? }
+    private static let shared = Mutex<[String: WeakHost]>([:])
+
+    /// The one host of this process on the controller `spec` names, as on an iPhone: every caller gets the
+    /// same host while it is alive (one serial port or HCI channel is opened once), and both roles run on
+    /// it. `virtual` makes a new host (a new device on the process-wide air) every time, so tests get a
+    /// device per manager; to put several managers on one virtual device, give them the same host.
+    public static func sharedHost(spec: TransportSpec, name: String? = nil) throws -> LEHost {
+        if case .virtual = spec { return try makeHost(spec: spec, name: name) }
+        return try shared.withLock { table in
+            let key = spec.description
+            if let h = table[key]?.host { return h }
+            let h = try makeHost(spec: spec, name: "host")
+            table = table.filter { $0.value.host != nil }
+            table[key] = WeakHost(host: h)
+            return h
+        }
+    }
+
+    /// `sharedHost(spec:)` for `BLE_TRANSPORT` (virtual when unset).
+    public static func sharedHostFromEnvironment(name: String? = nil) throws -> LEHost {
+        try sharedHost(spec: try TransportSpec.fromEnvironment(), name: name)
+    }
+
     private static func snooping(_ t: any HCITransport) throws -> any HCITransport {
         guard let path = getenv("BLE_SNOOP").map({ String(cString: $0) }), !path.isEmpty else { return t }
         let writer = try snoop.withLock { w -> BTSnoopWriter in

@@ -161,7 +161,12 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public func powerOn() {
         loop.assertInLoop()
         wantsPower = true
-        guard powerState == .off || { if case .unsupported = powerState { return true } else { return false } }() else { return }
+        guard powerState == .off || {
+            switch powerState {
+            case .unsupported, .unauthorized: return true
+            default: return false
+            }
+        }() else { return }
         loop.cancel(reconnectTimer)
         reconnectTimer = nil
         setPowerState(.starting)
@@ -170,7 +175,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         } catch {
             log("cannot open \(transport.name): \(error)")
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
-            setPowerState(hadController ? .off : .unsupported("\(error)"))
+            if case let TransportError.permissionDenied(why) = error {
+                setPowerState(.unauthorized(why))
+            } else {
+                setPowerState(hadController ? .off : .unsupported("\(error)"))
+            }
             scheduleReconnect()
             return
         }

@@ -30,6 +30,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     private var connectingPeripherals: [BluetoothAddress: CBPeripheral] = [:]
     private var cancelledConnects: Set<BluetoothAddress> = []
     private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
+    /// The host's hub, which this manager shares with the others on the host.
+    private var hub: HostHub?
 
     let eventListeners = EventListeners<CBCentralManagerEvent>()
     /// State restoration (CBCentralManagerOptionRestoreIdentifierKey).
@@ -51,9 +53,11 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         self.init(delegate: delegate, queue: queue, options: nil)
     }
 
-    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset). On a
+    /// real controller every manager of the process shares one host; on the virtual radio each manager is
+    /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
-        let made = Result { try HostFactory.makeHostFromEnvironment(name: "central") }
+        let made = Result { try HostFactory.sharedHostFromEnvironment(name: "central") }
         self.init(delegate: delegate, queue: queue, made: made, restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String)
     }
 
@@ -77,7 +81,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         start(on: leHost, queue: queue, failure: failure,
               announceUnsupported: { [weak self] in if let self { self.delegate?.centralManagerDidUpdateState(self) } },
               register: { [weak self] host in
-                  host.centralDelegate = self
+                  guard let self else { return }
+                  let hub = HostHub.of(host)
+                  hub.add(self)
+                  self.hub = hub
                   // Once a device has told us its identity, its later private addresses find the same CBPeripheral.
                   host.addSecurityObserver { [weak self] c, e in
                       guard let self, case .paired = e, let p = c.context as? CBPeripheral, p.manager === self else { return }
@@ -90,7 +97,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     deinit {
         if let host = leHost {
-            host.loop.execute { [host] in if host.peripheralDelegate == nil { host.powerOff() } }
+            // The host stays on while another manager uses it (HostHub).
+            host.loop.execute { [host] in HostHub.of(host).managerGone() }
         }
     }
 
@@ -153,7 +161,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         saveRestorationState()
         host.loop.execute { [self] in
             scan = state
-            host.startScanning(active: true, filterDuplicates: false) { [weak self] e in
+            hub?.startScanning(for: self) { [weak self] e in
                 guard let self, e != nil else { return }
                 scan = nil
                 managerLock.withLock { storedIsScanning = false }
@@ -167,7 +175,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         saveRestorationState()
         host.loop.execute { [self] in
             scan = nil
-            host.stopScanning()
+            hub?.stopScanning(for: self)
         }
     }
 
@@ -345,11 +353,17 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     public func host(_ host: LEHost, didConnect connection: HostConnection) {
+        _ = claim(connection)
+    }
+
+    /// Takes a new central link if this manager asked for it (several managers may share the host).
+    package func claim(_ connection: HostConnection) -> Bool {
+        guard let host = leHost else { return false }
         let address = connection.peerAddress
         let asked = connectingPeripherals.removeValue(forKey: address)
         guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else {
             // A link nobody here asked for (another manager on the same host): leave it alone.
-            return
+            return false
         }
         p.connection = connection
         connection.context = p
@@ -358,7 +372,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             // Cancelled while the link was being made: close it; didDisconnect (nil error) follows.
             p.localCancel = true
             connection.disconnect()
-            return
+            return true
         }
         p.watchServiceChanged(on: connection)
         let bonded = host.bondStore.bond(matching: address) != nil
@@ -372,6 +386,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
                 announceConnected(p, on: connection, mtu: connection.attMTU, services: uuids)
             }
         }
+        return true
     }
 
     /// The link is set up: hands the values the delegate queue reads over to it, then calls didConnect. Loop.

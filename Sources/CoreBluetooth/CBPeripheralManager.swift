@@ -48,9 +48,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         self.init(delegate: delegate, queue: queue, options: nil)
     }
 
-    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset). On a
+    /// real controller every manager of the process shares one host; on the virtual radio each manager is
+    /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
-        let made = Result { try HostFactory.makeHostFromEnvironment(name: "peripheral") }
+        let made = Result { try HostFactory.sharedHostFromEnvironment(name: "peripheral") }
         self.init(delegate: delegate, queue: queue, made: made,
                   restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
@@ -75,13 +77,14 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private func attach(failure: String?) {
         start(on: leHost, queue: queue, failure: failure,
               announceUnsupported: { [weak self] in if let self { self.delegate?.peripheralManagerDidUpdateState(self) } },
-              register: { [weak self] host in host.peripheralDelegate = self },
+              register: { [weak self] host in if let self { HostHub.of(host).add(self) } },
               powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
     deinit {
         if let host = leHost {
-            host.loop.execute { [host] in if host.centralDelegate == nil { host.powerOff() } }
+            // The host stays on while another manager uses it (HostHub).
+            host.loop.execute { [host] in HostHub.of(host).managerGone() }
         }
     }
 
@@ -324,6 +327,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
                 delegate?.peripheralManager(self, central: central, didUnsubscribeFrom: c)
             }
         }
+    }
+
+    /// Whether this manager published the characteristic with this value handle.
+    package func publishes(_ valueHandle: UInt16) -> Bool {
+        managerLock.withLock { characteristicsByValueHandle[valueHandle] != nil }
     }
 
     package func central(for connection: HostConnection) -> CBCentral {

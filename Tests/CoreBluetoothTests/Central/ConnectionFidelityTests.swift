@@ -372,3 +372,37 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         try await waitUntil("discovered") { d.queue.sync { d.discovered } > 0 }
     }
 }
+
+/// A controller the operating system refuses (EPERM/EACCES): the manager reads `.unauthorized` and the
+/// process's authorization `.denied`, not `.unsupported`.
+@Suite struct AuthorizationTests {
+    final class RefusedTransport: HCITransport, @unchecked Sendable {
+        func open(sink: any HCITransportSink) throws {
+            throw TransportError.permissionDenied("hci-socket:9: the HCI user channel needs CAP_NET_ADMIN")
+        }
+        func send(_ packet: HCIPacket) {}
+        func close() {}
+        var name: String { "refused" }
+    }
+
+    @Test func permissionFailuresReadAsUnauthorizedAndDenied() async throws {
+        let loop = EventLoop(label: "refused")
+        let host = LEHost(transport: RefusedTransport(), loop: loop, name: "refused")
+        host.loop.sync { host.reconnectInterval = nil }
+        let c = RecordingCentral()
+        var states: [CBManagerState] = []
+        final class D: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
+            var states: [CBManagerState] = []
+            func centralManagerDidUpdateState(_ c: CBCentralManager) { states.append(c.state) }
+        }
+        let d = D()
+        var m: CBCentralManager? = CBCentralManager(delegate: d, queue: c.queue, options: nil, host: host)
+        try await waitUntil("state") { c.queue.sync { !d.states.isEmpty } }
+        states = c.queue.sync { d.states }
+        #expect(states == [.unauthorized])
+        #expect(m?.state == .unauthorized)
+        #expect(CBManager.authorization == .denied)
+        c.queue.sync { m = nil }
+        try await waitUntil("released") { CBManager.authorization == .allowedAlways }
+    }
+}
