@@ -95,7 +95,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// Updates submitted from other threads (see `submitUpdate`), shared under a lock.
     struct PendingUpdate { var value: [UInt8]; var handle: UInt16; var clients: [UInt16]? }
     struct TransmitQueue { var submitted = 0; var waitingPackets = 0; var wantsReady = false; var updates: [PendingUpdate] = [] }
-    let transmitQueue = Mutex(TransmitQueue())
+    let transmitQueue = Locked(TransmitQueue())
     /// How many updates may wait in the host before `submitUpdate` says the queue is full.
     public var transmitQueueLimit = 32
 
@@ -119,6 +119,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var scanSettings: (active: Bool, filterDuplicates: Bool, interval: UInt16, window: UInt16)?
     /// Retry reads, writes and subscriptions that fail for lack of encryption after securing the link (iOS behaviour).
     public var pairsOnInsufficientSecurity = true
+    /// After a connection as central completes, ask for the largest LL data length (Data Length Extension)
+    /// and LE 2M when the controller supports them, as iOS does.
+    public var requestsFastLinks = true
 
     public init(transport: any HCITransport, loop: EventLoop, name: String = "host",
                 database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)) {
