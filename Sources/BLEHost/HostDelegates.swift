@@ -15,8 +15,6 @@ public enum HostPowerState: Sendable, Equatable, CustomStringConvertible {
     case on
     /// The controller cannot do LE, or it could not be reached.
     case unsupported(String)
-    /// The operating system refused this process the controller (a capability or a group is missing).
-    case unauthorized(String)
 
     public var description: String {
         switch self {
@@ -24,7 +22,6 @@ public enum HostPowerState: Sendable, Equatable, CustomStringConvertible {
         case .starting: return "starting"
         case .on: return "on"
         case let .unsupported(why): return "unsupported (\(why))"
-        case let .unauthorized(why): return "unauthorized (\(why))"
         }
     }
 }

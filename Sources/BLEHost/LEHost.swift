@@ -23,6 +23,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let name: String
 
     public private(set) var powerState: HostPowerState = .off
+    /// The operating system refused this process the controller (EPERM/EACCES when opening it: a missing
+    /// capability or group); the power state then reads `.unsupported` with the reason.
+    public private(set) var controllerAccessDenied = false
     private var powerObservers: [UInt64: (HostPowerState) -> Void] = [:]
     private var nextObserverID: UInt64 = 0
 
@@ -164,25 +167,19 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public func powerOn() {
         loop.assertInLoop()
         wantsPower = true
-        guard powerState == .off || {
-            switch powerState {
-            case .unsupported, .unauthorized: return true
-            default: return false
-            }
-        }() else { return }
+        guard powerState == .off || { if case .unsupported = powerState { return true } else { return false } }() else { return }
         loop.cancel(reconnectTimer)
         reconnectTimer = nil
         setPowerState(.starting)
         do {
             try transport.open(sink: self)
+            controllerAccessDenied = false
         } catch {
             log("cannot open \(transport.name): \(error)")
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
-            if case let TransportError.permissionDenied(why) = error {
-                setPowerState(.unauthorized(why))
-            } else {
-                setPowerState(hadController ? .off : .unsupported("\(error)"))
-            }
+            if case TransportError.permissionDenied = error { controllerAccessDenied = true }
+            // A controller we had before is "off" while it is away; one never reached is "unsupported".
+            setPowerState(hadController && !controllerAccessDenied ? .off : .unsupported("\(error)"))
             scheduleReconnect()
             return
         }

@@ -104,8 +104,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     // MARK: State
 
-    private func hostPowerChanged(_ s: HostPowerState) {
-        let newState = s.managerState
+    private func hostPowerChanged(_ newState: CBManagerState) {
         guard newState != .unknown else { return }
         if newState == .poweredOn, let host = leHost {
             let cache = DeviceCache.of(host)

@@ -40,7 +40,7 @@ open class CBManager: NSObject, @unchecked Sendable {
     package func start(on host: LEHost?, queue: DispatchQueue, failure: String?,
                        announceUnsupported: @escaping @Sendable () -> Void,
                        register: @escaping @Sendable (LEHost) -> Void,
-                       powerChanged: @escaping @Sendable (HostPowerState) -> Void) {
+                       powerChanged: @escaping @Sendable (CBManagerState) -> Void) {
         guard let host else {
             queue.async { [self] in
                 CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
@@ -50,21 +50,21 @@ open class CBManager: NSObject, @unchecked Sendable {
             return
         }
         let me = ObjectIdentifier(self)
+        // On the loop: a controller the operating system refused reads as .unauthorized, not .unsupported.
         let observe: @Sendable (HostPowerState) -> Void = { s in
-            if case .unauthorized = s {
+            var state = s.managerState
+            if case .unsupported = s, host.controllerAccessDenied { state = .unauthorized }
+            if state == .unauthorized {
                 _ = CBManager.unauthorizedManagers.withLock { $0.insert(me) }
             } else {
                 _ = CBManager.unauthorizedManagers.withLock { $0.remove(me) }
             }
-            powerChanged(s)
+            powerChanged(state)
         }
         host.loop.execute {
             register(host)
             host.addPowerObserver { s in observe(s) }
-            switch host.powerState {
-            case .on, .unauthorized: observe(host.powerState)
-            default: host.powerOn()
-            }
+            if host.powerState == .on || host.controllerAccessDenied { observe(host.powerState) } else { host.powerOn() }
         }
     }
 
@@ -95,7 +95,6 @@ extension HostPowerState {
         case .starting: return .unknown
         case .on: return .poweredOn
         case .unsupported: return .unsupported
-        case .unauthorized: return .unauthorized
         }
     }
 }

@@ -88,8 +88,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
-    private func hostPowerChanged(_ s: HostPowerState) {
-        let newState = s.managerState
+    private func hostPowerChanged(_ newState: CBManagerState) {
         guard newState != .unknown else { return }
         if newState != .poweredOn { serviceHandlesOnLoop.removeAll() }
         queue.async { [self] in
