@@ -30,8 +30,13 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     private var connectingPeripherals: [BluetoothAddress: CBPeripheral] = [:]
     private var cancelledConnects: Set<BluetoothAddress> = []
     private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
-    /// The host's hub, which this manager shares with the others on the host.
-    private var hub: HostHub?
+    /// The host's hub, which this manager shares with the others on the host (set on the loop; read
+    /// under managerLock elsewhere).
+    private var hub: HostHub? {
+        get { managerLock.withLock { storedHub } }
+        set { managerLock.withLock { storedHub = newValue } }
+    }
+    private var storedHub: HostHub?
 
     let eventListeners = EventListeners<CBCentralManagerEvent>()
     /// State restoration (CBCentralManagerOptionRestoreIdentifierKey).
@@ -277,19 +282,27 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    /// Connected peripherals that expose any of these services. iOS discovers every connected device's
-    /// primary services itself, so a peripheral is found right after `didConnect`, before the app has
-    /// discovered anything. (Links are per manager here; see the README.)
+    /// Connected peripherals that expose any of these services: those this manager connected, and those
+    /// other managers of the process connected on the same controller (returned as this manager's
+    /// peripherals, disconnected until it connects them, as iOS returns links other apps made). iOS
+    /// discovers every connected device's primary services itself, so a peripheral is found right after
+    /// `didConnect`, before the app has discovered anything.
     @discardableResult
     open func retrieveConnectedPeripherals(withServices serviceUUIDs: [CBUUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
         let wanted = Set(serviceUUIDs)
-        return managerLock.withLock { peripheralsByIdentifier.values }
-            .filter { p in
-                p.state == .connected
-                    && (!wanted.isDisjoint(with: p.linkServiceUUIDs) || (p.services ?? []).contains { wanted.contains($0.uuid) })
+        func exposes(_ p: CBPeripheral) -> Bool {
+            p.state == .connected
+                && (!wanted.isDisjoint(with: p.linkServiceUUIDs) || (p.services ?? []).contains { wanted.contains($0.uuid) })
+        }
+        var found: [UUID: CBPeripheral] = [:]
+        for p in managerLock.withLock({ peripheralsByIdentifier.values }) where exposes(p) { found[p.identifier] = p }
+        for other in hub?.centralManagersOnHost ?? [] where other !== self {
+            for p in other.managerLock.withLock({ other.peripheralsByIdentifier.values }) where exposes(p) && found[p.identifier] == nil {
+                found[p.identifier] = existingOrNewPeripheral(identifier: p.identifier, address: p.deviceAddress, name: p.name)
             }
-            .sorted { $0.identifier.uuidString < $1.identifier.uuidString }
+        }
+        return found.values.sorted { $0.identifier.uuidString < $1.identifier.uuidString }
     }
 
     // MARK: Connections

@@ -23,6 +23,8 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     private var centralManagers: [WeakCentral] = []
     private var peripheralManagers: [WeakPeripheral] = []
     private var scanners: Set<ObjectIdentifier> = []
+    /// The central managers, readable from any thread (retrieveConnectedPeripherals looks at every link).
+    private let centralsSnapshot = CBMutex([WeakCentral]())
 
     private init(host: LEHost) { self.host = host }
 
@@ -33,6 +35,7 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
 
     func add(_ m: CBCentralManager) {
         centralManagers.append(WeakCentral(value: m))
+        centralsSnapshot.withLock { $0 = centralManagers }
         host?.centralDelegate = self
     }
 
@@ -45,6 +48,7 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     func managerGone() {
         centralManagers.removeAll { $0.value == nil }
         peripheralManagers.removeAll { $0.value == nil }
+        centralsSnapshot.withLock { $0 = centralManagers }
         let live = Set(centrals.map(ObjectIdentifier.init))
         scanners.formIntersection(live)
         if scanners.isEmpty, host?.isScanning == true { host?.stopScanning() }
@@ -52,6 +56,9 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     }
 
     var managerCount: Int { centrals.count + peripherals.count }
+
+    /// The central managers on this host. Any thread.
+    var centralManagersOnHost: [CBCentralManager] { centralsSnapshot.withLock { $0.compactMap(\.value) } }
 
     // MARK: Scanning
 

@@ -91,6 +91,28 @@ import BLEVirtualRadio
         _ = adv
     }
 
+    /// retrieveConnectedPeripherals finds links other managers of the process made on the same controller
+    /// (iOS: links of the system and other apps), as this manager's own peripheral object, disconnected
+    /// for it until it connects.
+    @Test func connectedRetrievalSeesTheOtherManagersLinks() async throws {
+        let air = TestAir()
+        let service = CBUUID(string: "C0C0")
+        let per = try await PublishingPeripheral.start(air, name: "LINKED", service: service)
+        let host = try air.host("shared")
+        let first = RecordingCentral(), second = RecordingCentral()
+        try await first.start(on: host)
+        try await second.start(on: host)
+        let p = try #require(try await first.find(["LINKED"]).first)
+        #expect(second.manager.retrieveConnectedPeripherals(withServices: [service]).isEmpty)
+        first.queue.sync { first.manager.connect(p) }
+        try await waitUntil("connected") { first.queue.sync { first.connected.count } == 1 }
+        let seen = second.manager.retrieveConnectedPeripherals(withServices: [service])
+        #expect(seen.map(\.identifier) == [p.identifier])
+        #expect(seen.first !== p && seen.first?.state == .disconnected)
+        #expect(second.manager.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180F")]).isEmpty)
+        _ = per
+    }
+
     /// On a real transport (here TCP to a radio server) every caller gets the process's one host; the
     /// virtual radio makes a device per caller.
     @Test func realTransportsShareOneHostPerProcess() async throws {
