@@ -80,11 +80,9 @@ extension LEHost {
                              interval: UInt16, latency: UInt16, timeout: UInt16) {
         let asCentral = role == 0
         if asCentral {
-            let target = connectingTo
-            connectingTo = nil
-            let failedFor = initiationEnded(target: target, status: status)
+            let failed = initiationEnded(status: status, peer: peer)
             guard status == .success else {
-                if let t = failedFor { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
+                for t in failed { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
                 startNextConnect()
                 return
             }

@@ -76,8 +76,20 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public internal(set) var isAdvertising = false
     var wantsAdvertising: AdvertisingConfiguration?
     var pendingConnects: [BluetoothAddress] = []
-    var connectingTo: BluetoothAddress?
+    /// The addresses the current LE Create Connection waits for: one (direct), or several (filter accept list).
+    var initiatingFor: [BluetoothAddress] = []
+    /// The LE Create Connection of the current initiation was sent (after the accept list was filled).
+    var initiationCommandSent = false
+    /// Counts initiations, so that answers to an earlier one's commands are told apart.
+    var initiationGeneration: UInt64 = 0
+    /// The app cancelled the one address being initiated.
     var connectCancelRequested = false
+    /// The initiation is being cancelled to start again with the addresses pending now.
+    var connectRegroupRequested = false
+    /// Whether the controller takes an accept list to wait for several devices at once; false once it failed.
+    public internal(set) var filterAcceptListUsable = true
+    /// How many devices one initiation puts on the accept list (controllers hold at least this many).
+    public var filterAcceptListLimit = 8
     /// Set while the current LE Create Connection is being cancelled to give the next address its turn.
     var connectRotationRequested = false
     var connectRotationTimer: LoopTimer?
@@ -306,10 +318,12 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         currentPrivateAddress = nil
         loop.cancel(privacyTimer)
         privacyTimer = nil
-        let pending = pendingConnects + (connectingTo.map { [$0] } ?? [])
+        let pending = initiatingFor + pendingConnects
         pendingConnects.removeAll()
-        connectingTo = nil
+        initiatingFor = []
+        initiationCommandSent = false
         connectCancelRequested = false
+        connectRegroupRequested = false
         connectRotationRequested = false
         loop.cancel(connectRotationTimer)
         connectRotationTimer = nil

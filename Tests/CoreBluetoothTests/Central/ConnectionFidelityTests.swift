@@ -81,8 +81,9 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
 
 @Suite(.serialized) struct ConnectionFidelityTests {
     /// Three connects pending at once: none times out or fails; the last one asked connects as soon as its
-    /// device is back even though the first still waits (they take turns on the controller); a cancelled
-    /// one reads `.disconnected` at once, hears didDisconnect with a nil error, and never connects.
+    /// device is back even though the first still waits (the controller waits for all of them through its
+    /// filter accept list); a cancelled one reads `.disconnected` at once, hears didDisconnect with a nil
+    /// error, and never connects.
     @Test func manyPendingConnectsNoneTimesOutEachCancellable() async throws {
         let air = TestAir()
         let names = ["PA", "PB", "PC"]
@@ -90,7 +91,7 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         for n in names { hosts[n] = try advertiser(air, name: n.lowercased(), data: ad(n)) }
         let c = RecordingCentral()
         let central = try air.host("central")
-        central.loop.sync { central.connectRotationInterval = .milliseconds(150) }
+        central.loop.sync { central.connectRotationInterval = .seconds(1000) }   // turns would be too slow: the accept list it is
         try await c.start(on: central)
         let ps = try await c.find(names)
         for h in hosts.values { h.loop.sync { h.stopAdvertising() } }
