@@ -175,10 +175,10 @@ extension LEHost {
             initiatingFor = targets
             initiationGeneration &+= 1
             let generation = initiationGeneration
-            fillAcceptList(targets) { [self] ok in
+            fillAcceptList(targets) { [self] outcome in
                 // A controller lost meanwhile ended this initiation (and failed its commands).
-                guard generation == initiationGeneration, !initiatingFor.isEmpty, powerState == .on else { return }
-                if !ok {
+                guard outcome != .abandoned, generation == initiationGeneration, !initiatingFor.isEmpty, powerState == .on else { return }
+                if outcome == .refused {
                     // No usable accept list on this controller: take turns instead.
                     log("filter accept list unusable; pending connections take turns")
                     filterAcceptListUsable = false
@@ -205,14 +205,27 @@ extension LEHost {
         }
     }
 
-    /// Clear, then add each address; `done(false)` when the controller refuses any step.
-    private func fillAcceptList(_ addresses: [BluetoothAddress], done: @escaping (Bool) -> Void) {
+    enum AcceptListFill { case filled, refused, abandoned }
+
+    /// Clear, then add each address: `.refused` when the controller refuses a step, `.abandoned` when it
+    /// went away meanwhile.
+    private func fillAcceptList(_ addresses: [BluetoothAddress], done: @escaping (AcceptListFill) -> Void) {
+        func outcome(_ e: HostError?) -> AcceptListFill? {
+            switch e {
+            case nil: return nil
+            case .transportClosed?: return .abandoned
+            default: return .refused
+            }
+        }
         commandExpectingSuccess(.leClearFilterAcceptList) { [self] e in
-            guard e == nil else { return done(false) }
+            if let o = outcome(e) { return done(o) }
             var rest = addresses[...]
             func next() {
-                guard let a = rest.popFirst() else { return done(true) }
-                commandExpectingSuccess(.leAddDeviceToFilterAcceptList(a)) { e in e == nil ? next() : done(false) }
+                guard let a = rest.popFirst() else { return done(.filled) }
+                commandExpectingSuccess(.leAddDeviceToFilterAcceptList(a)) { e in
+                    if let o = outcome(e) { return done(o) }
+                    next()
+                }
             }
             next()
         }
