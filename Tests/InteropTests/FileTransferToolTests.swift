@@ -17,7 +17,7 @@ final class ToolProcess: @unchecked Sendable {
     init(_ arguments: [String], transport: String) throws {
         process.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
         process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(["BLE_TRANSPORT": transport]) { $1 }
+        process.environment = Interop.environment(["BLE_TRANSPORT": transport])
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe

@@ -120,6 +120,7 @@ import BLEVirtualRadio
         let server = try RadioServer(air: air, port: 0)
         server.start()
         defer { server.stop() }
+        _ = testStateDirectory   // a real transport keeps its state (device cache, bonds) on disk: in the test's folder
         let spec = TransportSpec.tcpClient(host: "127.0.0.1", port: server.port)
         let h1 = try HostFactory.sharedHost(spec: spec)
         let h2 = try HostFactory.sharedHost(spec: spec)
