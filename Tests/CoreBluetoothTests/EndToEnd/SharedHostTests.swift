@@ -88,6 +88,9 @@ import BLEVirtualRadio
         #expect(host.loop.sync { host.powerState } == .on)
         two.queue.sync { two.manager.stopScan() }
         #expect(host.loop.sync { host.isScanning } == false)
+        // The last manager gone: the host is powered off.
+        two.queue.sync { two.manager = nil }
+        try await waitUntil("host off") { host.loop.sync { host.powerState } == .off }
         _ = adv
     }
 
@@ -110,6 +113,15 @@ import BLEVirtualRadio
         #expect(seen.map(\.identifier) == [p.identifier])
         #expect(seen.first !== p && seen.first?.state == .disconnected)
         #expect(second.manager.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180F")]).isEmpty)
+        // The documented limit: the second manager cannot share the first one's link (iOS would); its
+        // connect fails at once with the controller's reason instead of hanging.
+        let mine = try #require(seen.first)
+        second.queue.sync { second.byName["LINKED"] = mine; second.manager.connect(mine) }
+        try await waitUntil("refused") { second.queue.sync { second.failed.count } == 1 }
+        let e = try #require(second.queue.sync { second.failed[0].1 } as? CBError)
+        #expect(e.code == .connectionFailed)
+        #expect((e.userInfo[CBHCIStatusKey] as? NSNumber)?.intValue == 0x0B)
+        #expect(p.state == .connected && mine.state == .disconnected)
         _ = per
     }
 
