@@ -18,7 +18,7 @@ import Foundation
 import BLEWire
 import BLEHost
 
-final class DeviceCache: @unchecked Sendable {
+package final class DeviceCache: @unchecked Sendable {
     struct Entry: Codable, Equatable {
         var identifier: UUID
         var address: String
@@ -44,7 +44,7 @@ final class DeviceCache: @unchecked Sendable {
     private let lock = NSLock()
     private var entries: [UUID: Entry] = [:]
     private var byAddress: [BluetoothAddress: UUID] = [:]
-    let file: URL?
+    package let file: URL?
     private var saveScheduled = false
     private static let saveQueue = DispatchQueue(label: "ocb.device-cache.save")
 
@@ -70,7 +70,7 @@ final class DeviceCache: @unchecked Sendable {
     /// The identifier of the device at `identity` (its identity address when bonded, else the address seen),
     /// made and remembered on first sight.
     /// `preferring`: the identifier to give a device not yet in the cache (one the app saved, restored state).
-    func identifier(for identity: BluetoothAddress, bonded: Bool = false, preferring preferred: UUID? = nil) -> UUID {
+    package func identifier(for identity: BluetoothAddress, bonded: Bool = false, preferring preferred: UUID? = nil) -> UUID {
         let k = Self.key(identity)
         let now = Date().timeIntervalSince1970
         let (id, changed) = lock.withLock { () -> (UUID, Bool) in
@@ -149,6 +149,8 @@ final class DeviceCache: @unchecked Sendable {
         }
     }
 
+    package var hasUnsavedChanges: Bool { lock.withLock { saveScheduled } }
+
     private func scheduleSave() {
         guard file != nil else { return }
         let first = lock.withLock { () -> Bool in
@@ -156,7 +158,7 @@ final class DeviceCache: @unchecked Sendable {
             return !saveScheduled
         }
         guard first else { return }
-        Self.saveQueue.asyncAfter(deadline: .now() + 0.2) { [self] in save() }
+        Self.saveQueue.asyncAfter(deadline: .now() + 0.2) { [self] in if hasUnsavedChanges { save() } }
     }
 
     /// Writes the cache now (atomically, owner-only).
@@ -184,10 +186,21 @@ final class DeviceCache: @unchecked Sendable {
     private static let registryLock = NSLock()
     nonisolated(unsafe) private static var registry: [ObjectIdentifier: Registered] = [:]
 
+    /// Writes every cache with changes not yet saved (saving is coalesced; a program that exits right
+    /// after meeting a device must not lose it). Runs at exit too.
+    package static func flushAll() {
+        let caches = registryLock.withLock { registry.values.map(\.cache) }
+        for c in caches where c.hasUnsavedChanges { c.save() }
+    }
+
+    private static let flushAtExit: Void = { atexit { DeviceCache.flushAll() } }()
+
     /// The cache of `host`, made on first use. Call once the controller is on (its address names the file).
-    static func of(_ host: LEHost) -> DeviceCache {
-        registryLock.withLock {
-            registry = registry.filter { $0.value.host != nil }
+    package static func of(_ host: LEHost) -> DeviceCache {
+        if host.bondStoreDirectory != nil { _ = flushAtExit }
+        return registryLock.withLock {
+            // A cache whose host is gone stays until its last changes are written.
+            registry = registry.filter { entry in entry.value.host != nil || entry.value.cache.hasUnsavedChanges }
             if let r = registry[ObjectIdentifier(host)], r.host === host { return r.cache }
             let file = host.bondStoreDirectory.map {
                 $0.appendingPathComponent("devices-\(host.localAddress.string.replacingOccurrences(of: ":", with: "")).json")

@@ -214,7 +214,8 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
     /// its name) without scanning, and connects to it.
     @Test func aDeviceMetInAnEarlierRunIsRetrievedAndConnected() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ocb-devices-\(UUID().uuidString.prefix(8))")
-        defer { try? FileManager.default.removeItem(at: dir) }
+        // Written out before the folder goes, so no coalesced save brings it back.
+        defer { DeviceCache.flushAll(); try? FileManager.default.removeItem(at: dir) }
         let air = TestAir()
         let address = BluetoothAddress(bytes: [0x11, 0x22, 0x33, 0x44, 0x55, 0xC6])
         _ = try advertiser(air, name: "remembered", data: ad("REMEMBERED"))
@@ -256,6 +257,25 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         second.queue.sync { second.byName["REMEMBERED"] = q; second.manager.connect(q) }
         try await waitUntil("reconnected") { second.queue.sync { second.connected } == ["REMEMBERED"] }
         #expect(q.state == .connected)
+    }
+
+    /// Saving is coalesced, but nothing met is lost when the program ends at once: pending changes are
+    /// written at exit (and by `flushAll`, which the exit handler runs).
+    @Test func unsavedDevicesAreWrittenWhenFlushed() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ocb-devices-\(UUID().uuidString.prefix(8))")
+        defer { DeviceCache.flushAll(); try? FileManager.default.removeItem(at: dir) }
+        let air = TestAir()
+        let host = try HostFactory.makeHost(on: air.air, name: "flush", address: BluetoothAddress(bytes: [0x21, 0x22, 0x23, 0x24, 0x25, 0xC6]))
+        host.loop.sync { host.bondStoreDirectory = dir; host.powerOn() }
+        try await waitUntil("on") { host.loop.sync { host.powerState == .on } }
+        let cache = host.loop.sync { DeviceCache.of(host) }
+        let id = cache.identifier(for: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6], type: .public))
+        #expect(cache.hasUnsavedChanges)
+        DeviceCache.flushAll()
+        #expect(!cache.hasUnsavedChanges)
+        let file = try #require(cache.file)
+        #expect(try String(contentsOf: file, encoding: .utf8).contains(id.uuidString))
+        host.loop.sync { host.powerOff() }
     }
 
     /// A long scan among ever-new addresses: peripherals the app does not keep are released, and the
