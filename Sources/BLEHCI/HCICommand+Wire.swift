@@ -18,8 +18,11 @@ extension HCICommand {
         switch self {
         case .reset, .readLocalVersionInformation, .readBDADDR, .readLocalSupportedCommands, .readLocalSupportedFeatures,
              .readBufferSize, .leReadBufferSize, .leReadLocalSupportedFeatures, .leReadAdvertisingPhysicalChannelTxPower,
-             .leCreateConnectionCancel, .leReadSuggestedDefaultDataLength, .leReadMaximumDataLength, .leRand:
+             .leCreateConnectionCancel, .leReadSuggestedDefaultDataLength, .leReadMaximumDataLength, .leRand,
+             .leClearFilterAcceptList:
             break
+        case let .leAddDeviceToFilterAcceptList(a), let .leRemoveDeviceFromFilterAcceptList(a):
+            w.write(UInt8(a.type.isRandom ? 1 : 0)); w.write(a)
         case let .setEventMask(m), let .setEventMaskPage2(m), let .leSetEventMask(m):
             w.write(m)
         case let .leSetRandomAddress(a):
@@ -132,6 +135,11 @@ extension HCICommand {
                 connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(), maxLatency: try r.readUInt16(),
                 supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
+        case .leClearFilterAcceptList: return .leClearFilterAcceptList
+        case .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
+            _ = try r.readUInt8()
+            let a = try r.readAddressTypedByPreviousOctet()
+            return op == .leAddDeviceToFilterAcceptList ? .leAddDeviceToFilterAcceptList(a) : .leRemoveDeviceFromFilterAcceptList(a)
         case .disconnect: return .disconnect(handle: try r.readUInt16(), reason: HCIStatus(rawValue: try r.readUInt8()))
         case .leConnectionUpdate:
             return .leConnectionUpdate(LEConnectionUpdate(

@@ -26,6 +26,11 @@ public enum HCICommand: Sendable, Equatable {
     case leSetScanEnable(enable: Bool, filterDuplicates: Bool)
     case leCreateConnection(LECreateConnection)
     case leCreateConnectionCancel
+    /// The filter accept list (§7.8.15–7.8.17): the devices an initiator with filter policy 1 connects to.
+    case leClearFilterAcceptList
+    /// Address type from the address (public 0x00, random 0x01).
+    case leAddDeviceToFilterAcceptList(BluetoothAddress)
+    case leRemoveDeviceFromFilterAcceptList(BluetoothAddress)
     case disconnect(handle: UInt16, reason: HCIStatus)
     case leConnectionUpdate(LEConnectionUpdate)
     case leReadRemoteFeatures(handle: UInt16)
@@ -69,6 +74,9 @@ public enum HCICommand: Sendable, Equatable {
         case .leSetScanEnable: return .leSetScanEnable
         case .leCreateConnection: return .leCreateConnection
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
+        case .leClearFilterAcceptList: return .leClearFilterAcceptList
+        case .leAddDeviceToFilterAcceptList: return .leAddDeviceToFilterAcceptList
+        case .leRemoveDeviceFromFilterAcceptList: return .leRemoveDeviceFromFilterAcceptList
         case .disconnect: return .disconnect
         case .leConnectionUpdate: return .leConnectionUpdate
         case .leReadRemoteFeatures: return .leReadRemoteFeatures

@@ -41,6 +41,8 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let leCreateConnectionCancel = HCIOpcode(ogf: 0x08, ocf: 0x000E)
     public static let leReadFilterAcceptListSize = HCIOpcode(ogf: 0x08, ocf: 0x000F)
     public static let leClearFilterAcceptList = HCIOpcode(ogf: 0x08, ocf: 0x0010)
+    public static let leAddDeviceToFilterAcceptList = HCIOpcode(ogf: 0x08, ocf: 0x0011)
+    public static let leRemoveDeviceFromFilterAcceptList = HCIOpcode(ogf: 0x08, ocf: 0x0012)
     public static let leConnectionUpdate = HCIOpcode(ogf: 0x08, ocf: 0x0013)
     public static let leReadRemoteFeatures = HCIOpcode(ogf: 0x08, ocf: 0x0016)
     public static let leEncrypt = HCIOpcode(ogf: 0x08, ocf: 0x0017)
@@ -79,6 +81,8 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
         leCreateConnectionCancel.rawValue: "HCI_LE_Create_Connection_Cancel",
         leReadFilterAcceptListSize.rawValue: "HCI_LE_Read_Filter_Accept_List_Size",
         leClearFilterAcceptList.rawValue: "HCI_LE_Clear_Filter_Accept_List",
+        leAddDeviceToFilterAcceptList.rawValue: "HCI_LE_Add_Device_To_Filter_Accept_List",
+        leRemoveDeviceFromFilterAcceptList.rawValue: "HCI_LE_Remove_Device_From_Filter_Accept_List",
         leConnectionUpdate.rawValue: "HCI_LE_Connection_Update", leReadRemoteFeatures.rawValue: "HCI_LE_Read_Remote_Features",
         leEncrypt.rawValue: "HCI_LE_Encrypt", leRand.rawValue: "HCI_LE_Rand", leStartEncryption.rawValue: "HCI_LE_Enable_Encryption",
         leLongTermKeyRequestReply.rawValue: "HCI_LE_Long_Term_Key_Request_Reply",

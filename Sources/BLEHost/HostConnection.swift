@@ -19,6 +19,12 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     public internal(set) var supervisionTimeout: UInt16
     /// ATT_MTU in force on this link (Vol 3 Part F §3.2.8).
     public internal(set) var attMTU: UInt16 = 23
+    /// The largest LL data PDU payloads in force (Vol 6 Part B §4.5.10), from LE Data Length Change.
+    public internal(set) var maxTxOctets: UInt16 = 27
+    public internal(set) var maxRxOctets: UInt16 = 27
+    /// The PHYs in use (1 LE 1M, 2 LE 2M, 3 LE Coded), from LE PHY Update Complete.
+    public internal(set) var txPHY: UInt8 = 1
+    public internal(set) var rxPHY: UInt8 = 1
     public var isEncrypted: Bool { security.encrypted }
     /// Encryption, authentication and key size of the link now.
     public internal(set) var security = LinkSecurity()

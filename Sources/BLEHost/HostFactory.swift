@@ -51,8 +51,10 @@ public enum HostFactory {
 
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).
     /// With `capture`, this host's packets are recorded to that btsnoop file.
-    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil) throws -> LEHost {
-        let controller = air.addController(position: position)
+    /// With `address`, the controller has that public address (a device that comes back in a later "run").
+    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil,
+                                address: BluetoothAddress? = nil) throws -> LEHost {
+        let controller = air.addController(address: address, position: position)
         let transport: any HCITransport = try capture.map { SnoopingTransport(controller, writer: try BTSnoopWriter(path: $0)) } ?? snooping(controller)
         let host = LEHost(transport: transport, loop: air.loop, name: name ?? "host")
         watchPower(controller, host)
@@ -70,6 +72,30 @@ public enum HostFactory {
     /// A host for `BLE_TRANSPORT` (virtual when unset).
     public static func makeHostFromEnvironment(name: String? = nil) throws -> LEHost {
         try makeHost(spec: try TransportSpec.fromEnvironment(), name: name)
+    }
+
+    private struct WeakHost: Sendable { weak var host: LEHost? }
+    private static let shared = Mutex<[String: WeakHost]>([:])
+
+    /// The one host of this process on the controller `spec` names, as on an iPhone: every caller gets the
+    /// same host while it is alive (one serial port or HCI channel is opened once), and both roles run on
+    /// it. `virtual` makes a new host (a new device on the process-wide air) every time, so tests get a
+    /// device per manager; to put several managers on one virtual device, give them the same host.
+    public static func sharedHost(spec: TransportSpec, name: String? = nil) throws -> LEHost {
+        if case .virtual = spec { return try makeHost(spec: spec, name: name) }
+        return try shared.withLock { table in
+            let key = spec.description
+            if let h = table[key]?.host { return h }
+            let h = try makeHost(spec: spec, name: "host")
+            table = table.filter { $0.value.host != nil }
+            table[key] = WeakHost(host: h)
+            return h
+        }
+    }
+
+    /// `sharedHost(spec:)` for `BLE_TRANSPORT` (virtual when unset).
+    public static func sharedHostFromEnvironment(name: String? = nil) throws -> LEHost {
+        try sharedHost(spec: try TransportSpec.fromEnvironment(), name: name)
     }
 
     private static func snooping(_ t: any HCITransport) throws -> any HCITransport {

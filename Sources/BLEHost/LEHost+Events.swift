@@ -54,6 +54,18 @@ extension LEHost {
                 c.latency = e.peripheralLatency
                 c.supervisionTimeout = e.supervisionTimeout
             }
+        case let .dataLengthChange(e):
+            if let c = connections[e.connectionHandle] {
+                c.maxTxOctets = e.maxTxOctets
+                c.maxRxOctets = e.maxRxOctets
+                log("data length on \(c): tx \(e.maxTxOctets), rx \(e.maxRxOctets) octets")
+            }
+        case let .phyUpdateComplete(status, handle, tx, rx):
+            if status == .success, let c = connections[handle] {
+                c.txPHY = tx
+                c.rxPHY = rx
+                log("PHY on \(c): tx \(tx), rx \(rx)")
+            }
         case let .longTermKeyRequest(handle, random, ediv):
             if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) }
             else { command(.leLongTermKeyRequestNegativeReply(handle: handle)) }
@@ -68,11 +80,9 @@ extension LEHost {
                              interval: UInt16, latency: UInt16, timeout: UInt16) {
         let asCentral = role == 0
         if asCentral {
-            let target = connectingTo
-            connectingTo = nil
-            connectCancelRequested = false
+            let failed = initiationEnded(status: status, peer: peer)
             guard status == .success else {
-                if let t = target { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
+                for t in failed { centralDelegate?.host(self, didFailToConnectTo: t, status: status) }
                 startNextConnect()
                 return
             }
@@ -90,6 +100,7 @@ extension LEHost {
         gattServer.clientConnected(GATTClientID(UInt64(handle)),
                                    security: ATTSecurity(hasLongTermKey: bond != nil), bonded: bond != nil)
         if asCentral {
+            if requestsFastLinks { requestFastLink(c) }
             centralDelegate?.host(self, didConnect: c)
             startNextConnect()
         } else {
@@ -128,6 +139,18 @@ extension LEHost {
             resumeAdvertisingIfWanted()
         }
         aclCreditsFreed()
+    }
+
+    /// Data Length Extension to 251 octets and LE 2M, when this controller supports them (the peer's
+    /// controller negotiates: an older peer keeps 27 octets or LE 1M). Vol 4 Part E §7.8.33, §7.8.49.
+    func requestFastLink(_ c: HostConnection) {
+        let features = LEFeatures(rawValue: leFeatures)
+        if features.contains(.dataPacketLengthExtension) {
+            setDataLength(handle: c.handle, octets: 251) { [self] e in if let e { log("data length not raised on \(c): \(e)") } }
+        }
+        if features.contains(.le2MPHY) {
+            setPHY(handle: c.handle, phys: 0x02) { [self] e in if let e { log("LE 2M not set on \(c): \(e)") } }
+        }
     }
 
     func mtuChanged(on c: HostConnection) {

@@ -108,6 +108,14 @@ extension LEHost {
     }
 
     // MARK: Connecting
+    //
+    // Any number of connections may be pending at once, and none times out (as on iOS). With several
+    // pending, the controller waits for all of them at once: they go on its filter accept list and one LE
+    // Create Connection with filter policy 1 connects whichever is seen first (Vol 6 Part B §4.3.1, Vol 4
+    // Part E §7.8.12); a change to the set (a new connect, a cancel) stops that initiation and starts the
+    // next one with the new list, as the list may not change while it is used. One pending connection is
+    // initiated directly. A controller whose accept list fails is used by turns instead: each address gets
+    // the controller for `connectRotationInterval`, then goes to the back of the queue.
 
     /// Connects to a device; the outcome arrives through the central delegate. Never times out by itself.
     public func connect(to address: BluetoothAddress) {
@@ -115,10 +123,14 @@ extension LEHost {
             centralDelegate?.host(self, didFailToConnectTo: address, status: .commandDisallowed)
             return
         }
-        guard connectingTo != address, !pendingConnects.contains(address) else { return }
+        guard !initiatingFor.contains(address), !pendingConnects.contains(address) else { return }
         pendingConnects.append(address)
-        startNextConnect()
+        if initiatingFor.isEmpty { return startNextConnect() }
+        if filterAcceptListUsable { regroupConnects() } else { scheduleConnectRotation() }
     }
+
+    /// The addresses with a connection pending: those being initiated first, then those waiting.
+    public var pendingConnections: [BluetoothAddress] { initiatingFor + pendingConnects }
 
     /// Cancels a pending connection; the delegate hears didFailToConnect with Unknown Connection Identifier.
     public func cancelConnect(to address: BluetoothAddress) {
@@ -127,21 +139,108 @@ extension LEHost {
             centralDelegate?.host(self, didFailToConnectTo: address, status: .unknownConnectionIdentifier)
             return
         }
-        if connectingTo == address, !connectCancelRequested {
-            connectCancelRequested = true
-            command(.leCreateConnectionCancel)
+        guard initiatingFor.contains(address) else { return }
+        if initiatingFor.count > 1 {
+            // One of several on the accept list: it leaves now; the others are initiated again without it.
+            initiatingFor.removeAll { $0 == address }
+            centralDelegate?.host(self, didFailToConnectTo: address, status: .unknownConnectionIdentifier)
+            regroupConnects()
+            return
         }
+        guard !connectCancelRequested else { return }
+        connectCancelRequested = true
+        stopInitiating()
+    }
+
+    /// Stops the current initiation so that the next one takes the addresses pending now.
+    func regroupConnects() {
+        guard !initiatingFor.isEmpty, !connectRegroupRequested else { return }
+        connectRegroupRequested = true
+        stopInitiating()
+    }
+
+    /// LE Create Connection Cancel, once per initiation; its Connection Complete (Unknown Connection
+    /// Identifier) ends the initiation. Before the LE Create Connection was sent there is nothing to cancel:
+    /// the initiation ends when its accept list is filled.
+    private func stopInitiating() {
+        let already = [connectCancelRequested, connectRegroupRequested, connectRotationRequested].filter { $0 }.count > 1
+        if initiationCommandSent && !already { command(.leCreateConnectionCancel) }
     }
 
     func startNextConnect() {
-        guard connectingTo == nil, !pendingConnects.isEmpty, powerState == .on else { return }
-        let address = pendingConnects.removeFirst()
-        connectingTo = address
+        guard initiatingFor.isEmpty, !pendingConnects.isEmpty, powerState == .on else { return }
+        if pendingConnects.count > 1 && filterAcceptListUsable {
+            let targets = Array(pendingConnects.prefix(max(1, filterAcceptListLimit)))
+            pendingConnects.removeFirst(targets.count)
+            initiatingFor = targets
+            initiationGeneration &+= 1
+            let generation = initiationGeneration
+            fillAcceptList(targets) { [self] outcome in
+                // A controller lost meanwhile ended this initiation (and failed its commands).
+                guard outcome != .abandoned, generation == initiationGeneration, !initiatingFor.isEmpty, powerState == .on else { return }
+                if outcome == .refused {
+                    // No usable accept list on this controller: take turns instead.
+                    log("filter accept list unusable; pending connections take turns")
+                    filterAcceptListUsable = false
+                    pendingConnects.insert(contentsOf: initiatingFor, at: 0)
+                    initiatingFor = []
+                    connectRegroupRequested = false
+                    return startNextConnect()
+                }
+                if connectRegroupRequested {
+                    // The set changed while the list was filled: start over with the addresses pending now.
+                    for t in initiationEnded(status: .unknownConnectionIdentifier, peer: nil) {
+                        centralDelegate?.host(self, didFailToConnectTo: t, status: .unknownConnectionIdentifier)
+                    }
+                    return startNextConnect()
+                }
+                createConnection(to: nil)
+            }
+        } else {
+            let address = pendingConnects.removeFirst()
+            initiatingFor = [address]
+            initiationGeneration &+= 1
+            createConnection(to: address)
+            scheduleConnectRotation()
+        }
+    }
+
+    enum AcceptListFill { case filled, refused, abandoned }
+
+    /// Clear, then add each address: `.refused` when the controller refuses a step, `.abandoned` when it
+    /// went away meanwhile.
+    private func fillAcceptList(_ addresses: [BluetoothAddress], done: @escaping (AcceptListFill) -> Void) {
+        func outcome(_ e: HostError?) -> AcceptListFill? {
+            switch e {
+            case nil: return nil
+            case .transportClosed?: return .abandoned
+            default: return .refused
+            }
+        }
+        commandExpectingSuccess(.leClearFilterAcceptList) { [self] e in
+            if let o = outcome(e) { return done(o) }
+            var rest = addresses[...]
+            func next() {
+                guard let a = rest.popFirst() else { return done(.filled) }
+                commandExpectingSuccess(.leAddDeviceToFilterAcceptList(a)) { e in
+                    if let o = outcome(e) { return done(o) }
+                    next()
+                }
+            }
+            next()
+        }
+    }
+
+    /// LE Create Connection to `address`, or (nil) to any device on the accept list.
+    private func createConnection(to address: BluetoothAddress?) {
+        initiationCommandSent = true
+        let peer = address ?? .zero
         let params = LECreateConnection(
-            leScanInterval: 0x0060, leScanWindow: 0x0030, initiatorFilterPolicy: 0,
-            peerAddressType: address.type.isRandom ? 1 : 0, peerAddress: address, ownAddressType: ownAddressType,
+            leScanInterval: 0x0060, leScanWindow: 0x0030, initiatorFilterPolicy: address == nil ? 1 : 0,
+            peerAddressType: peer.type.isRandom ? 1 : 0, peerAddress: peer, ownAddressType: ownAddressType,
             connectionIntervalMin: 0x0018, connectionIntervalMax: 0x0028, maxLatency: 0,
             supervisionTimeout: 0x01F4, minCELength: 0, maxCELength: 0)
+        let generation = initiationGeneration
         command(.leCreateConnection(params)) { [self] r in
             var failed: HCIStatus?
             switch r {
@@ -149,12 +248,74 @@ extension LEHost {
             case let .failure(e): failed = { if case let .commandFailed(_, s) = e { return s }; return .unspecifiedError }()
             default: break
             }
-            if let s = failed, connectingTo == address {
-                connectingTo = nil
-                centralDelegate?.host(self, didFailToConnectTo: address, status: s)
-                startNextConnect()
+            guard let s = failed, generation == initiationGeneration, !initiatingFor.isEmpty else { return }
+            if case .failure(.transportClosed) = r { return }   // the controller went away: controllerLost reports
+            if address == nil && s != .commandDisallowed {
+                // The controller refused to initiate from its accept list: take turns instead.
+                filterAcceptListUsable = false
+                pendingConnects.insert(contentsOf: initiatingFor, at: 0)
+                resetInitiation()
+                return startNextConnect()
             }
+            let failedFor = initiatingFor
+            resetInitiation()
+            for t in failedFor { centralDelegate?.host(self, didFailToConnectTo: t, status: s) }
+            startNextConnect()
         }
+    }
+
+    private func resetInitiation() {
+        initiatingFor = []
+        initiationCommandSent = false
+        connectCancelRequested = false
+        connectRegroupRequested = false
+        connectRotationRequested = false
+        loop.cancel(connectRotationTimer)
+        connectRotationTimer = nil
+    }
+
+    /// Without an accept list, the one address being initiated gives up its turn after
+    /// `connectRotationInterval` while others wait.
+    func scheduleConnectRotation() {
+        guard connectRotationTimer == nil, initiatingFor.count == 1, !pendingConnects.isEmpty else { return }
+        let current = initiatingFor
+        connectRotationTimer = loop.schedule(after: connectRotationInterval) { [weak self] in
+            guard let self else { return }
+            self.connectRotationTimer = nil
+            guard self.initiatingFor == current, !self.pendingConnects.isEmpty, self.initiationCommandSent,
+                  !self.connectCancelRequested, !self.connectRotationRequested, !self.connectRegroupRequested else {
+                return self.scheduleConnectRotation()
+            }
+            self.connectRotationRequested = true
+            self.command(.leCreateConnectionCancel)
+        }
+    }
+
+    /// The end of an initiation (its Connection Complete): returns the addresses whose attempt failed for
+    /// good. A connection made takes its address; the others of the accept list, and those of an initiation
+    /// stopped for a regroup or a turn, wait again.
+    func initiationEnded(status: HCIStatus, peer: BluetoothAddress?) -> [BluetoothAddress] {
+        let targets = initiatingFor
+        let appCancel = connectCancelRequested, rotated = connectRotationRequested, regrouped = connectRegroupRequested
+        resetInitiation()
+        func same(_ a: BluetoothAddress, _ b: BluetoothAddress?) -> Bool {
+            guard let b else { return false }
+            return a.bytes == b.bytes && a.type.isRandom == b.type.isRandom
+        }
+        if status == .success {
+            pendingConnects.insert(contentsOf: targets.filter { !same($0, peer) }, at: 0)
+            return []
+        }
+        if status == .unknownConnectionIdentifier && !appCancel && (rotated || regrouped) {
+            if rotated { pendingConnects.append(contentsOf: targets) } else { pendingConnects.insert(contentsOf: targets, at: 0) }
+            return []
+        }
+        if targets.count > 1, let hit = targets.first(where: { same($0, peer) }) {
+            // One device of the accept list failed to connect: the others wait again.
+            pendingConnects.insert(contentsOf: targets.filter { $0 != hit }, at: 0)
+            return [hit]
+        }
+        return targets
     }
 }
 

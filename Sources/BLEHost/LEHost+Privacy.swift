@@ -35,7 +35,7 @@ extension LEHost {
         loop.cancel(privacyTimer)
         privacyTimer = nil
         guard powerState == .on, let interval = privacyInterval else { return completion(.notPoweredOn) }
-        if connectingTo != nil {
+        if !initiatingFor.isEmpty {
             privacyTimer = loop.schedule(after: .seconds(1)) { [weak self] in self?.rotatePrivateAddress(completion: completion) }
             return
         }

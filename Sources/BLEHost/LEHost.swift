@@ -23,6 +23,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let name: String
 
     public private(set) var powerState: HostPowerState = .off
+    /// The operating system refused this process the controller (EPERM/EACCES when opening it: a missing
+    /// capability or group); the power state then reads `.unsupported` with the reason.
+    public private(set) var controllerAccessDenied = false
     private var powerObservers: [UInt64: (HostPowerState) -> Void] = [:]
     private var nextObserverID: UInt64 = 0
 
@@ -73,8 +76,26 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public internal(set) var isAdvertising = false
     var wantsAdvertising: AdvertisingConfiguration?
     var pendingConnects: [BluetoothAddress] = []
-    var connectingTo: BluetoothAddress?
+    /// The addresses the current LE Create Connection waits for: one (direct), or several (filter accept list).
+    var initiatingFor: [BluetoothAddress] = []
+    /// The LE Create Connection of the current initiation was sent (after the accept list was filled).
+    var initiationCommandSent = false
+    /// Counts initiations, so that answers to an earlier one's commands are told apart.
+    var initiationGeneration: UInt64 = 0
+    /// The app cancelled the one address being initiated.
     var connectCancelRequested = false
+    /// The initiation is being cancelled to start again with the addresses pending now.
+    var connectRegroupRequested = false
+    /// Whether the controller takes an accept list to wait for several devices at once; false once it failed.
+    public internal(set) var filterAcceptListUsable = true
+    /// How many devices one initiation puts on the accept list (controllers hold at least this many).
+    public var filterAcceptListLimit = 8
+    /// Set while the current LE Create Connection is being cancelled to give the next address its turn.
+    var connectRotationRequested = false
+    var connectRotationTimer: LoopTimer?
+    /// How long one LE Create Connection runs before the next waiting address gets its turn, when several
+    /// connections are pending (one alone is never interrupted).
+    public var connectRotationInterval: LoopTime = .milliseconds(1500)
 
     // L2CAP credit-based channels (LEHost+Channels.swift).
     var l2capServers: [UInt16: L2CAPServer] = [:]
@@ -89,7 +110,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// Updates submitted from other threads (see `submitUpdate`), shared under a lock.
     struct PendingUpdate { var value: [UInt8]; var handle: UInt16; var clients: [UInt16]? }
     struct TransmitQueue { var submitted = 0; var waitingPackets = 0; var wantsReady = false; var updates: [PendingUpdate] = [] }
-    let transmitQueue = Mutex(TransmitQueue())
+    let transmitQueue = Locked(TransmitQueue())
     /// How many updates may wait in the host before `submitUpdate` says the queue is full.
     public var transmitQueueLimit = 32
 
@@ -113,6 +134,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var scanSettings: (active: Bool, filterDuplicates: Bool, interval: UInt16, window: UInt16)?
     /// Retry reads, writes and subscriptions that fail for lack of encryption after securing the link (iOS behaviour).
     public var pairsOnInsufficientSecurity = true
+    /// After a connection as central completes, ask for the largest LL data length (Data Length Extension)
+    /// and LE 2M when the controller supports them, as iOS does.
+    public var requestsFastLinks = true
 
     public init(transport: any HCITransport, loop: EventLoop, name: String = "host",
                 database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)) {
@@ -161,10 +185,13 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         setPowerState(.starting)
         do {
             try transport.open(sink: self)
+            controllerAccessDenied = false
         } catch {
             log("cannot open \(transport.name): \(error)")
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
-            setPowerState(hadController ? .off : .unsupported("\(error)"))
+            if case TransportError.permissionDenied = error { controllerAccessDenied = true }
+            // A controller we had before is "off" while it is away; one never reached is "unsupported".
+            setPowerState(hadController && !controllerAccessDenied ? .off : .unsupported("\(error)"))
             scheduleReconnect()
             return
         }
@@ -291,9 +318,15 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         currentPrivateAddress = nil
         loop.cancel(privacyTimer)
         privacyTimer = nil
-        let pending = pendingConnects + (connectingTo.map { [$0] } ?? [])
+        let pending = initiatingFor + pendingConnects
         pendingConnects.removeAll()
-        connectingTo = nil
+        initiatingFor = []
+        initiationCommandSent = false
+        connectCancelRequested = false
+        connectRegroupRequested = false
+        connectRotationRequested = false
+        loop.cancel(connectRotationTimer)
+        connectRotationTimer = nil
         for (_, c) in connections.sorted(by: { $0.key < $1.key }) {
             connectionClosed(c, reason: .connectionTimeout)
         }

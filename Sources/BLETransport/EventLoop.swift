@@ -42,7 +42,7 @@ public final class EventLoop: @unchecked Sendable {
 
     // Cross-thread work queue.
     private struct Pending { var work: [() -> Void] = []; var drainScheduled = false }
-    private let pending = Mutex(Pending())
+    private let pending = Locked(Pending())
 
     // Loop-confined state.
     private var virtualNow: LoopTime = 0

@@ -40,6 +40,8 @@ extension HCITransport {
 public enum TransportError: Error, CustomStringConvertible, Equatable {
     case invalidSpec(String)
     case connectFailed(String)
+    /// The operating system refused access to the controller (EPERM, EACCES): a missing capability or group.
+    case permissionDenied(String)
     case io(String)
     case closed
 
@@ -47,6 +49,7 @@ public enum TransportError: Error, CustomStringConvertible, Equatable {
         switch self {
         case let .invalidSpec(s): return "invalid transport spec: \(s)"
         case let .connectFailed(s): return "could not connect: \(s)"
+        case let .permissionDenied(s): return "permission denied: \(s)"
         case let .io(s): return "I/O error: \(s)"
         case .closed: return "transport closed"
         }

@@ -17,7 +17,7 @@ public final class StreamConnection: @unchecked Sendable {
     private let isTCP: Bool
     /// Guards writes; while the reader thread handles one read's packets, what it writes is gathered in
     /// `pending` and leaves in one system call after the last packet (other threads flush it first).
-    private let writeLock = Mutex(WriteState())
+    private let writeLock = Locked(WriteState())
     struct WriteState {
         var pending: [UInt8] = []
         var gathering = false
@@ -25,7 +25,7 @@ public final class StreamConnection: @unchecked Sendable {
         /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
         var writes = 0
     }
-    private let state = Mutex<(closed: Bool, started: Bool)>((false, false))
+    private let state = Locked<(closed: Bool, started: Bool)>((false, false))
     public let label: String
     /// Re-arm TCP_QUICKACK after each read (OCB_TCP_QUICKACK=0 turns it off, for measurements).
     let quickAckEnabled = ProcessInfo.processInfo.environment["OCB_TCP_QUICKACK"] != "0"
@@ -199,7 +199,7 @@ public enum Sockets {
 public final class TCPListener: @unchecked Sendable {
     public let fd: Int32
     public let port: UInt16
-    private let closed = Mutex(false)
+    private let closed = Locked(false)
 
     /// Binds to `port` (0 picks a free one) on `host` (default: loopback).
     public init(host: String = "127.0.0.1", port: UInt16) throws {

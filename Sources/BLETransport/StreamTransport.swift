@@ -5,7 +5,7 @@ import Synchronization
 public final class StreamTransport: HCITransport, @unchecked Sendable {
     public let name: String
     private let connectFn: () throws -> (Int32, Bool)
-    private let connection = Mutex<StreamConnection?>(nil)
+    private let connection = Locked<StreamConnection?>(nil)
 
     public init(name: String, connect: @escaping () throws -> (fd: Int32, isTCP: Bool)) {
         self.name = name

@@ -39,6 +39,9 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             if e == EAFNOSUPPORT {
                 throw TransportError.connectFailed("hci-socket:\(index): this kernel has no Bluetooth support (AF_BLUETOOTH unavailable)")
             }
+            if e == EPERM || e == EACCES {
+                throw TransportError.permissionDenied("hci-socket:\(index): socket(): \(String(cString: strerror(e))); the HCI user channel needs CAP_NET_ADMIN")
+            }
             throw TransportError.connectFailed("hci-socket:\(index): socket(): \(String(cString: strerror(e)))")
         }
         var addr: (UInt16, UInt16, UInt16) = (UInt16(AF_BLUETOOTH), UInt16(index), HCI_CHANNEL_USER)
@@ -48,6 +51,7 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         if rc != 0 {
             let e = errno
             _ = Glibc.close(fd)
+            if e == EPERM || e == EACCES { throw TransportError.permissionDenied(Self.explainBindFailure(index: index, errno: e)) }
             throw TransportError.connectFailed(Self.explainBindFailure(index: index, errno: e))
         }
         return fd

@@ -11,7 +11,13 @@ public enum SerialPort {
     /// Opens and configures a serial device (or a pseudo-terminal) for raw H4.
     public static func open(path: String, baud: Int, flowControl: Bool = false) throws -> Int32 {
         let fd = Glibc.open(path, O_RDWR | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { throw TransportError.connectFailed("serial \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            let e = errno
+            let why = "serial \(path): \(String(cString: strerror(e)))"
+            // A port the user may not open (not in the dialout group) is a permission failure.
+            if e == EACCES || e == EPERM { throw TransportError.permissionDenied(why + " (add yourself to the port's group, e.g. dialout)") }
+            throw TransportError.connectFailed(why)
+        }
         var t = termios()
         guard tcgetattr(fd, &t) == 0 else {
             let e = String(cString: strerror(errno))

@@ -111,10 +111,26 @@ extension VirtualController {
             scanning = on
             filterDuplicates = dup
             complete(op)
+        case .leClearFilterAcceptList:
+            // The list may not change while an initiator uses it (Vol 4 Part E §7.8.15).
+            guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
+            filterAcceptList.removeAll()
+            complete(op)
+        case let .leAddDeviceToFilterAcceptList(a):
+            guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
+            if !filterAcceptList.contains(where: { $0.bytes == a.bytes && $0.type.isRandom == a.type.isRandom }) {
+                guard filterAcceptList.count < Self.filterAcceptListCapacity else { return complete(op, .memoryCapacityExceeded) }
+                filterAcceptList.append(a)
+            }
+            complete(op)
+        case let .leRemoveDeviceFromFilterAcceptList(a):
+            guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
+            filterAcceptList.removeAll { $0.bytes == a.bytes && $0.type.isRandom == a.type.isRandom }
+            complete(op)
         case let .leCreateConnection(p):
             guard initiating == nil else { return status(op, .commandDisallowed) }
             guard ConnectionParametersCheck.valid(p) else { return status(op, .invalidParameters) }
-            if links.values.contains(where: { $0.peer?.address.bytes == p.peerAddress.bytes && !$0.lost }) {
+            if p.initiatorFilterPolicy != 1, links.values.contains(where: { $0.peer?.address.bytes == p.peerAddress.bytes && !$0.lost }) {
                 return status(op, .aclConnectionAlreadyExists)
             }
             initiating = p

@@ -53,8 +53,7 @@ extension VirtualController {
         let me = ownAddress
         let myType: UInt8 = me.type.isRandom ? 1 : 0
         for other in air.initiators where other !== self && other.isPoweredOn {
-            if let target = other.initiating, isConnectableAdvertising, target.peerAddress.bytes == me.bytes,
-               (target.peerAddressType & 1) == myType {
+            if let target = other.initiating, isConnectableAdvertising, other.initiates(to: me, type: myType, with: target) {
                 connect(initiator: other, parameters: target)
                 return   // advertising stopped with the connection
             }
@@ -66,6 +65,16 @@ extension VirtualController {
                 other.report(LEAdvertisingReport(eventType: .scanRsp, addressType: myType, address: me, data: scanResponseData, rssi: rssi))
             }
         }
+    }
+
+    /// Whether an initiator with these parameters connects to an advertiser at `address`: the peer it names,
+    /// or with filter policy 1 any device on its filter accept list not already connected to it.
+    func initiates(to address: BluetoothAddress, type: UInt8, with p: LECreateConnection) -> Bool {
+        if p.initiatorFilterPolicy == 1 {
+            guard filterAcceptList.contains(where: { $0.bytes == address.bytes && ($0.type.isRandom ? 1 : 0) == type }) else { return false }
+            return !links.values.contains { $0.peer?.address.bytes == address.bytes && !$0.lost }
+        }
+        return p.peerAddress.bytes == address.bytes && (p.peerAddressType & 1) == type
     }
 
     /// Delivers a report, applying duplicate filtering (Vol 4 Part E §7.8.11).

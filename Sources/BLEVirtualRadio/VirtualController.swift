@@ -87,6 +87,9 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     }
     var filterDuplicates = false
     var reportedDuplicates: Set<[UInt8]> = []
+    /// The filter accept list (Vol 6 Part B §4.3.1): devices an initiator with filter policy 1 connects to.
+    var filterAcceptList: [BluetoothAddress] = []
+    static let filterAcceptListCapacity = VirtualControllerLimits.filterAcceptListCapacity
     var initiating: LECreateConnection? {
         didSet { if (initiating == nil) != (oldValue == nil) { airRef?.listening(self, initiating: initiating != nil) } }
     }
@@ -208,6 +211,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         scanning = false
         initiating = nil
         reportedDuplicates.removeAll()
+        filterAcceptList.removeAll()
         for (_, link) in links { link.peer?.peerLost(link.peerHandle) }
         links.removeAll()
         completedPackets.removeAll()
@@ -260,4 +264,11 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         completedPackets.removeAll(keepingCapacity: true)
         deliver(.numberOfCompletedPackets(list))
     }
+}
+
+/// What a virtual controller holds.
+public enum VirtualControllerLimits {
+    /// Devices on a filter accept list (LE Add Device To Filter Accept List answers Memory Capacity
+    /// Exceeded beyond this).
+    public static let filterAcceptListCapacity = 16
 }

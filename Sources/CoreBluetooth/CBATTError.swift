@@ -33,7 +33,7 @@ public struct CBATTError: CustomNSError, Hashable, @unchecked Sendable {
     public var errorCode: Int { _nsError.code }
     public var errorUserInfo: [String: Any] { _nsError.userInfo }
     public var userInfo: [String: Any] { _nsError.userInfo }
-    public var code: Code { Code(rawValue: _nsError.code) }
+    public var code: Code { Code(rawValue: _nsError.code) ?? .other(_nsError.code) }
 
     public static func == (a: CBATTError, b: CBATTError) -> Bool { a._nsError.code == b._nsError.code }
     public func hash(into h: inout Hasher) { h.combine(_nsError.code) }
@@ -69,8 +69,10 @@ public struct CBATTError: CustomNSError, Hashable, @unchecked Sendable {
             .insufficientResources,
         ]
 
-        /// Never fails: a named case for 0x00…0x11, `.other(rawValue)` otherwise.
-        public init(rawValue: Int) {
+        /// Failable in its signature, as the imported NS_ENUM is (so `if let` and `guard let` compile), but
+        /// like Apple's non-frozen enums it accepts every value: a named case for 0x00…0x11, `.other(rawValue)`
+        /// otherwise.
+        public init?(rawValue: Int) {
             if rawValue >= 0, rawValue < Self.named.count {
                 self = Self.named[rawValue]
             } else {

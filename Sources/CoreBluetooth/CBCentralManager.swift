@@ -22,12 +22,21 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     package let leHost: LEHost?
     private var storedIsScanning = false
 
-    // Loop-confined.
+    // Loop-confined. Peripherals are held weakly (the app keeps those it uses, as on iOS), so a long scan
+    // among rotating private addresses does not grow memory; pending and connected ones are held by
+    // `connectingPeripherals` and by their connection's context.
     private var scan: ScanState?
-    private var peripheralsByAddress: [BluetoothAddress: CBPeripheral] = [:]
+    private var peripheralsByAddress = WeakTable<BluetoothAddress, CBPeripheral>()
     private var connectingPeripherals: [BluetoothAddress: CBPeripheral] = [:]
     private var cancelledConnects: Set<BluetoothAddress> = []
     private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
+    /// The host's hub, which this manager shares with the others on the host (set on the loop; read
+    /// under managerLock elsewhere).
+    private var hub: HostHub? {
+        get { managerLock.withLock { storedHub } }
+        set { managerLock.withLock { storedHub = newValue } }
+    }
+    private var storedHub: HostHub?
 
     let eventListeners = EventListeners<CBCentralManagerEvent>()
     /// State restoration (CBCentralManagerOptionRestoreIdentifierKey).
@@ -36,7 +45,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     private var scanRecord: (services: [CBUUID]?, options: [String: Any]?)?
 
     // Any thread (under managerLock).
-    private var peripheralsByIdentifier: [UUID: CBPeripheral] = [:]
+    private var peripheralsByIdentifier = WeakTable<UUID, CBPeripheral>()
+    /// The host's device cache (identifiers, addresses, names), set when the controller is first on.
+    private var storedDeviceCache: DeviceCache?
+    var deviceCache: DeviceCache? { managerLock.withLock { storedDeviceCache } }
 
     public convenience override init() {
         self.init(delegate: Optional<any CBCentralManagerDelegate>.none, queue: Optional<DispatchQueue>.none, options: Optional<[String: Any]>.none)
@@ -46,9 +58,11 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         self.init(delegate: delegate, queue: queue, options: nil)
     }
 
-    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset). On a
+    /// real controller every manager of the process shares one host; on the virtual radio each manager is
+    /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
-        let made = Result { try HostFactory.makeHostFromEnvironment(name: "central") }
+        let made = Result { try HostFactory.sharedHostFromEnvironment(name: "central") }
         self.init(delegate: delegate, queue: queue, made: made, restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String)
     }
 
@@ -72,11 +86,15 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         start(on: leHost, queue: queue, failure: failure,
               announceUnsupported: { [weak self] in if let self { self.delegate?.centralManagerDidUpdateState(self) } },
               register: { [weak self] host in
-                  host.centralDelegate = self
+                  guard let self else { return }
+                  let hub = HostHub.of(host)
+                  hub.add(self)
+                  self.hub = hub
                   // Once a device has told us its identity, its later private addresses find the same CBPeripheral.
                   host.addSecurityObserver { [weak self] c, e in
                       guard let self, case .paired = e, let p = c.context as? CBPeripheral, p.manager === self else { return }
                       peripheralsByAddress[c.identityAddress] = p
+                      deviceCache?.bind(p.identifier, toIdentity: c.identityAddress)
                   }
               },
               powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
@@ -84,15 +102,19 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     deinit {
         if let host = leHost {
-            host.loop.execute { [host] in if host.peripheralDelegate == nil { host.powerOff() } }
+            // The host stays on while another manager uses it (HostHub).
+            host.loop.execute { [host] in HostHub.of(host).managerGone() }
         }
     }
 
     // MARK: State
 
-    private func hostPowerChanged(_ s: HostPowerState) {
-        let newState = s.managerState
+    private func hostPowerChanged(_ newState: CBManagerState) {
         guard newState != .unknown else { return }
+        if newState == .poweredOn, let host = leHost {
+            let cache = DeviceCache.of(host)
+            managerLock.withLock { storedDeviceCache = cache }
+        }
         if newState != .poweredOn {
             scan = nil
             connectingPeripherals.removeAll()
@@ -102,7 +124,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             if newState != .poweredOn {
                 managerLock.withLock { storedIsScanning = false }
                 // Links are gone; peripherals of this manager are disconnected (no didDisconnect, as on iOS).
-                for p in managerLock.withLock({ Array(peripheralsByIdentifier.values) }) { p.resetAfterDisconnect() }
+                for p in managerLock.withLock({ peripheralsByIdentifier.values }) { p.resetAfterDisconnect() }
             }
             guard state != newState else { return }
             let restored = newState == .poweredOn ? takeRestoredState() : nil
@@ -124,6 +146,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     /// Whether this platform supports a feature.
+    @discardableResult
     open class func supports(_ features: Feature) -> Bool { features.isEmpty }
 
     open var isScanning: Bool { managerLock.withLock { storedIsScanning } }
@@ -142,7 +165,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         saveRestorationState()
         host.loop.execute { [self] in
             scan = state
-            host.startScanning(active: true, filterDuplicates: false) { [weak self] e in
+            hub?.startScanning(for: self) { [weak self] e in
                 guard let self, e != nil else { return }
                 scan = nil
                 managerLock.withLock { storedIsScanning = false }
@@ -156,7 +179,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         saveRestorationState()
         host.loop.execute { [self] in
             scan = nil
-            host.stopScanning()
+            hub?.stopScanning(for: self)
         }
     }
 
@@ -170,7 +193,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let q = queue
         q.async { [self] in
             let advertisement = box.value
-            if let name = advertisement[CBAdvertisementDataLocalNameKey] as? String { p.setAdvertisedName(name) }
+            if let name = advertisement[CBAdvertisementDataLocalNameKey] as? String {
+                p.setAdvertisedName(name)
+                deviceCache?.setName(name, for: p.identifier)
+            }
             if let uuids = advertisement[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID] { p.addAdvertisedServices(uuids) }
             guard isScanning else { return }
             delegate?.centralManager(self, didDiscover: p, advertisementData: advertisement, rssi: rssi)
@@ -183,11 +209,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         guard let id = restoreIdentifier, !restorationChecked else { return nil }
         restorationChecked = true
         guard let saved = RestorationStore.loadCentral(id: id) else { return nil }
-        let peripherals = saved.addresses.map { a -> CBPeripheral in
-            let p = CBPeripheral(manager: self, address: a, identifier: CBPeripheral.identifier(for: a))
-            managerLock.withLock { peripheralsByIdentifier[p.identifier] = p }
-            leHost?.loop.execute { [self] in if peripheralsByAddress[a] == nil { peripheralsByAddress[a] = p } }
-            return p
+        let peripherals = saved.peripherals.map { (a, savedID) -> CBPeripheral in
+            // A restored peripheral keeps the identifier the app knew it by.
+            let id = deviceCache?.identifier(for: a, preferring: savedID) ?? savedID ?? UUID()
+            return existingOrNewPeripheral(identifier: id, address: a, name: deviceCache?.entry(for: id)?.name)
         }
         return RestoredCentralState(peripherals: peripherals, scanning: saved.scanning, scanServices: saved.scanServices, scanOptions: saved.scanOptions)
     }
@@ -195,14 +220,15 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// Saves the peripherals connected or being connected, and the scan, for a later manager with this identifier.
     func saveRestorationState() {
         guard let id = restoreIdentifier else { return }
-        let (peripherals, scanRecord) = managerLock.withLock { (Array(peripheralsByIdentifier.values), self.scanRecord) }
-        let kept = peripherals.filter { $0.state == .connected || $0.state == .connecting }.map(\.deviceAddress)
-        RestorationStore.saveCentral(id: id, addresses: kept, scanning: scanRecord != nil,
+        let (peripherals, scanRecord) = managerLock.withLock { (peripheralsByIdentifier.values, self.scanRecord) }
+        let kept = peripherals.filter { $0.state == .connected || $0.state == .connecting }.map { ($0.deviceAddress, $0.identifier) }
+        RestorationStore.saveCentral(id: id, peripherals: kept, scanning: scanRecord != nil,
                                      scanServices: scanRecord?.services ?? nil, scanOptions: scanRecord?.options ?? nil)
     }
 
     /// The one CBPeripheral of this manager for an address (created on first sight). Loop only.
-    /// A bonded device seen at a new private address is the same CBPeripheral (its IRK resolves the address).
+    /// A bonded device seen at a new private address is the same CBPeripheral (its IRK resolves the address),
+    /// and keeps its identifier through the device cache.
     func peripheral(for address: BluetoothAddress) -> CBPeripheral {
         if let p = peripheralsByAddress[address] { return p }
         let identity = leHost?.identity(of: address) ?? address
@@ -211,33 +237,84 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             peripheralsByAddress[address] = p
             return p
         }
-        let p = CBPeripheral(manager: self, address: address, identifier: CBPeripheral.identifier(for: identity))
+        let bonded = leHost?.bondStore.bond(matching: address) != nil
+        let id = deviceCache?.identifier(for: identity, bonded: bonded) ?? UUID()
+        let p = managerLock.withLock { () -> CBPeripheral in
+            if let p = peripheralsByIdentifier[id] { return p }
+            let p = CBPeripheral(manager: self, address: address, identifier: id)
+            peripheralsByIdentifier[id] = p
+            return p
+        }
+        p.deviceAddress = address
         peripheralsByAddress[address] = p
         if identity != address { peripheralsByAddress[identity] = p }
-        managerLock.withLock { peripheralsByIdentifier[p.identifier] = p }
+        return p
+    }
+
+    /// The live CBPeripheral with this identifier, or a new one at `address` (registered on the loop). Any thread.
+    private func existingOrNewPeripheral(identifier id: UUID, address: BluetoothAddress, name: String?) -> CBPeripheral {
+        let (p, made) = managerLock.withLock { () -> (CBPeripheral, Bool) in
+            if let p = peripheralsByIdentifier[id] { return (p, false) }
+            let p = CBPeripheral(manager: self, address: address, identifier: id)
+            peripheralsByIdentifier[id] = p
+            return (p, true)
+        }
+        guard made else { return p }
+        if let name { p.setAdvertisedName(name) }
+        let box = UncheckedBox(p)
+        leHost?.loop.execute { [self] in if peripheralsByAddress[address] == nil { peripheralsByAddress[address] = box.value } }
         return p
     }
 
     // MARK: Retrieval
 
     /// The known peripherals with these identifiers, in the order asked; unknown identifiers are skipped.
+    /// Known means met by this host, in this run or an earlier one (the device cache), as on iOS; a
+    /// peripheral found only in the cache is returned disconnected, ready for `connect`.
+    @discardableResult
     open func retrievePeripherals(withIdentifiers identifiers: [UUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
-        return managerLock.withLock { identifiers.compactMap { peripheralsByIdentifier[$0] } }
+        let cache = deviceCache
+        return identifiers.compactMap { id -> CBPeripheral? in
+            if let p = managerLock.withLock({ peripheralsByIdentifier[id] }) { return p }
+            guard let e = cache?.entry(for: id), let a = e.bluetoothAddress else { return nil }
+            return existingOrNewPeripheral(identifier: id, address: a, name: e.name)
+        }
     }
 
-    /// Connected peripherals that expose any of these services (as far as discovery has seen them).
+    /// Connected peripherals that expose any of these services: those this manager connected, and those
+    /// other managers of the process connected on the same controller (returned as this manager's
+    /// peripherals, disconnected until it connects them, as iOS returns links other apps made). iOS
+    /// discovers every connected device's primary services itself, so a peripheral is found right after
+    /// `didConnect`, before the app has discovered anything.
+    @discardableResult
     open func retrieveConnectedPeripherals(withServices serviceUUIDs: [CBUUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
         let wanted = Set(serviceUUIDs)
-        return managerLock.withLock { Array(peripheralsByIdentifier.values) }
-            .filter { $0.state == .connected && ($0.services ?? []).contains { wanted.contains($0.uuid) } }
-            .sorted { $0.identifier.uuidString < $1.identifier.uuidString }
+        func exposes(_ p: CBPeripheral) -> Bool {
+            p.state == .connected
+                && (!wanted.isDisjoint(with: p.linkServiceUUIDs) || (p.services ?? []).contains { wanted.contains($0.uuid) })
+        }
+        var found: [UUID: CBPeripheral] = [:]
+        for p in managerLock.withLock({ peripheralsByIdentifier.values }) where exposes(p) { found[p.identifier] = p }
+        for other in hub?.centralManagersOnHost ?? [] where other !== self {
+            for p in other.managerLock.withLock({ other.peripheralsByIdentifier.values }) where exposes(p) && found[p.identifier] == nil {
+                found[p.identifier] = existingOrNewPeripheral(identifier: p.identifier, address: p.deviceAddress, name: p.name)
+            }
+        }
+        return found.values.sorted { $0.identifier.uuidString < $1.identifier.uuidString }
     }
 
     // MARK: Connections
+    //
+    // Any number of connections may be pending; none times out (the host gives each its turn on the
+    // controller). Once a link is up, the manager exchanges the ATT MTU and discovers the primary services,
+    // as iOS does on every connection, and only then announces didConnect: `maximumWriteValueLength` is
+    // final in didConnect, and `retrieveConnectedPeripherals(withServices:)` finds the peripheral at once.
+    // A link lost before that is a failed connection (didFailToConnect with the reason).
 
-    /// Connects; never times out. Ends in exactly one of didConnect or didFailToConnect.
+    /// Connects; never times out. Ends in exactly one of didConnect or didFailToConnect (or didDisconnect
+    /// with a nil error, when cancelled first).
     open func connect(_ peripheral: CBPeripheral, options: [String: Any]? = nil) {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         guard peripheral.manager === self else {
@@ -248,13 +325,15 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             queue.async { [self] in delegate?.centralManager(self, didConnect: peripheral); broadcast(.connected(peripheral)) }
             return
         }
+        guard peripheral.state != .connecting else { return }
         peripheral.setState(.connecting)
         peripheral.autoReconnect = (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? NSNumber)?.boolValue
             ?? (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? Bool) ?? false
         let delay = (options?[CBConnectPeripheralOptionStartDelayKey] as? NSNumber)?.doubleValue ?? 0
+        let attempt = peripheral.beginConnectAttempt()
         host.loop.execute { [self] in
             let start = { [self] in
-                guard peripheral.state == .connecting else { return }
+                guard peripheral.isCurrentConnectAttempt(attempt), peripheral.state == .connecting else { return }
                 connectingPeripherals[peripheral.deviceAddress] = peripheral
                 host.connect(to: peripheral.deviceAddress)
             }
@@ -262,18 +341,20 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    /// Disconnects or cancels a pending connection; didDisconnectPeripheral follows with a nil error.
+    /// Disconnects or cancels a pending connection; didDisconnectPeripheral follows with a nil error. A
+    /// pending connection reads `.disconnected` at once, as on iOS.
     open func cancelPeripheralConnection(_ peripheral: CBPeripheral) {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
         let wasState = peripheral.state
         peripheral.autoReconnect = false
         guard wasState != .disconnected else { return }
-        peripheral.setState(.disconnecting)
+        peripheral.setState(wasState == .connecting ? .disconnected : .disconnecting)
+        peripheral.beginConnectAttempt()   // a start delay still running will not start
         host.loop.execute { [self] in
             if let c = peripheral.connection {
                 peripheral.localCancel = true
                 c.disconnect()
-            } else if connectingPeripherals[peripheral.deviceAddress] != nil {
+            } else if connectingPeripherals[peripheral.deviceAddress] === peripheral {
                 cancelledConnects.insert(peripheral.deviceAddress)
                 host.cancelConnect(to: peripheral.deviceAddress)
             } else {
@@ -284,25 +365,49 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     public func host(_ host: LEHost, didConnect connection: HostConnection) {
-        guard let p = connectingPeripherals.removeValue(forKey: connection.peerAddress) ?? peripheralsByAddress[connection.peerAddress],
-              p.state == .connecting || p.state == .disconnecting || p.autoReconnect || cancelledConnects.contains(connection.peerAddress) else {
+        _ = claim(connection)
+    }
+
+    /// Takes a new central link if this manager asked for it (several managers may share the host).
+    package func claim(_ connection: HostConnection) -> Bool {
+        guard let host = leHost else { return false }
+        let address = connection.peerAddress
+        let asked = connectingPeripherals.removeValue(forKey: address)
+        guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else {
             // A link nobody here asked for (another manager on the same host): leave it alone.
-            return
-        }
-        if cancelledConnects.remove(connection.peerAddress) != nil || p.state == .disconnecting {
-            p.localCancel = true
-            p.connection = connection
-            connection.context = p
-            connection.disconnect()
-            return
+            return false
         }
         p.connection = connection
         connection.context = p
-        connection.exchangeMTU()
+        p.announcedConnected = false
+        if cancelledConnects.remove(address) != nil || p.state != .connecting {
+            // Cancelled while the link was being made: close it; didDisconnect (nil error) follows.
+            p.localCancel = true
+            connection.disconnect()
+            return true
+        }
         p.watchServiceChanged(on: connection)
+        let bonded = host.bondStore.bond(matching: address) != nil
+        deviceCache?.markConnected(p.identifier, bonded: bonded)
+        connection.exchangeMTU { [self, weak connection] _ in
+            guard let connection, connection.isOpen else { return }
+            connection.gatt(.discoverAllPrimaryServices) { [self, weak connection] r in
+                guard let connection, connection.isOpen, p.connection === connection else { return }
+                var uuids: Set<CBUUID> = []
+                if case let .success(.services(found)) = r { uuids = Set(found.prefix(CBPeripheral.maximumServices).map { CBUUID($0.uuid) }) }
+                announceConnected(p, on: connection, mtu: connection.attMTU, services: uuids)
+            }
+        }
+        return true
+    }
+
+    /// The link is set up: hands the values the delegate queue reads over to it, then calls didConnect. Loop.
+    private func announceConnected(_ p: CBPeripheral, on connection: HostConnection, mtu: UInt16, services: Set<CBUUID>) {
+        p.announcedConnected = true
         let q = queue
         q.async { [self] in
-            p.didConnect(mtu: connection.attMTU)
+            guard p.state == .connecting else { return }   // cancelled meanwhile: didDisconnect follows
+            p.didConnect(mtu: mtu, linkServices: services)
             saveRestorationState()
             delegate?.centralManager(self, didConnect: p)
             broadcast(.connected(p))
@@ -318,20 +423,28 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             announceDisconnect(p, error: nil)
             return
         }
+        announceFailure(p, CBError.from(hciStatus: status, connecting: true))
+    }
+
+    private func announceFailure(_ p: CBPeripheral, _ e: CBError) {
         let q = queue
         q.async { [self] in
             p.resetAfterDisconnect()
-            let e = CBError.from(hciStatus: status, connecting: true)
             delegate?.centralManager(self, didFailToConnect: p, error: e)
             broadcast(.failedToConnect(p, e))
         }
     }
 
     public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
-        guard let p = connection.context as? CBPeripheral, p.manager === self else { return }
+        guard let p = connection.context as? CBPeripheral, p.manager === self, p.connection === connection else { return }
         let local = p.localCancel
         p.localCancel = false
         p.connection = nil
+        if !p.announcedConnected && !local {
+            // Lost while being set up: the connection failed.
+            announceFailure(p, CBError.from(hciStatus: reason, connecting: true))
+            return
+        }
         // CBConnectPeripheralOptionEnableAutoReconnect: a link lost (not cancelled here) is connected again by
         // the system, and the app hears isReconnecting = true.
         let reconnect = !local && p.autoReconnect
@@ -366,7 +479,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     public func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
-        (connection.context as? CBPeripheral)?.setMTU(mtu)
+        // Handed over in order with the other link events, so didConnect's value is never overwritten by an
+        // older one.
+        guard let p = connection.context as? CBPeripheral else { return }
+        queue.async { p.setMTU(mtu) }
     }
 
     // MARK: Connection events
@@ -384,6 +500,14 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
         return options.isEmpty
     }
+
+    /// How many CBPeripherals this manager holds alive, and how many table entries it keeps (for tests).
+    package var peripheralCounts: (alive: Int, stored: Int) {
+        managerLock.withLock { (peripheralsByIdentifier.values.count, peripheralsByIdentifier.storedCount) }
+    }
+
+    /// How many devices the host's device cache holds (for tests); nil before the controller was on.
+    package var deviceCacheCount: Int? { deviceCache?.count }
 
     /// The host this manager runs on (for tests and tools).
     package var leHostForTests: LEHost { leHost! }

@@ -14,3 +14,17 @@ package final class CBLock: @unchecked Sendable {
         return try body()
     }
 }
+
+/// A value behind an NSLock (ThreadSanitizer on Linux sees NSLock; it cannot see Synchronization.Mutex).
+package final class CBMutex<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    package init(_ value: Value) { self.value = value }
+
+    package func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}

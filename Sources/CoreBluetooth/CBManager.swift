@@ -17,11 +17,22 @@ open class CBManager: NSObject, @unchecked Sendable {
 
     package func setState(_ s: CBManagerState) { managerLock.withLock { storedState = s } }
 
-    /// On Linux every process may use the controller it can open.
-    open class var authorization: CBManagerAuthorization { .allowedAlways }
+    /// Whether this process may use Bluetooth. Linux asks no question: a process may use any controller
+    /// the operating system lets it open, so this is `.allowedAlways`, except while a manager of this
+    /// process is refused its controller for lack of permission (an HCI user channel without
+    /// CAP_NET_ADMIN, a serial port outside the user's groups): then `.denied`, and that manager reads
+    /// `.unauthorized`.
+    open class var authorization: CBManagerAuthorization {
+        unauthorizedManagers.withLock { $0.isEmpty } ? .allowedAlways : .denied
+    }
 
     @available(*, deprecated, message: "Use the class property authorization instead")
-    open var authorization: CBManagerAuthorization { .allowedAlways }
+    open var authorization: CBManagerAuthorization { Self.authorization }
+
+    /// The managers of this process refused their controller by the operating system.
+    package static let unauthorizedManagers = CBMutex(Set<ObjectIdentifier>())
+
+    deinit { _ = Self.unauthorizedManagers.withLock { $0.remove(ObjectIdentifier(self)) } }
 
     /// Starts a manager on its host: without one, the state becomes `.unsupported` (announced on `queue`);
     /// with one, `register` installs the manager as the host's delegate, power changes are observed, and the
@@ -29,7 +40,7 @@ open class CBManager: NSObject, @unchecked Sendable {
     package func start(on host: LEHost?, queue: DispatchQueue, failure: String?,
                        announceUnsupported: @escaping @Sendable () -> Void,
                        register: @escaping @Sendable (LEHost) -> Void,
-                       powerChanged: @escaping @Sendable (HostPowerState) -> Void) {
+                       powerChanged: @escaping @Sendable (CBManagerState) -> Void) {
         guard let host else {
             queue.async { [self] in
                 CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")
@@ -38,10 +49,22 @@ open class CBManager: NSObject, @unchecked Sendable {
             }
             return
         }
+        let me = ObjectIdentifier(self)
+        // On the loop: a controller the operating system refused reads as .unauthorized, not .unsupported.
+        let observe: @Sendable (HostPowerState) -> Void = { s in
+            var state = s.managerState
+            if case .unsupported = s, host.controllerAccessDenied { state = .unauthorized }
+            if state == .unauthorized {
+                _ = CBManager.unauthorizedManagers.withLock { $0.insert(me) }
+            } else {
+                _ = CBManager.unauthorizedManagers.withLock { $0.remove(me) }
+            }
+            powerChanged(state)
+        }
         host.loop.execute {
             register(host)
-            host.addPowerObserver { s in powerChanged(s) }
-            if host.powerState == .on { powerChanged(.on) } else { host.powerOn() }
+            host.addPowerObserver { s in observe(s) }
+            if host.powerState == .on || host.controllerAccessDenied { observe(host.powerState) } else { host.powerOn() }
         }
     }
 

@@ -17,5 +17,6 @@ open class CBPeer: NSObject, NSCopying, @unchecked Sendable {
     open var identifier: UUID { _identifier }
 
     /// A peer is immutable in identity: a copy is the same object.
+    @discardableResult
     open func copy(with zone: NSZone? = nil) -> Any { self }
 }

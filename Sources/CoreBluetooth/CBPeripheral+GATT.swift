@@ -372,7 +372,7 @@ extension GATTClient.Failure {
     /// The error Core Bluetooth reports for a failed GATT procedure.
     var cbError: any Error {
         switch self {
-        case let .att(code, _): return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)))
+        case let .att(code, _): return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)) ?? .unlikelyError)
         case .timeout: return CBError(.connectionTimeout)
         case .disconnected: return CBError(.peripheralDisconnected)
         case .bearerClosed: return CBError(.notConnected)

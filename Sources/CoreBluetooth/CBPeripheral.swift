@@ -29,10 +29,15 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     private var readySignalScheduled = false
     private var storedRSSI: NSNumber?
     package private(set) var advertisedServiceUUIDs: Set<CBUUID> = []
+    /// The primary services the stack found on the current link by itself (iOS's system discovery).
+    package private(set) var linkServiceUUIDs: Set<CBUUID> = []
+    private var connectAttempt: UInt64 = 0
 
     // Loop-confined.
     package var connection: HostConnection?
     package var localCancel = false
+    /// didConnect was scheduled for the current link (a link lost before that is a failed connection).
+    package var announcedConnected = false
     /// Connected with CBConnectPeripheralOptionEnableAutoReconnect.
     package var autoReconnect: Bool {
         get { lock.withLock { storedAutoReconnect } }
@@ -52,21 +57,10 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         super.init(identifier: identifier)
     }
 
-    /// A stable identifier derived from the device address: the same device gets the same UUID in every run.
-    package static func identifier(for address: BluetoothAddress) -> UUID {
-        var bytes = [UInt8](repeating: 0, count: 16)
-        var h1: UInt64 = 0xcbf2_9ce4_8422_2325, h2: UInt64 = 0x8422_2325_cbf2_9ce4
-        for b in address.bytes + [address.type.isRandom ? 1 : 0] + Array("OpenCoreBluetooth".utf8) {
-            h1 = (h1 ^ UInt64(b)) &* 0x0000_0100_0000_01B3
-            h2 = (h2 ^ UInt64(b) ^ 0x5A) &* 0x0000_0100_0000_01B3
-        }
-        for i in 0..<8 { bytes[i] = UInt8(truncatingIfNeeded: h1 >> (8 * UInt64(i))) }
-        for i in 0..<8 { bytes[8 + i] = UInt8(truncatingIfNeeded: h2 >> (8 * UInt64(i))) }
-        bytes[6] = (bytes[6] & 0x0F) | 0x50   // version 5 layout (name-based)
-        bytes[8] = (bytes[8] & 0x3F) | 0x80   // RFC 4122 variant
-        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                           bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
-    }
+    /// A new connect (or a cancel) supersedes the previous attempt; returns the new attempt's number.
+    @discardableResult
+    package func beginConnectAttempt() -> UInt64 { lock.withLock { connectAttempt += 1; return connectAttempt } }
+    package func isCurrentConnectAttempt(_ n: UInt64) -> Bool { lock.withLock { connectAttempt == n } }
 
     open weak var delegate: (any CBPeripheralDelegate)? {
         get { lock.withLock { storedDelegate } }
@@ -89,12 +83,13 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     package func setServices(_ s: [CBService]?) { lock.withLock { storedServices = s } }
     package func updateWritesPending(_ body: (inout Int) -> Void) { lock.withLock { body(&writesPending) } }
 
-    /// Delegate-queue: the link is up.
-    package func didConnect(mtu m: UInt16) {
+    /// Delegate-queue: the link is up; `m` and `services` were handed over from the host loop.
+    package func didConnect(mtu m: UInt16, linkServices services: Set<CBUUID> = []) {
         lock.withLock {
             storedState = .connected
             mtu = m
             writesPending = 0
+            linkServiceUUIDs = services
         }
         readGAPName()
     }
@@ -105,6 +100,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         lock.withLock {
             storedState = .disconnected
             storedServices = nil
+            linkServiceUUIDs = []
             mtu = 23
             writesPending = 0
             storedRSSI = nil
@@ -152,6 +148,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
                         gapName = n
                         return before != n
                     }
+                    manager?.deviceCache?.setName(n, for: identifier)
                     if changed, state == .connected { delegate?.peripheralDidUpdateName(self) }
                 }
             }
@@ -174,6 +171,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         }
     }
 
+    @discardableResult
     open func maximumWriteValueLength(for type: CBCharacteristicWriteType) -> Int {
         switch type {
         case .withResponse: return 512
@@ -186,6 +184,11 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         let (n, s, m) = lock.withLock { (gapName ?? storedName, storedState, mtu) }
         return "<CBPeripheral: \(address(of: self)), identifier = \(identifier.uuidString), name = \(n ?? "(null)"), mtu = \(m), state = \(s)>"
     }
+}
+
+extension CBService {
+    /// The peripheral this service belongs to (weak, as on iOS); nil for a local `CBMutableService`.
+    public var peripheral: CBPeripheral? { peripheralRef as? CBPeripheral }
 }
 
 /// Values received on the host loop, waiting to be delivered on the delegate queue.
@@ -208,4 +211,28 @@ final class InboundValues: @unchecked Sendable {
             return out
         }
     }
+}
+
+/// A dictionary whose values are held weakly; entries whose object is gone are swept as the table grows.
+/// Not thread-safe: its owner guards it.
+struct WeakTable<Key: Hashable, Value: AnyObject> {
+    private struct Ref { weak var value: Value? }
+    private var storage: [Key: Ref] = [:]
+    private var sweepAt = 64
+
+    subscript(key: Key) -> Value? {
+        get { storage[key]?.value }
+        set {
+            storage[key] = newValue.map { Ref(value: $0) }
+            if storage.count >= sweepAt {
+                storage = storage.filter { $0.value.value != nil }
+                sweepAt = max(64, storage.count * 2)
+            }
+        }
+    }
+
+    /// The live values.
+    var values: [Value] { storage.values.compactMap(\.value) }
+    /// How many entries are stored, live or not yet swept.
+    var storedCount: Int { storage.count }
 }

@@ -34,6 +34,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private var publishedServices: [ObjectIdentifier: (service: CBMutableService, range: ClosedRange<UInt16>)] = [:]
     private var pendingRequests: [ObjectIdentifier: (id: UInt64, isWrite: Bool, needsResponse: Bool)] = [:]
     private var centrals: [UInt16: CBCentral] = [:]
+    /// Services added and not yet answered (their didAdd is pending): they may already be included.
+    private var addingServices: Set<ObjectIdentifier> = []
+    // Loop-confined: the declaration handle of every service in the database, so that an include is
+    // resolved when its parent reaches the loop, after every add queued before it (adds queue, as on iOS).
+    private var serviceHandlesOnLoop: [ObjectIdentifier: UInt16] = [:]
 
     public convenience override init() {
         self.init(delegate: Optional<any CBPeripheralManagerDelegate>.none, queue: Optional<DispatchQueue>.none, options: Optional<[String: Any]>.none)
@@ -43,9 +48,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         self.init(delegate: delegate, queue: queue, options: nil)
     }
 
-    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset).
+    /// Creates a manager on the controller that `BLE_TRANSPORT` names (the virtual radio when unset). On a
+    /// real controller every manager of the process shares one host; on the virtual radio each manager is
+    /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
-        let made = Result { try HostFactory.makeHostFromEnvironment(name: "peripheral") }
+        let made = Result { try HostFactory.sharedHostFromEnvironment(name: "peripheral") }
         self.init(delegate: delegate, queue: queue, made: made,
                   restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
@@ -70,19 +77,20 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private func attach(failure: String?) {
         start(on: leHost, queue: queue, failure: failure,
               announceUnsupported: { [weak self] in if let self { self.delegate?.peripheralManagerDidUpdateState(self) } },
-              register: { [weak self] host in host.peripheralDelegate = self },
+              register: { [weak self] host in if let self { HostHub.of(host).add(self) } },
               powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
     deinit {
         if let host = leHost {
-            host.loop.execute { [host] in if host.centralDelegate == nil { host.powerOff() } }
+            // The host stays on while another manager uses it (HostHub).
+            host.loop.execute { [host] in HostHub.of(host).managerGone() }
         }
     }
 
-    private func hostPowerChanged(_ s: HostPowerState) {
-        let newState = s.managerState
+    private func hostPowerChanged(_ newState: CBManagerState) {
         guard newState != .unknown else { return }
+        if newState != .poweredOn { serviceHandlesOnLoop.removeAll() }
         queue.async { [self] in
             if newState != .poweredOn {
                 // Below poweredOn advertising stops and centrals are gone; the database must be re-added.
@@ -126,6 +134,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     @available(*, deprecated, message: "Use CBManager.authorization instead")
+    @discardableResult
     open class func authorizationStatus() -> CBPeripheralManagerAuthorizationStatus { .authorized }
 
     // MARK: Advertising
@@ -134,7 +143,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Advertises; only the local name and service UUIDs are honoured, packed as iOS packs them.
     open func startAdvertising(_ advertisementData: [String: Any]?) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil else { return }
         let name = advertisementData?[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (advertisementData?[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         if isAdvertising {
@@ -201,19 +210,25 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// Puts a service in the local database; `announce` calls didAdd.
     func publish(_ service: CBMutableService, announce: Bool) {
         guard let host = leHost else { return }
-        let includes: [GATTServiceReference] = managerLock.withLock {
-            (service.includedServices ?? []).compactMap { inc in
-                publishedServices[ObjectIdentifier(inc)].map { GATTServiceReference(handle: $0.range.lowerBound) }
-            }
-        }
+        let included = (service.includedServices ?? []).map { ObjectIdentifier($0) }
         let chars = (service.characteristics ?? []).compactMap { $0 as? CBMutableCharacteristic }
-        let definition = GATTServiceDefinition(
-            uuid: service.uuid.bluetoothUUID, isPrimary: service.isPrimary, includedServices: includes,
-            characteristics: chars.map { $0.gattDefinition })
+        let uuid = service.uuid.bluetoothUUID, isPrimary = service.isPrimary
+        let characteristics = chars.map { $0.gattDefinition }
+        let key = ObjectIdentifier(service)
         service.isPublished = true
+        managerLock.withLock { _ = addingServices.insert(key) }
         host.loop.execute { [self] in
-            let result = Result { try host.addService(definition) }
+            let result = Result { () throws -> GATTServiceHandles in
+                let includes = try included.map { inc -> GATTServiceReference in
+                    guard let h = serviceHandlesOnLoop[inc] else { throw CBError(.invalidParameters) }
+                    return GATTServiceReference(handle: h)
+                }
+                return try host.addService(GATTServiceDefinition(uuid: uuid, isPrimary: isPrimary, includedServices: includes,
+                                                                 characteristics: characteristics))
+            }
+            if case let .success(handles) = result { serviceHandlesOnLoop[key] = handles.range.lowerBound }
             queue.async { [self] in
+                managerLock.withLock { _ = addingServices.remove(key) }
                 switch result {
                 case let .success(handles):
                     managerLock.withLock {
@@ -253,7 +268,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             return ("the \(service.uuid) service is reserved by the system", CBError(.uuidNotAllowed))
         }
         for inc in service.includedServices ?? [] {
-            let published = managerLock.withLock { publishedServices[ObjectIdentifier(inc)] != nil }
+            let published = managerLock.withLock {
+                publishedServices[ObjectIdentifier(inc)] != nil || addingServices.contains(ObjectIdentifier(inc))
+            }
             if !published { return ("included service \(inc) must be published first", CBError(.invalidParameters)) }
         }
         for c in service.characteristics ?? [] {
@@ -277,7 +294,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
         service.isPublished = false
         saveRestorationState()
-        host.loop.execute { host.removeService(startHandle: entry.range.lowerBound) }
+        let key = ObjectIdentifier(service)
+        host.loop.execute { [self] in
+            serviceHandlesOnLoop[key] = nil
+            host.removeService(startHandle: entry.range.lowerBound)
+        }
     }
 
     open func removeAllServices() {
@@ -307,11 +328,17 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
+    /// Whether this manager published the characteristic with this value handle.
+    package func publishes(_ valueHandle: UInt16) -> Bool {
+        managerLock.withLock { characteristicsByValueHandle[valueHandle] != nil }
+    }
+
     package func central(for connection: HostConnection) -> CBCentral {
         managerLock.withLock {
             if let c = centrals[connection.handle] { return c }
-            let c = CBCentral(identifier: CBPeripheral.identifier(for: connection.identityAddress),
-                              maximumUpdateValueLength: Int(connection.attMTU) - 3)
+            // Centrals get per-host random identifiers from the device cache, as peripherals do. (Loop.)
+            let id = leHost.map { DeviceCache.of($0).identifier(for: connection.identityAddress) } ?? UUID()
+            let c = CBCentral(identifier: id, maximumUpdateValueLength: Int(connection.attMTU) - 3)
             centrals[connection.handle] = c
             return c
         }
@@ -390,6 +417,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Sends a value to subscribed centrals (all when nil). Returns false when the transmit queue is full;
     /// `peripheralManagerIsReady(toUpdateSubscribers:)` follows when there is room again.
+    @discardableResult
     open func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic, onSubscribedCentrals centrals: [CBCentral]?) -> Bool {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return false }
         let handle = characteristic.valueHandle

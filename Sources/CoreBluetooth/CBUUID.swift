@@ -64,6 +64,7 @@ open class CBUUID: NSObject, NSCopying, @unchecked Sendable {
     open override var hash: Int { bluetoothUUID.hashValue }
 
     /// CBUUID is immutable: a copy is the same object.
+    @discardableResult
     open func copy(with zone: NSZone? = nil) -> Any { self }
 
     // MARK: Non-trapping parsers (what the initializers use)

@@ -18,16 +18,19 @@ struct RestoredCentralState {
 }
 
 struct SavedCentralState {
-    var addresses: [BluetoothAddress]
+    /// The peripherals, with the identifiers they had (nil in files written before identifiers were saved).
+    var peripherals: [(address: BluetoothAddress, identifier: UUID?)]
     var scanning: Bool
     var scanServices: [CBUUID]?
     var scanOptions: [String: Any]?
 }
 
 enum RestorationStore {
-    static func saveCentral(id: String, addresses: [BluetoothAddress], scanning: Bool, scanServices: [CBUUID]?, scanOptions: [String: Any]?) {
+    static func saveCentral(id: String, peripherals: [(address: BluetoothAddress, identifier: UUID)], scanning: Bool,
+                            scanServices: [CBUUID]?, scanOptions: [String: Any]?) {
         var root: [String: Any] = ["version": 1, "scanning": scanning,
-                                   "peripherals": addresses.map { ["address": $0.string, "random": $0.type.isRandom] }]
+                                   "peripherals": peripherals.map { ["address": $0.address.string, "random": $0.address.type.isRandom,
+                                                                     "identifier": $0.identifier.uuidString] }]
         if let scanServices { root["scanServices"] = scanServices.map(\.uuidString) }
         if let dup = scanOptions?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool { root["allowDuplicates"] = dup }
         write(root, to: file("central", id), id: id)
@@ -36,13 +39,16 @@ enum RestorationStore {
     static func loadCentral(id: String) -> SavedCentralState? {
         guard let data = try? Data(contentsOf: file("central", id)),
               let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any], root["version"] as? Int == 1 else { return nil }
-        let addresses = ((root["peripherals"] as? [[String: Any]]) ?? []).compactMap { p -> BluetoothAddress? in
-            guard let s = p["address"] as? String else { return nil }
-            return BluetoothAddress(string: s, type: (p["random"] as? Bool ?? false) ? .random : .public)
+        let peripherals = ((root["peripherals"] as? [[String: Any]]) ?? []).compactMap { p -> (address: BluetoothAddress, identifier: UUID?)? in
+            guard let s = p["address"] as? String,
+                  let a = BluetoothAddress(string: s, type: (p["random"] as? Bool ?? false) ? .random : .public) else { return nil }
+            return (a, (p["identifier"] as? String).flatMap(UUID.init(uuidString:)))
         }
         let services = (root["scanServices"] as? [String])?.compactMap { CBUUID.bluetoothUUID(parsing: $0).map { CBUUID($0) } }
         let options: [String: Any]? = (root["allowDuplicates"] as? Bool).map { [CBCentralManagerScanOptionAllowDuplicatesKey: $0] }
-        return SavedCentralState(addresses: addresses, scanning: root["scanning"] as? Bool ?? false, scanServices: services, scanOptions: options)
+        // willRestoreState only when something was saved: no peripheral and no scan is no state.
+        guard !peripherals.isEmpty || root["scanning"] as? Bool == true else { return nil }
+        return SavedCentralState(peripherals: peripherals, scanning: root["scanning"] as? Bool ?? false, scanServices: services, scanOptions: options)
     }
 
     static func write(_ root: [String: Any], to url: URL, id: String) {
@@ -127,6 +133,8 @@ enum RestorationStore {
             if let n = a["name"] as? String { adv[CBAdvertisementDataLocalNameKey] = n }
             advertisement = adv
         }
+        // willRestoreState only when something was saved: nothing published and no advertising is no state.
+        guard !services.isEmpty || advertisement != nil else { return nil }
         return RestoredPeripheralState(services: services, advertisement: advertisement)
     }
 }

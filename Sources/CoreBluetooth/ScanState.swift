@@ -18,6 +18,7 @@ struct ScanState {
         var reportedWithScanResponse = false
     }
     var seen: [BluetoothAddress: Seen] = [:]
+    static let maximumTracked = 4096
 
     init(services: Set<BluetoothUUID>?, solicited: Set<BluetoothUUID>, allowDuplicates: Bool) {
         self.services = services
@@ -31,6 +32,10 @@ struct ScanState {
 
     /// Folds a report in; returns what to announce, or nil when the report is filtered or a duplicate.
     mutating func accept(_ report: AdvertisingReport) -> Decision? {
+        // Bounded: a long scan among rotating private addresses meets a new address every few minutes per
+        // device. Past the bound everything is forgotten at once; the cost is one repeated discovery per
+        // device still around, which iOS's own duplicate filter also gives over long scans.
+        if seen.count >= Self.maximumTracked, seen[report.address] == nil { seen.removeAll(keepingCapacity: true) }
         var s = seen[report.address] ?? Seen()
         if report.kind == .scanResponse {
             s.scanResponse = report.data

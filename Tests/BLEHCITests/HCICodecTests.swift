@@ -21,6 +21,8 @@ let allCommands: [HCICommand] = [
                                            ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28, maxLatency: 0,
                                            supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0)),
     .leCreateConnectionCancel, .disconnect(handle: 0x40, reason: .remoteUserTerminated),
+    .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList(peer),
+    .leRemoveDeviceFromFilterAcceptList(BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6], type: .public)),
     .leConnectionUpdate(LEConnectionUpdate(connectionHandle: 0x40, connectionIntervalMin: 6, connectionIntervalMax: 12, maxLatency: 0, supervisionTimeout: 100)),
     .leReadRemoteFeatures(handle: 0x41), .leSetDataLength(handle: 0x40, txOctets: 251, txTime: 2120), .leReadSuggestedDefaultDataLength,
     .leWriteSuggestedDefaultDataLength(txOctets: 251, txTime: 2120), .leReadMaximumDataLength, .leReadPHY(handle: 0x40),

@@ -9,6 +9,7 @@ import BLETransport
 
 /// Our radio server on a free port with a private air.
 func startRadio() throws -> (RadioServer, VirtualAir) {
+    _ = Interop.stateDirectory
     let air = VirtualAir(loop: EventLoop(label: "interop.air", clock: .real))
     let server = try RadioServer(air: air, port: 0)
     server.start()
@@ -198,7 +199,7 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         let serve = Process()
         serve.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
         serve.arguments = ["serve", Interop.root.appendingPathComponent("examples/heart-rate.json").path, "--notify-every", "0.1"]
-        serve.environment = ProcessInfo.processInfo.environment.merging(["BLE_TRANSPORT": rc.transport]) { $1 }
+        serve.environment = Interop.environment(["BLE_TRANSPORT": rc.transport])
         let out = Pipe()
         serve.standardOutput = out
         try serve.run()
@@ -255,7 +256,7 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         let p = Process()
         p.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
         p.arguments = args
-        p.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        p.environment = Interop.environment(env)
         return p
     }
 

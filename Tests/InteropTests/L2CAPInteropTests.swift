@@ -169,7 +169,7 @@ extension Array where Element == UInt8 {
         let p = Process()
         p.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
         p.arguments = args
-        p.environment = ProcessInfo.processInfo.environment.merging(["BLE_TRANSPORT": transport]) { $1 }
+        p.environment = Interop.environment(["BLE_TRANSPORT": transport])
         let out = Pipe()
         p.standardOutput = out
         p.standardError = FileHandle.nullDevice

@@ -20,7 +20,27 @@ enum Interop {
         return p.terminationStatus == 0 ? .success(()) : .failure(InteropError("setup-venv.sh failed (\(p.terminationStatus))"))
     }()
 
-    static func requireReady() throws { try ready.get() }
+    static func requireReady() throws {
+        _ = stateDirectory
+        try ready.get()
+    }
+
+    /// One state directory per test process (bonds, device caches, restoration files of our hosts on real
+    /// transports and of the `ble` processes started here), removed at exit: the tests never write into the
+    /// user's real state directory. The same path as CoreBluetoothTests' harness uses, since every test
+    /// target runs in one process and OCB_STATE_DIR is process-wide: whichever sets it first, it never moves.
+    static let stateDirectory: URL = {
+        let path = NSTemporaryDirectory() + "ocb-state-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        setenv("OCB_STATE_DIR", path, 1)
+        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-state-\(getpid())") }
+        return URL(fileURLWithPath: path)
+    }()
+
+    /// The environment for a child process: ours, the per-process state directory, then `extra`.
+    static func environment(_ extra: [String: String] = [:]) -> [String: String] {
+        ProcessInfo.processInfo.environment.merging(["OCB_STATE_DIR": stateDirectory.path]) { $1 }.merging(extra) { $1 }
+    }
 
     /// Stops a peer: SIGTERM, then SIGKILL if it lingers. Polls instead of `waitUntilExit`, which can
     /// block a test thread far longer than the process takes to die.

@@ -12,7 +12,7 @@ import CoreBluetooth
         let ch = try #require(cen.characteristic(dynamicUUID.uuidString))
         let codes: [Int] = Array(0x01...0x11) + [0x80, 0x9F, 0xF2]
         for code in codes {
-            per.queue.sync { per.onRead = { m, r in m.respond(to: r, withResult: CBATTError.Code(rawValue: code)) } }
+            per.queue.sync { per.onRead = { m, r in m.respond(to: r, withResult: CBATTError.Code(rawValue: code)!) } }
             cen.queue.sync { cen.errors.removeAll() }
             cen.queue.sync { p.readValue(for: ch) }
             try await waitUntil("error \(code)") { cen.queue.sync { cen.errors[dynamicUUID.uuidString] } != nil }

@@ -45,7 +45,9 @@ final class TestAir: @unchecked Sendable {
     }
 }
 
-/// One state directory for every restoration test of this process (set once: tests run in parallel).
+/// One state directory for every test of this process that keeps state on disk (restoration, and hosts on
+/// real transports: bonds and device caches), set once (tests run in parallel) and removed at exit. The
+/// interop tests use the same path (Interop.stateDirectory): one process runs every target.
 let testStateDirectory: String = {
     let dir = NSTemporaryDirectory() + "ocb-state-\(getpid())"
     setenv("OCB_STATE_DIR", dir, 1)

@@ -70,6 +70,7 @@ final class StateLog: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
         let port = server.port
         server.start()
         let log = StateLog()
+        _ = testStateDirectory   // a real transport keeps its state (device cache, bonds) on disk: in the test's folder
         let host = try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: port), name: "tcp")
         let manager = CBCentralManager(delegate: log, queue: log.queue, options: nil, host: host)
         try await waitUntil("on") { log.queue.sync { log.states } == [.poweredOn] }

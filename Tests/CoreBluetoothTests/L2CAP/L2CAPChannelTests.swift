@@ -243,7 +243,8 @@ struct L2CAPRig {
         let psm = rig.cen.psm!
         rig.per.queue.sync { rig.per.manager.unpublishL2CAPChannel(psm) }
         try await waitUntil("closed by unpublish", seconds: 5) { a.events.contains(.endEncountered) }
-        #expect(rig.per.log.contains("unpublished:\(psm):ok"))
+        // didUnpublish runs on the peripheral's queue, which may come after the central saw the end.
+        try await waitUntil("unpublished", seconds: 5) { rig.per.log.contains("unpublished:\(psm):ok") }
         let (c4, _, _) = try await rig.open()
         #expect(c4 == nil)
         rig.per.queue.sync { rig.per.manager.unpublishL2CAPChannel(psm) }

@@ -1,0 +1,168 @@
+// One controller, many managers: every CBCentralManager and CBPeripheralManager on one host shares it, as
+// every manager of an iPhone app shares the phone's controller. The hub is the host's central and
+// peripheral delegate and hands each event to the manager it belongs to:
+// - advertising reports go to every central (each applies its own scan filters); the controller scans
+//   while any central wants it;
+// - a new central link goes to the manager that asked for it; its later events follow the CBPeripheral
+//   in the connection's context;
+// - links made to us as peripheral go to every peripheral manager (each has its CBCentral for it); reads,
+//   writes and subscriptions go to the manager that published the attribute (the GATT database is shared);
+// - when the last manager goes away, the host is powered off.
+//
+// Threading: loop-confined, like the host.
+import Foundation
+import BLEWire
+import BLEHCI
+import BLEHost
+
+final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+    private struct WeakCentral { weak var value: CBCentralManager? }
+    private struct WeakPeripheral { weak var value: CBPeripheralManager? }
+
+    private weak var host: LEHost?
+    private var centralManagers: [WeakCentral] = []
+    private var peripheralManagers: [WeakPeripheral] = []
+    private var scanners: Set<ObjectIdentifier> = []
+    /// The central managers, readable from any thread (retrieveConnectedPeripherals looks at every link).
+    private let centralsSnapshot = CBMutex([WeakCentral]())
+
+    private init(host: LEHost) { self.host = host }
+
+    private var centrals: [CBCentralManager] { centralManagers.compactMap(\.value) }
+    private var peripherals: [CBPeripheralManager] { peripheralManagers.compactMap(\.value) }
+
+    // MARK: Registration
+
+    func add(_ m: CBCentralManager) {
+        centralManagers.append(WeakCentral(value: m))
+        centralsSnapshot.withLock { $0 = centralManagers }
+        host?.centralDelegate = self
+    }
+
+    func add(_ m: CBPeripheralManager) {
+        peripheralManagers.append(WeakPeripheral(value: m))
+        host?.peripheralDelegate = self
+    }
+
+    /// Forgets managers that are gone; powers the host off when none is left.
+    func managerGone() {
+        centralManagers.removeAll { $0.value == nil }
+        peripheralManagers.removeAll { $0.value == nil }
+        centralsSnapshot.withLock { $0 = centralManagers }
+        let live = Set(centrals.map(ObjectIdentifier.init))
+        scanners.formIntersection(live)
+        if scanners.isEmpty, host?.isScanning == true { host?.stopScanning() }
+        if centralManagers.isEmpty && peripheralManagers.isEmpty { host?.powerOff() }
+    }
+
+    var managerCount: Int { centrals.count + peripherals.count }
+
+    /// The central managers on this host. Any thread.
+    var centralManagersOnHost: [CBCentralManager] { centralsSnapshot.withLock { $0.compactMap(\.value) } }
+
+    // MARK: Scanning
+
+    /// Scanning on the controller while any central wants it.
+    func startScanning(for m: CBCentralManager, completion: @escaping (HostError?) -> Void) {
+        guard let host else { return completion(.notPoweredOn) }
+        scanners.insert(ObjectIdentifier(m))
+        if host.isScanning { return completion(nil) }
+        host.startScanning(active: true, filterDuplicates: false, completion: completion)
+    }
+
+    func stopScanning(for m: CBCentralManager) {
+        scanners.remove(ObjectIdentifier(m))
+        if scanners.isEmpty { host?.stopScanning() }
+    }
+
+    // MARK: Central role
+
+    func host(_ host: LEHost, didReceive report: AdvertisingReport) {
+        for c in centrals { c.host(host, didReceive: report) }
+    }
+
+    func host(_ host: LEHost, didConnect connection: HostConnection) {
+        if connection.role == .peripheral {
+            for p in peripherals { p.host(host, didConnect: connection) }
+        } else {
+            for c in centrals where c.claim(connection) { return }
+        }
+    }
+
+    func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {
+        for c in centrals { c.host(host, didFailToConnectTo: address, status: status) }
+    }
+
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
+        if connection.role == .peripheral {
+            for p in peripherals { p.host(host, didDisconnect: connection, reason: reason) }
+        } else {
+            owner(of: connection)?.host(host, didDisconnect: connection, reason: reason)
+        }
+    }
+
+    func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
+        owner(of: connection)?.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication)
+    }
+
+    func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
+        owner(of: connection)?.host(host, connectionIsReadyToSendWriteWithoutResponse: connection)
+    }
+
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
+        if connection.role == .peripheral {
+            for p in peripherals { p.host(host, connection: connection, didChangeMTU: mtu) }
+        } else {
+            owner(of: connection)?.host(host, connection: connection, didChangeMTU: mtu)
+        }
+    }
+
+    private func owner(of connection: HostConnection) -> CBCentralManager? {
+        (connection.context as? CBPeripheral)?.manager
+    }
+
+    // MARK: Peripheral role (the LEHost calls these for links where we are the peripheral)
+
+    // `host(_:didConnect:)` and `host(_:didDisconnect:reason:)` are shared with the central role above:
+    // the host calls the delegate of the link's role, so the role tells them apart.
+
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {
+        guard let m = peripherals.first(where: { $0.publishes(request.attributeHandle) }) ?? peripherals.first else {
+            return host.respondToRead(id: request.id, result: .failure(.readNotPermitted))
+        }
+        m.host(host, didReceiveRead: request)
+    }
+
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
+        let handle = request.items.first?.attributeHandle ?? 0
+        guard let m = peripherals.first(where: { $0.publishes(handle) }) ?? peripherals.first else {
+            return host.respondToWrite(id: request.id, error: request.needsResponse ? .writeNotPermitted : nil)
+        }
+        m.host(host, didReceiveWrite: request)
+    }
+
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
+        peripherals.first { $0.publishes(valueHandle) }?
+            .host(host, connection: connection, didChangeSubscriptionOf: valueHandle, notify: notify, indicate: indicate)
+    }
+
+    func hostIsReadyToUpdateSubscribers(_ host: LEHost) {
+        for p in peripherals { p.hostIsReadyToUpdateSubscribers(host) }
+    }
+
+    // MARK: One hub per host
+
+    private struct Registered { weak var host: LEHost?; let hub: HostHub }
+    private static let registry = CBMutex([ObjectIdentifier: Registered]())
+
+    /// The hub of `host`, made on first use.
+    static func of(_ host: LEHost) -> HostHub {
+        registry.withLock { registry in
+            registry = registry.filter { $0.value.host != nil }
+            if let r = registry[ObjectIdentifier(host)], r.host === host { return r.hub }
+            let hub = HostHub(host: host)
+            registry[ObjectIdentifier(host)] = Registered(host: host, hub: hub)
+            return hub
+        }
+    }
+}
