@@ -18,8 +18,7 @@ struct ConnectOptions: ParsableArguments {
     @Option(help: "Seconds to find the device and to connect.")
     var timeout: Double = 10
 
-    @Option(help: ArgumentHelp("Pairing, when the device asks for it: what this terminal can do (none, display, yesno, keyboard, keyboard+display).",
-                               valueName: "capability"))
+    @Option(help: ArgumentHelp("Pairing, when the device asks for it: what this terminal can do.", valueName: "capability"))
     var io: IOArgument = .keyboardDisplay
 
     @Flag(help: "Accept Just Works pairing and numeric comparisons without asking.")

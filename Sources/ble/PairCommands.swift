@@ -83,7 +83,7 @@ struct PairCommand: ParsableCommand {
 
     @Argument(help: "The device: its address (AA:BB:CC:DD:EE:FF, optionally followed by /P or /R) or its advertised name.")
     var address: String
-    @Option(help: "What this terminal can do: none, display, yesno, keyboard, keyboard+display.")
+    @Option(help: "Pairing: what this terminal can do.")
     var io: IOArgument = .keyboardDisplay
     @Flag(help: "Use LE legacy pairing (no Secure Connections).")
     var legacy = false

@@ -22,7 +22,7 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Stop after this many seconds (0: run until killed).")
     var duration: Double = 0
 
-    @Option(help: "Pairing: what this terminal can do (none, display, yesno, keyboard, keyboard+display); prompts appear here.")
+    @Option(help: "Pairing: what this terminal can do (prompts appear here).")
     var io: IOArgument = .none
 
     @Flag(help: "Accept Just Works pairing and numeric comparisons without asking.")
