@@ -38,7 +38,7 @@ struct BLETool: ParsableCommand {
         } catch let e as ValidationError {
             let sub = type(of: command)
             let path = CommandParserPath.names(of: sub)
-            warn("Error: \(e.message)\nUsage: \(usageString(for: sub).replacingOccurrences(of: "\n", with: "\n  "))\n  See 'ble help \(path)' for more information.")
+            warn("Error: \(e.message)\nUsage: \(usageString(for: sub).replacingOccurrences(of: "\n", with: "\n  "))\n  See 'ble \(path) --help' for more information.")
             Foundation.exit(ExitCode.validationFailure.rawValue)
         } catch {
             exit(withError: error)

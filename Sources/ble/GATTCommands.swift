@@ -312,6 +312,15 @@ struct Target {
     }
 }
 
+/// Throws the system's reason when `path` cannot be read as a file ("No such file or directory", "Is a directory").
+func checkReadableFile(_ path: String) throws {
+    let fd = open(path, O_RDONLY)
+    guard fd >= 0 else { throw ToolError("\(path): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    var byte: UInt8 = 0
+    if read(fd, &byte, 1) < 0 { throw ToolError("\(path): \(String(cString: strerror(errno)))") }
+}
+
 /// A file's contents, or the system's reason it cannot be read ("No such file or directory").
 func readFile(_ path: String) throws -> [UInt8] {
     let fd = open(path, O_RDONLY)

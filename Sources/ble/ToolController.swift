@@ -84,6 +84,9 @@ enum Controller {
         return host
     }
 
+    /// False for the in-process virtual radio, which is always there.
+    static var needsCheck: Bool { (try? spec()) != .virtual }
+
     /// Powers the host off on its loop (links are dropped, the transport closed).
     static func close(_ host: LEHost) {
         host.loop.sync { host.powerOff() }

@@ -12,6 +12,8 @@ import Testing
     @Test(arguments: [
         ["scan", "--duration", "30"], ["gatt", "Served HR"], ["read", "Served HR", "2A38"], ["write", "Served HR", "2A39", "--hex", "01"],
         ["subscribe", "Served HR", "2A37"], ["pair", "11:22:33:44:55:66/P"], ["bonds"], ["serve", Tool.example],
+        ["demo"], ["send", Tool.example, "--to", "x"], ["receive", "--dir", "/tmp"],
+        ["bench", "--role", "central", "--scenario", "send", "--peer", "11:22:33:44:55:66"],
     ])
     func unreachableControllerSaysWhy(args: [String]) throws {
         let started = Date()
@@ -98,6 +100,9 @@ import Testing
         (["bonds", "--remove", "nonsense"], "Error: --remove: \"nonsense\" is not an address (AA:BB:CC:DD:EE:FF)"),
         (["pair", "X", "--timeout=-3"], "Error: --timeout must be more than 0 seconds"),
         (["serve", "x.json", "--identity", "a/b"], "Error: --identity: letters, digits, - and _ only"),
+        (["demo", "--notifications", "0"], "Error: --notifications must be 1…1000"),
+        (["receive", "--dir", "/nonexistent"], "Error: --dir: /nonexistent is not a directory"),
+        (["bench", "--role", "middle", "--peer", "11:22:33:44:55:66"], "Error: --role central or peripheral"),
     ])
     func badInputIsRefusedWithUsage(args: [String], message: String) throws {
         let r = try Tool.run(args, env: Self.refused)
@@ -126,6 +131,14 @@ import Testing
         r = try Tool.run(["serve", unknown.path])
         #expect(r.status == 1)
         #expect(r.stderr.hasPrefix("Error: \(unknown.path): services[0].characteristics[0].properties[0]: unknown property \"reed\""), "\(r.stderr)")
+    }
+
+    @Test func sendingAMissingFileSaysWhy() throws {
+        var r = try Tool.run(["send", "/nonexistent/photo.jpg"], env: Self.refused)
+        #expect(r.status == 1)
+        #expect(r.stderr == "Error: /nonexistent/photo.jpg: No such file or directory\n")
+        r = try Tool.run(["send", "/tmp"], env: Self.refused)
+        #expect(r.stderr == "Error: /tmp: Is a directory\n")
     }
 
     @Test func writeFromAMissingFileSaysWhy() throws {
