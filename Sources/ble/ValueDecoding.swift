@@ -108,9 +108,10 @@ enum ValueDecoding {
         guard p.count == 7, let (name, size) = formats[p[0]] else { return nil }
         let exponent = Int(Int8(bitPattern: p[1]))
         let unit = u16(p, 2).flatMap { AssignedNumbers.units[$0] } ?? ""
+        let isFloat = name.hasPrefix("float")
         func scaled(_ x: Double) -> String {
             let value = x * pow(10, Double(exponent))
-            let number = exponent < 0 ? String(format: "%.\(-exponent)f", value) : String(format: "%g", value)
+            let number = exponent < 0 ? String(format: "%.\(-exponent)f", value) : isFloat ? String(format: "%g", value) : String(format: "%.0f", value)
             return unit.isEmpty ? number : "\(number) \(unit)"
         }
         if name == "utf8s" { return quoted(String(decoding: v, as: UTF8.self)) }

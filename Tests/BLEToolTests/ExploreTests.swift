@@ -184,4 +184,15 @@ import Testing
         #expect(r.stdout.contains("0x008c–0x008d service 180D Heart Rate\n    └── 0x008d includes 1805 Current Time (0x0001–0x0002)\n"), "\(r.stdout)")
         #expect(r.stdout.contains("= 100 %  [64]"))
     }
+
+    /// Values decoded where the format is known: GAP, Device Information, Heart Rate, Environmental Sensing,
+    /// Presentation Format descriptors (sint16 ×10⁻² °C, uint24 %), user descriptions; hex otherwise.
+    @Test func gattDecodesKnownFormats() throws {
+        let bench = try Bench()
+        defer { bench.stop() }
+        _ = try bench.serve(Tool.golden.appendingPathComponent("decoding.json").path)
+        let r = try bench.run(["gatt", "Decoder"])
+        #expect(r.status == 0, "\(r)")
+        try expectGolden(normalized(r.stdout), "gatt-decoding.txt")
+    }
 }
