@@ -186,16 +186,17 @@ public struct GATTDatabaseFile: Sendable {
         for (i, refs) in includeRefs.enumerated() {
             targets.append(try refs.enumerated().map { k, ref in
                 let p = "services[\(i)].includes[\(k)]"
-                let found: Int?
+                let j: Int
                 switch ref {
                 case let .uuid(u):
-                    found = services[..<i].lastIndex { $0.uuid == u } ?? services[(i + 1)...].firstIndex { $0.uuid == u }
-                    guard let found else { throw FileError(path: p, message: "no service \(u.uuidString) in the file") }
+                    guard let f = services[..<i].lastIndex(where: { $0.uuid == u }) ?? services[(i + 1)...].firstIndex(where: { $0.uuid == u }) else {
+                        throw FileError(path: p, message: "no service \(u.uuidString) in the file")
+                    }
+                    j = f
                 case let .handle(h):
-                    found = services.firstIndex { $0.handle == h }
-                    guard let found else { throw FileError(path: p, message: "no service declared at handle \(h)") }
+                    guard let f = services.firstIndex(where: { $0.handle == h }) else { throw FileError(path: p, message: "no service declared at handle \(h)") }
+                    j = f
                 }
-                guard let j = found else { throw FileError(path: p, message: "unreachable") }
                 if j == i { throw FileError(path: p, message: "a service cannot include itself") }
                 if j > i && services[j].handle == nil {
                     throw FileError(path: p, message: "service \(services[j].uuid.uuidString) is declared later without a fixed \"handle\"; give it one to include it here")
