@@ -31,6 +31,9 @@ struct BLETool: ParsableCommand {
     /// As ArgumentParser's, except that a ValidationError raised once a subcommand runs shows that
     /// subcommand's usage, not the top-level one (ArgumentParser only knows the subcommand while parsing).
     static func main() {
+        // A controller connection (ble radio, rootcanal) that closes under a write must be a reported
+        // loss, not a silent death by SIGPIPE: writes then fail with EPIPE, which the transports handle.
+        signal(SIGPIPE, SIG_IGN)
         var command: any ParsableCommand
         do { command = try parseAsRoot() } catch { exit(withError: error) }
         do {

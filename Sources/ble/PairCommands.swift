@@ -27,6 +27,7 @@ struct IOArgument: ExpressibleByArgument, Sendable, Equatable {
     }
 
     static var allValueStrings: [String] { ["none", "display", "yesno", "keyboard", "keyboard+display"] }
+    static var defaultCompletionKind: CompletionKind { .list(allValueStrings) }
 
     /// The name the command line takes, as help shows defaults ("default: keyboard+display").
     var defaultValueDescription: String {

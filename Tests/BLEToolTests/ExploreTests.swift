@@ -195,4 +195,77 @@ import Testing
         #expect(r.status == 0, "\(r)")
         try expectGolden(normalized(r.stdout), "gatt-decoding.txt")
     }
+
+    /// On a terminal (a pseudo-terminal made by `script`) the scan is a table redrawn in place and the
+    /// output has colours; NO_COLOR keeps the in-place table and drops the colours.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script"), "needs script(1) for a pseudo-terminal"))
+    func terminalTableAndColours() throws {
+        let bench = try Bench()
+        defer { bench.stop() }
+        _ = try bench.serve()
+        func onTerminal(_ command: String, noColor: Bool) throws -> String {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            p.arguments = ["-q", "-e", "-c", command, "/dev/null"]
+            var env = Tool.baseEnvironment.merging(bench.env) { $1 }
+            env["TERM"] = "xterm"
+            if noColor { env["NO_COLOR"] = "1" }
+            p.environment = env
+            p.standardInput = FileHandle.nullDevice
+            let out = Pipe()
+            p.standardOutput = out
+            try p.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            #expect(p.terminationStatus == 0)
+            return String(decoding: data, as: UTF8.self)
+        }
+        let ble = Tool.executable.path
+        let table = try onTerminal("\(ble) scan --duration 1.5", noColor: false)
+        #expect(table.contains("\u{1B}[2K") && table.contains("\u{1B}[1mADDRESS"), "\(table.debugDescription)")
+        #expect(table.contains("\"Served HR\""))
+        let plain = try onTerminal("\(ble) scan --duration 1.5", noColor: true)
+        #expect(plain.contains("\u{1B}[2K") && !plain.contains("\u{1B}[1m"), "\(plain.debugDescription)")
+        let tree = try onTerminal("\(ble) gatt 'Served HR' --no-values", noColor: false)
+        #expect(tree.contains("\u{1B}[36m0x0001–0x0005\u{1B}[0m"), "\(tree.debugDescription)")
+        let bare = try onTerminal("\(ble) gatt 'Served HR' --no-values", noColor: true)
+        #expect(!bare.contains("\u{1B}["), "\(bare.debugDescription)")
+    }
+
+    @Test func completionScripts() throws {
+        for shell in ["bash", "zsh", "fish"] {
+            let r = try Tool.run(["--generate-completion-script", shell])
+            #expect(r.status == 0)
+            for c in ["gatt", "subscribe", "keyboard+display"] { #expect(r.stdout.contains(c), "\(shell) completion lacks \(c)") }
+        }
+    }
+
+    /// `ble radio` as a process of its own: serve, subscribe and read through it; the radio outlives
+    /// clients killed in the middle of a connection and serves the next ones.
+    @Test func overBleRadioInAnotherProcess() throws {
+        let bench = try Bench()
+        defer { bench.stop() }
+        let radio = try bench.start(["radio", "--port", "0"])
+        try radio.waitFor("listening on")
+        let port = try #require(radio.stdout.split(separator: ":").last.flatMap { Int($0.prefix { $0.isNumber }) })
+        let env = ["BLE_TRANSPORT": "tcp-client:127.0.0.1:\(port)", "OCB_STATE_DIR": bench.state.path]
+        let serve = ToolProcess(["serve", Tool.example, "--notify-every", "0.05"], env: env)
+        try serve.start()
+        defer { serve.kill() }
+        try serve.waitFor("advertising")
+        let sub = ToolProcess(["subscribe", "Served HR", "2A37"], env: env)
+        try sub.start()
+        defer { sub.kill() }
+        try sub.waitFor("notification")
+        sub.kill()
+        serve.kill()
+        usleep(300_000)
+        #expect(radio.process.isRunning, "\(radio.stdout)\(radio.stderr)")
+        let again = ToolProcess(["serve", Tool.example], env: env)
+        try again.start()
+        defer { again.kill() }
+        try again.waitFor("advertising")
+        let r = try Tool.run(["read", "Served HR", "2A38"], env: env)
+        #expect(r.stdout == "0x0037 2A38 Body Sensor Location: Chest  [01]\n", "\(r)")
+    }
 }

@@ -47,6 +47,7 @@ final class ToolProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var out = Data()
     private var err = Data()
+    private var openPipes = 2
 
     init(_ args: [String], env: [String: String]) {
         process.executableURL = Tool.executable
@@ -58,12 +59,14 @@ final class ToolProcess: @unchecked Sendable {
         process.standardError = e
         o.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
-            guard !d.isEmpty, let self else { return }
+            guard let self else { return }
+            if d.isEmpty { h.readabilityHandler = nil; lock.withLock { openPipes -= 1 }; return }
             lock.withLock { out.append(d) }
         }
         e.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
-            guard !d.isEmpty, let self else { return }
+            guard let self else { return }
+            if d.isEmpty { h.readabilityHandler = nil; lock.withLock { openPipes -= 1 }; return }
             lock.withLock { err.append(d) }
         }
     }
@@ -83,14 +86,15 @@ final class ToolProcess: @unchecked Sendable {
         }
     }
 
-    /// Waits for the exit and for the last output; returns the status.
+    /// Waits for the exit and for the last output (both pipes at their end); returns the status.
     func wait(seconds: Double) throws -> Int32 {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning {
             guard Date() < deadline else { throw ToolFailure("ble \(process.arguments ?? []) still running after \(seconds) s:\n\(stdout)\n\(stderr)") }
             usleep(10_000)
         }
-        usleep(100_000)
+        let drained = Date().addingTimeInterval(5)
+        while lock.withLock({ openPipes > 0 }) && Date() < drained { usleep(5_000) }
         return process.terminationStatus
     }
 
@@ -114,6 +118,8 @@ final class Bench: @unchecked Sendable {
     private var processes: [ToolProcess] = []
 
     init() throws {
+        // The radio server writes to `ble` processes that may be gone (killed by a test): EPIPE, not SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
         server = try RadioServer(air: air, port: 0)
         server.start()
         state = FileManager.default.temporaryDirectory.appendingPathComponent("ble-tool-tests-\(UUID().uuidString)")
