@@ -37,6 +37,11 @@ enum AssignedNumbers {
         0x2906: "Valid Range", 0x2908: "Report Reference",
     ]
 
+    /// GATT attribute types (Vol 3 Part G §3.4, Table 3.4).
+    static let declarations: [UInt16: String] = [
+        0x2800: "Primary Service", 0x2801: "Secondary Service", 0x2802: "Include", 0x2803: "Characteristic",
+    ]
+
     static let companies: [UInt16: String] = [
         0x0000: "Ericsson", 0x0001: "Nokia", 0x0002: "Intel", 0x0006: "Microsoft", 0x000A: "Qualcomm Technologies International",
         0x000D: "Texas Instruments", 0x000F: "Broadcom", 0x001D: "Qualcomm", 0x004C: "Apple",
@@ -72,7 +77,9 @@ enum AssignedNumbers {
     static func name(ofCharacteristic u: BluetoothUUID) -> String? { u.uuid16.flatMap { characteristics[$0] } }
     static func name(ofDescriptor u: BluetoothUUID) -> String? { u.uuid16.flatMap { descriptors[$0] } }
     /// Any of the three, for a UUID met without context (scan filters, advertised services).
-    static func name(of u: BluetoothUUID) -> String? { name(ofService: u) ?? name(ofCharacteristic: u) ?? name(ofDescriptor: u) }
+    static func name(of u: BluetoothUUID) -> String? {
+        name(ofService: u) ?? name(ofCharacteristic: u) ?? name(ofDescriptor: u) ?? u.uuid16.flatMap { declarations[$0] }
+    }
 
     static func company(_ id: UInt16) -> String? { companies[id] }
 

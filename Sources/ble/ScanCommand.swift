@@ -56,6 +56,7 @@ struct ScanCommand: ParsableCommand {
         ticker.setEventHandler { link.host.loop.execute { printer.tick(now: Date()) } }
         ticker.resume()
         _ = finished.wait(timeout: duration > 0 ? .now() + duration : .distantFuture)
+        interrupt.cancel()
         ticker.cancel()
         link.stopScanning()
         link.host.loop.sync { printer.finish() }
