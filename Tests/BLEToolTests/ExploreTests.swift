@@ -332,3 +332,35 @@ import Testing
         #expect(r.status == 1 && r.stderr == "Error: /nonexistent.snoop: No such file or directory\n", "\(r)")
     }
 }
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct BenchSubcommandTests {
+    func lastJSON(_ text: String) throws -> [String: Any] {
+        let last = try #require(text.split(separator: "\n").last)
+        return try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
+    }
+
+    /// Each subcommand moves what it was asked to and ends with one JSON line; the classic flat form
+    /// still works.
+    @Test(arguments: [
+        (["bench", "throughput", "--size", "20", "--count", "300"], "notify", 6000),
+        (["bench", "throughput", "--mode", "write", "--size", "20", "--count", "300"], "write", 6000),
+        (["bench", "rtt", "--size", "20", "--count", "100"], "rtt", 2000),
+        (["bench", "rtt", "--mode", "read", "--size", "20", "--count", "100"], "read", 2000),
+        (["bench", "--mode", "notify", "--size", "20", "--count", "300"], "notify", 6000),
+    ])
+    func subcommandsMoveWhatTheyWereAskedTo(args: [String], mode: String, bytes: Int) throws {
+        let r = try Tool.run(args)
+        #expect(r.status == 0, "\(r)")
+        let json = try lastJSON(r.stdout)
+        #expect(json["mode"] as? String == mode)
+        #expect(json["bytes"] as? Int == bytes)
+    }
+
+    @Test func airtimeSaysItsTimeIsSimulated() throws {
+        let r = try Tool.run(["bench", "airtime", "--phy", "2m", "--count", "200"])
+        #expect(r.status == 0, "\(r)")
+        #expect(r.stdout.contains("(simulated time, on the airtime model's virtual clock)"))
+        let json = try lastJSON(r.stdout)
+        #expect(json["phy"] as? String == "2m" && (json["fraction"] as? Double ?? 0) > 0.5)
+    }
+}

@@ -103,6 +103,11 @@ import Testing
         (["demo", "--notifications", "0"], "Error: --notifications must be 1…1000"),
         (["receive", "--dir", "/nonexistent"], "Error: --dir: /nonexistent is not a directory"),
         (["bench", "--role", "middle", "--peer", "11:22:33:44:55:66"], "Error: --role central or peripheral"),
+        (["bench", "throughput", "--phy", "2m"], "Error: Unknown option '--phy'. Did you mean '--api'?"),
+        (["bench", "rtt", "--api", "corebluetooth"], "Error: Unknown option '--api'"),
+        (["bench", "throughput", "--mode", "write", "--api", "corebluetooth"], "Error: --api corebluetooth supports --mode notify and l2cap"),
+        (["bench", "scale", "advertisers", "--each", "5"], "Error: --each applies to connections"),
+        (["bench", "airtime", "--role", "central"], "Error: Unknown option '--role'. Did you mean '--mode'?"),
     ])
     func badInputIsRefusedWithUsage(args: [String], message: String) throws {
         let r = try Tool.run(args, env: Self.refused)
