@@ -136,8 +136,13 @@ struct PairCommand: ParsableCommand {
             host.connect(to: target)
         }
         if done.wait(timeout: .now() + timeout) == .timedOut { print("timed out after \(formatSeconds(timeout))") }
-        // Let the last key distribution PDUs leave before the link goes down.
+        // Let the last key distribution PDUs leave, then end the link ourselves (quietly) before powering off.
         usleep(500_000)
+        host.loop.sync {
+            delegate.quiet = true
+            for c in host.connections.values { c.disconnect() }
+        }
+        for _ in 0..<100 where host.loop.sync({ !host.connections.isEmpty }) { usleep(10_000) }
         host.loop.sync { host.powerOff() }
         if outcome.code != 0 { throw ExitCode(outcome.code) }
     }
@@ -145,12 +150,14 @@ struct PairCommand: ParsableCommand {
 
 final class PairDelegate: HostCentralDelegate, @unchecked Sendable {
     let target: BluetoothAddress
+    /// Set when the command ends the link itself.
+    var quiet = false
     let connected: (HostConnection) -> Void
     init(target: BluetoothAddress, connected: @escaping (HostConnection) -> Void) { self.target = target; self.connected = connected }
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
     func host(_ host: LEHost, didConnect connection: HostConnection) { connected(connection) }
     func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) { print("connection failed: \(status)") }
-    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { print("disconnected: \(reason)") }
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { if !quiet { print("disconnected: \(reason)") } }
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {}
 }
 
