@@ -24,7 +24,7 @@ struct BLETool: ParsableCommand {
         identities; NO_COLOR turns colours off.
         """,
         version: version,
-        subcommands: [ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self,
+        subcommands: [ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self, ShellCommand.self,
                       PairCommand.self, BondsCommand.self, ServeCommand.self, RadioCommand.self, SnoopCommand.self,
                       DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self])
 

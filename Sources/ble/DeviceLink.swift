@@ -184,8 +184,8 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
             let gone = DispatchSemaphore(value: 0)
             host.loop.execute { [self] in
                 guard c.isOpen else { gone.signal(); return }
-                let previous = onDisconnect
-                onDisconnect = { s in previous?(s); gone.signal() }
+                // Our own disconnection is not news for the command's handler.
+                onDisconnect = { _ in gone.signal() }
                 c.disconnect()
             }
             _ = gone.wait(timeout: .now() + 2)
