@@ -51,7 +51,7 @@ final class FileReceiver: NSObject, CBPeripheralManagerDelegate, @unchecked Send
 
     /// Opens the controller first, so that one that cannot be opened fails with its reason.
     func start() throws {
-        manager = CBPeripheralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "receive", identity: "receive"))
+        manager = CBPeripheralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "receive"))
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: CBPeripheralManager) {

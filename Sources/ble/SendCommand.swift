@@ -61,7 +61,7 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
 
     /// Opens the controller first, so that one that cannot be opened fails with its reason.
     func start() throws {
-        manager = CBCentralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "central", identity: "central"))
+        manager = CBCentralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "central"))
     }
 
     func fail(_ why: String) -> Never {

@@ -12,26 +12,26 @@ import BLEHost
 import BLETransport
 
 enum ToolIdentity {
+    /// What a host on such a transport does; nothing is written until the controller is up.
     struct Plan: Sendable {
-        let address: BluetoothAddress
-        let bondFile: URL
+        let name: String
+        let directory: URL
 
-        /// Before power-on: bonds from the identity's own file.
+        /// Before power-on: no bond file named after the controller's own (throwaway) address.
         func prepare(_ host: LEHost) {
-            let file = bondFile
-            host.loop.sync {
-                host.bondStoreDirectory = nil
-                host.bondStore = BondStore(fileURL: file)
-            }
+            host.loop.sync { host.bondStoreDirectory = nil }
         }
 
-        /// Once the controller is up: advertise, scan and connect from the identity's address.
+        /// Once the controller is up: the identity (created on first use), its bonds, and its address
+        /// for advertising, scanning and connecting.
         func apply(_ host: LEHost) throws {
+            let address = ToolIdentity.loadOrCreate(name: name, directory: directory)
+            let file = ToolIdentity.bondFile(for: address, directory: directory)
             let done = DispatchSemaphore(value: 0)
             final class Box: @unchecked Sendable { var error: HostError? }
             let box = Box()
-            let address = address
             host.loop.execute {
+                host.bondStore = BondStore(fileURL: file)
                 host.setStaticRandomAddress(address) { e in box.error = e; done.signal() }
             }
             guard done.wait(timeout: .now() + 10) == .success else { throw ToolError("setting the address \(address) timed out") }
@@ -47,19 +47,21 @@ enum ToolIdentity {
         }
     }
 
-    /// The plan for `name` on `spec`, or nil where the controller's own address is kept. The identity is
-    /// created on first use; a file that cannot be written leaves a fresh address for this run only.
+    /// The plan for `name` on `spec`, or nil where the controller's own address is kept.
     static func plan(for spec: TransportSpec, name: String, directory: URL = HostStateDirectory.url) -> Plan? {
-        guard needsIdentity(spec) else { return nil }
-        let address = loadOrCreate(name: name, directory: directory)
-        let file = directory.appendingPathComponent("bonds-" + address.string.replacingOccurrences(of: ":", with: "") + ".json")
-        return Plan(address: address, bondFile: file)
+        needsIdentity(spec) ? Plan(name: name, directory: directory) : nil
     }
 
     static func file(name: String, directory: URL) -> URL {
         directory.appendingPathComponent("identity-\(name).json")
     }
 
+    static func bondFile(for address: BluetoothAddress, directory: URL) -> URL {
+        directory.appendingPathComponent("bonds-" + address.string.replacingOccurrences(of: ":", with: "") + ".json")
+    }
+
+    /// The identity's address; a new one is created and saved on first use (a file that cannot be
+    /// written leaves a fresh address for this run only).
     static func loadOrCreate(name: String, directory: URL) -> BluetoothAddress {
         let url = file(name: name, directory: directory)
         if let data = try? Data(contentsOf: url),
@@ -80,8 +82,8 @@ enum ToolIdentity {
         while true {
             var b = (0..<6).map { _ in UInt8.random(in: 0...255, using: &g) }
             b[5] |= 0xC0
-            let rest = b[0..<5] + [b[5] & 0x3F]
-            if rest.allSatisfy({ $0 == 0 }) || rest.enumerated().allSatisfy({ $0.offset == 5 ? $0.element == 0x3F : $0.element == 0xFF }) { continue }
+            let rest = Array(b[0..<5]) + [b[5] & 0x3F]
+            if rest.allSatisfy({ $0 == 0 }) || rest == [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F] { continue }
             return BluetoothAddress(bytes: b, type: .random)
         }
     }

@@ -16,12 +16,17 @@ import Testing
         ["bench", "--role", "central", "--scenario", "send", "--peer", "11:22:33:44:55:66"],
     ])
     func unreachableControllerSaysWhy(args: [String]) throws {
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("ble-refused-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: state) }
         let started = Date()
-        let r = try Tool.run(args, env: Self.refused, timeout: 20)
+        let r = try Tool.run(args, env: Self.refused.merging(["OCB_STATE_DIR": state.path]) { $1 }, timeout: 20)
         #expect(r.status == 1, "\(r)")
         #expect(r.stderr == Self.refusedLine, "\(r)")
         #expect(r.stdout.isEmpty, "\(r)")
         #expect(Date().timeIntervalSince(started) < 10)
+        // Nothing is written for a controller that never came up (no identity, no bond file).
+        #expect(try FileManager.default.contentsOfDirectory(atPath: state.path).isEmpty)
     }
 
     @Test func invalidTransportSaysWhy() throws {
