@@ -168,12 +168,18 @@ struct BondsCommand: ParsableCommand {
     @Option(help: "Forget the bond with this identity address.")
     var remove: String?
 
+    @Option(help: "Over emulators (ble radio, rootcanal): whose bonds, central (the connecting commands) or the --identity a server ran with (serve).")
+    var identity = "central"
+
     func validate() throws {
         if let remove, BluetoothAddress(string: remove) == nil { throw ValidationError("--remove: \"\(remove)\" is not an address (AA:BB:CC:DD:EE:FF)") }
+        guard !identity.isEmpty, identity.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw ValidationError("--identity: letters, digits, - and _ only")
+        }
     }
 
     func run() throws {
-        let host = try Controller.open(name: "bonds", identity: "central")
+        let host = try Controller.open(name: "bonds", identity: identity)
         defer { host.loop.sync { host.powerOff() } }
         if let remove {
             let a = BluetoothAddress(string: remove)!

@@ -164,6 +164,9 @@ import Testing
         let files = try FileManager.default.contentsOfDirectory(atPath: bench.state.path)
         #expect(files.filter { $0.hasPrefix("bonds-") }.count == 2, "\(files)")   // one per identity: central and serve
         #expect(Set(files.filter { $0.hasPrefix("identity-") }) == ["identity-central.json", "identity-serve.json"])
+        // The server's side of the same bond, under its own identity.
+        r = try bench.run(["bonds", "--identity", "serve"])
+        #expect(r.stdout.hasPrefix("1 bond(s)"), "\(r.stdout)")
         r = try bench.run(["bonds", "--remove", address])
         #expect(r.stdout == "forgot \(address)\n")
         r = try bench.run(["bonds"])
