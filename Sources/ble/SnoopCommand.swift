@@ -134,6 +134,10 @@ struct SnoopDecoder {
         case .event:
             guard let e = try? HCIEvent.decode(p) else { return ("HCI Event (malformed)", [ValueDecoding.hex(p.bytes)]) }
             if case let .commandComplete(_, op, ret) = e {
+                // Return parameters decoded where the command's are known, else status and hex.
+                if let decoded = Self.returnParameters(op, ret) {
+                    return ("HCI Event: Command Complete: \(Self.opcodeName(op))", FieldRenderer(showKeys: showKeys).fields(decoded))
+                }
                 var fields: [String] = []
                 if let s = ret.first { fields.append("Status: \(HCIStatus(rawValue: s))") }
                 if ret.count > 1 { fields.append("Return parameters: " + ValueDecoding.hex(Array(ret.dropFirst()))) }
@@ -171,6 +175,21 @@ struct SnoopDecoder {
             }
         default:
             return ("\(p.type)", [ValueDecoding.hex(p.bytes)])
+        }
+    }
+
+    /// The return parameters of the commands whose layout BLEHCI knows (Vol 4 Part E §7).
+    static func returnParameters(_ op: HCIOpcode, _ ret: [UInt8]) -> Any? {
+        switch op {
+        case .readLocalVersionInformation: return try? ReadLocalVersionReturn(decoding: ret)
+        case .readBDADDR: return try? ReadBDADDRReturn(decoding: ret)
+        case .readRSSI: return try? ReadRSSIReturn(decoding: ret)
+        case .leReadBufferSize: return try? LEReadBufferSizeReturn(decoding: ret)
+        case .leRand: return try? LERandReturn(decoding: ret)
+        case .leEncrypt: return try? LEEncryptReturn(decoding: ret)
+        case .leReadPHY: return try? LEReadPHYReturn(decoding: ret)
+        case .leReadMaximumDataLength: return try? LEReadMaximumDataLengthReturn(decoding: ret)
+        default: return nil
         }
     }
 
@@ -220,7 +239,7 @@ struct FieldRenderer {
 
     static let acronyms = ["le": "LE", "rssi": "RSSI", "att": "ATT", "mtu": "MTU", "ltk": "LTK", "irk": "IRK", "csrk": "CSRK",
                            "ediv": "EDIV", "psm": "PSM", "cid": "CID", "mps": "MPS", "phy": "PHY", "oob": "OOB", "io": "IO",
-                           "acl": "ACL", "hci": "HCI", "bd": "BD", "addr": "ADDR", "uuid": "UUID", "dh": "DH"]
+                           "acl": "ACL", "hci": "HCI", "lmp": "LMP", "bd": "BD", "addr": "ADDR", "uuid": "UUID", "dh": "DH"]
 
     /// Field labels whose values are secrets.
     static func isSecret(_ label: String) -> Bool {
@@ -299,7 +318,8 @@ struct FieldRenderer {
         case let e as ATTErrorCode: return "\(e.name) (0x\(String(format: "%02x", e.rawValue)))"
         case let r as PairingFailureReason: return "\(r)"
         case let h as UInt16 where label?.lowercased().contains("handle") == true: return String(format: "0x%04x", h)
-        case is Bool, is Int, is Int8, is UInt8, is UInt16, is UInt32, is UInt64, is Double, is Int16, is Int32: return "\(v)"
+        case let x as UInt64: return String(format: "0x%016llx", x)   // masks and feature bits
+        case is Bool, is Int, is Int8, is UInt8, is UInt16, is UInt32, is Double, is Int16, is Int32: return "\(v)"
         default: break
         }
         let m = Mirror(reflecting: v)
