@@ -252,7 +252,9 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
             case .l2cap: openChannel()
             }
         }
+        let progress = BenchProgress(label: mode.rawValue, total: count, loop: air.loop) { [unowned self] in received }
         done.wait()
+        progress.finish()
         let cpu = cpuSeconds() - cpuStart
         return BenchResult(mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cpu, rtts: rtts)
     }

@@ -105,6 +105,8 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
             host.addPowerObserver { s in if s == .on { begin() } }
             begin()
         }
+        let progress = BenchProgress(label: scenario.rawValue, total: count, loop: host.loop) { [unowned self] in max(sent, received) }
+        defer { progress.finish() }
         guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
         if let failure { throw BenchError(failure) }
         let cpu = cpuSeconds() - cpuStart

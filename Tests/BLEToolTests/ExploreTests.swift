@@ -397,6 +397,26 @@ import Testing
         #expect(json["bytes"] as? Int == bytes)
     }
 
+    /// A run longer than a second draws a progress bar on a terminal (erased at the end); piped, nothing.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script"), "needs script(1) for a pseudo-terminal"))
+    func progressBarOnlyOnATerminal() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        p.arguments = ["-q", "-e", "-c", "\(Tool.executable.path) bench throughput --size 20 --count 120000", "/dev/null"]
+        p.environment = Tool.baseEnvironment
+        p.standardInput = FileHandle.nullDevice
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        #expect(text.range(of: #"\rnotify \[#*-*\] +[0-9.]+ % [0-9]+ s"#, options: .regularExpression) != nil, "\(text.debugDescription)")
+        #expect(text.contains("\r\u{1B}[K"))
+        let piped = try Tool.run(["bench", "throughput", "--size", "20", "--count", "120000"])
+        #expect(piped.status == 0 && piped.stderr.isEmpty, "\(piped.stderr)")
+    }
+
     @Test func airtimeSaysItsTimeIsSimulated() throws {
         let r = try Tool.run(["bench", "airtime", "--phy", "2m", "--count", "200"])
         #expect(r.status == 0, "\(r)")
