@@ -113,7 +113,7 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
             if target.address != nil {
                 throw ToolError("no device with the address \(target.text) advertised within \(formatSeconds(timeout)) (to connect without scanning, give its type: \(target.text)/P or \(target.text)/R)")
             }
-            throw ToolError("no device named \(target) advertised within \(formatSeconds(timeout))")
+            throw ToolError("no device named \(target) advertised within \(formatSeconds(timeout))" + (Controller.virtualHint.map { " " + $0 } ?? ""))
         }
         return a
     }

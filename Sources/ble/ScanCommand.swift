@@ -62,6 +62,7 @@ struct ScanCommand: ParsableCommand {
         link.host.loop.sync { printer.finish() }
         Controller.close(link.host)
         warn("\(printer.shownCount) device(s)")
+        if printer.shownCount == 0, let hint = Controller.virtualHint { warn(hint) }
     }
 }
 

@@ -84,6 +84,12 @@ enum Controller {
         return host
     }
 
+    /// For "nothing found" on the default transport: the in-process air has only this process's devices.
+    static var virtualHint: String? {
+        guard (try? spec()) == .virtual else { return nil }
+        return "(the default virtual radio is inside this process: to reach a device served by another process, run `ble radio` and set BLE_TRANSPORT=tcp-client:127.0.0.1:6402 in both)"
+    }
+
     /// False for the in-process virtual radio, which is always there.
     static var needsCheck: Bool { (try? spec()) != .virtual }
 

@@ -60,7 +60,11 @@ import Testing
         let r = try Tool.run(["scan", "--duration", "0.5"])
         #expect(r.status == 0, "\(r)")
         #expect(r.stdout.isEmpty)
-        #expect(r.stderr == "0 device(s)\n")
+        #expect(r.stderr.hasPrefix("0 device(s)\n(the default virtual radio is inside this process"), "\(r.stderr)")
+        // A name nobody advertises, on the default transport: the same hint.
+        let g = try Tool.run(["gatt", "Nobody", "--timeout", "0.5"])
+        #expect(g.status == 1)
+        #expect(g.stderr.hasPrefix("Error: no device named \"Nobody\" advertised within 0.5 s (the default virtual radio"), "\(g.stderr)")
     }
 
     @Test func version() throws {
