@@ -29,6 +29,14 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: state.path).isEmpty)
     }
 
+    @Test func radioOnATakenPortSaysWhy() throws {
+        let bench = try Bench()
+        defer { bench.stop() }
+        let r = try Tool.run(["radio", "--port", "\(bench.server.port)"], timeout: 10)
+        #expect(r.status == 1)
+        #expect(r.stderr == "Error: I/O error: cannot listen on 127.0.0.1:\(bench.server.port): Address already in use\n", "\(r)")
+    }
+
     @Test func invalidTransportSaysWhy() throws {
         let r = try Tool.run(["scan"], env: ["BLE_TRANSPORT": "bluetooth:0"])
         #expect(r.status == 1)
