@@ -290,11 +290,28 @@ import Testing
         p.standardError = errors
         try p.run()
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        final class Collected: @unchecked Sendable {
+            let lock = NSLock()
+            var data = Data()
+            var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
+        }
+        let collected = Collected()
+        let reader = Thread {
+            while true {
+                let d = output.fileHandleForReading.availableData
+                if d.isEmpty { return }
+                collected.lock.withLock { collected.data.append(d) }
+            }
+        }
+        reader.start()
         let script = "read 2A38\nwrite 0x0053 --text \"hello world\"\nread 0x0053\nread nonsense\nwrite 2A38 --hex 01\nsubscribe 2A37\n"
         input.fileHandleForWriting.write(Data(script.utf8))
-        usleep(600_000)
+        // Notifications arrive between commands; the rest of the script follows the first one.
+        let deadline = Date().addingTimeInterval(20)
+        while !collected.text.contains("notification 0x0033"), Date() < deadline, p.isRunning { usleep(20_000) }
         input.fileHandleForWriting.write(Data("unsubscribe 2A37\nbogus\nquit\n".utf8))
-        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        while !reader.isFinished, Date() < deadline.addingTimeInterval(10) { usleep(20_000) }
+        let out = collected.text
         let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         p.waitUntilExit()
         #expect(p.terminationStatus == 0, "\(out)\(err)")
