@@ -43,38 +43,51 @@ enum Tool {
 
 /// A `ble` process; standard output and error are collected apart as they arrive.
 final class ToolProcess: @unchecked Sendable {
+    /// What the reading threads fill; they hold only this, so the process object can go (and kill its
+    /// process) whatever they do.
+    final class Buffers: @unchecked Sendable {
+        let lock = NSLock()
+        var out = Data()
+        var err = Data()
+        var openPipes = 2
+    }
+
     let process = Process()
-    private let lock = NSLock()
-    private var out = Data()
-    private var err = Data()
-    private var openPipes = 2
+    private let buffers = Buffers()
+    private let outPipe = Pipe()
+    private let errPipe = Pipe()
 
     init(_ args: [String], env: [String: String]) {
         process.executableURL = Tool.executable
         process.arguments = args
         process.environment = Tool.baseEnvironment.merging(env) { $1 }
         process.standardInput = FileHandle.nullDevice
-        let o = Pipe(), e = Pipe()
-        process.standardOutput = o
-        process.standardError = e
-        o.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let d = h.availableData
-            guard let self else { return }
-            if d.isEmpty { h.readabilityHandler = nil; lock.withLock { openPipes -= 1 }; return }
-            lock.withLock { out.append(d) }
-        }
-        e.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let d = h.availableData
-            guard let self else { return }
-            if d.isEmpty { h.readabilityHandler = nil; lock.withLock { openPipes -= 1 }; return }
-            lock.withLock { err.append(d) }
-        }
+        process.standardOutput = outPipe
+        process.standardError = errPipe
     }
 
-    func start() throws { try process.run() }
+    /// One thread per pipe, blocking reads until the end (a readability handler can see an empty read
+    /// before the end and lose the rest).
+    private static func drain(_ pipe: Pipe, _ buffers: Buffers, toOut: Bool) {
+        Thread {
+            let h = pipe.fileHandleForReading
+            while true {
+                let d = h.availableData
+                if d.isEmpty { break }
+                buffers.lock.withLock { if toOut { buffers.out.append(d) } else { buffers.err.append(d) } }
+            }
+            buffers.lock.withLock { buffers.openPipes -= 1 }
+        }.start()
+    }
 
-    var stdout: String { lock.withLock { String(decoding: out, as: UTF8.self) } }
-    var stderr: String { lock.withLock { String(decoding: err, as: UTF8.self) } }
+    func start() throws {
+        try process.run()
+        Self.drain(outPipe, buffers, toOut: true)
+        Self.drain(errPipe, buffers, toOut: false)
+    }
+
+    var stdout: String { buffers.lock.withLock { String(decoding: buffers.out, as: UTF8.self) } }
+    var stderr: String { buffers.lock.withLock { String(decoding: buffers.err, as: UTF8.self) } }
 
     /// Waits until standard output contains `needle`.
     func waitFor(_ needle: String, seconds: Double = 20) throws {
@@ -94,7 +107,7 @@ final class ToolProcess: @unchecked Sendable {
             usleep(10_000)
         }
         let drained = Date().addingTimeInterval(5)
-        while lock.withLock({ openPipes > 0 }) && Date() < drained { usleep(5_000) }
+        while buffers.lock.withLock({ buffers.openPipes > 0 }) && Date() < drained { usleep(5_000) }
         return process.terminationStatus
     }
 
