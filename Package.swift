@@ -119,6 +119,7 @@ let package = Package(
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", .product(name: "Crypto", package: "swift-crypto")],
                 path: "examples/firmware-update", exclude: ["README.md"]),
         .testTarget(name: "FirmwareUpdateExampleTests", dependencies: ["FirmwareUpdateExample"]),
+        .testTarget(name: "BLEToolTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire"], exclude: ["Golden"]),
         .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire",
                                                   .product(name: "Crypto", package: "swift-crypto")], exclude: ["peers"]),
     ],

@@ -47,17 +47,52 @@ public struct GATTDatabaseFile: Sendable {
         "writeAuthenticationRequired": [.writeable, .writeEncryptionRequired, .writeAuthenticationRequired],
     ]
 
+    /// Reads and parses a file; a file that cannot be read gives the system's reason ("No such file or directory").
     public init(path: String) throws {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw FileError(path: "", message: "cannot read \(path)")
+        let data: Data
+        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+            throw FileError(path: "", message: "cannot read \(path): \(Self.systemReason(path: path, error))")
         }
         try self.init(json: data)
+    }
+
+    /// The POSIX reason behind a failed read, asked of the system again when Foundation does not carry it.
+    static func systemReason(path: String, _ error: any Error) -> String {
+        let fd = open(path, O_RDONLY)
+        if fd < 0 { return String(cString: strerror(errno)) }
+        defer { close(fd) }
+        var byte: UInt8 = 0
+        if read(fd, &byte, 1) < 0 { return String(cString: strerror(errno)) }
+        let ns = error as NSError
+        if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        return ns.localizedDescription
+    }
+
+    /// Where JSONSerialization stopped ("around character N", or the end), as "line L, column C" (1-based).
+    static func location(of error: any Error, in json: Data) -> String? {
+        let debug = (error as NSError).userInfo["NSDebugDescription"] as? String ?? ""
+        var offset: Int?
+        if let r = debug.range(of: "character ") {
+            offset = Int(debug[r.upperBound...].prefix { $0.isNumber })
+        } else if debug.contains("end of file") || debug.contains("Unexpected end") {
+            offset = json.count
+        }
+        guard let offset else { return nil }
+        var line = 1, column = 1
+        for b in json.prefix(offset) {
+            if b == 0x0A { line += 1; column = 1 } else if b & 0xC0 != 0x80 { column += 1 }
+        }
+        return "line \(line), column \(column)"
     }
 
     public init(json: Data) throws {
         let root: Any
         do { root = try JSONSerialization.jsonObject(with: json) } catch {
-            throw FileError(path: "", message: "not valid JSON: \(error.localizedDescription)")
+            let detail = (error as NSError).userInfo["NSDebugDescription"] as? String
+            let place = Self.location(of: error, in: json).map { "\($0): " } ?? ""
+            throw FileError(path: "", message: "\(place)not valid JSON (\(detail ?? error.localizedDescription))")
         }
         let top = try Self.object(root, "")
         try Self.allowKeys(top, ["advertise", "defaultServices", "services"], "")
@@ -84,7 +119,8 @@ public struct GATTDatabaseFile: Sendable {
             try Self.checkOrder(handle, after: &lastHandle, "\(p).handle")
             var refs: [IncludeRef] = []
             for (k, inc) in try Self.array(o["includes"] ?? [Any](), "\(p).includes").enumerated() {
-                if let n = inc as? NSNumber, !(inc is Bool) {
+                // On Linux an NSNumber holding 0 or 1 also passes `is Bool`: ask for the JSON type itself.
+                if let n = inc as? NSNumber, !isJSONBool(n) {
                     refs.append(.handle(try Self.handle(n, "\(p).includes[\(k)]")))
                 } else {
                     refs.append(.uuid(try Self.uuid(inc, "\(p).includes[\(k)]")))
@@ -140,32 +176,51 @@ public struct GATTDatabaseFile: Sendable {
         self.includeRefs = includes
     }
 
-    /// Builds the database, adding services in file order and resolving includes (which must come earlier).
+    /// Builds the database, adding services in file order. A service may include one declared later in the
+    /// file when that one has a fixed handle (real devices have such databases, e.g. a service at handle 1
+    /// including one at 128): the later service is then added first, so its handles are known.
     public func makeDatabase(deviceName: String = "OpenCoreBluetooth") throws -> GATTDatabase {
         var db = defaultServices ? GATTDatabase.withDefaultServices(deviceName: deviceName) : GATTDatabase()
-        var added: [(BluetoothUUID, UInt16)] = []
-        for (i, var s) in services.enumerated() {
-            s.includedServices = try includeRefs[i].enumerated().map { k, ref in
+        // Which service each include names, by index in the file.
+        var targets: [[Int]] = []
+        for (i, refs) in includeRefs.enumerated() {
+            targets.append(try refs.enumerated().map { k, ref in
+                let p = "services[\(i)].includes[\(k)]"
+                let j: Int
                 switch ref {
                 case let .uuid(u):
-                    guard let h = added.first(where: { $0.0 == u })?.1 else {
-                        throw FileError(path: "services[\(i)].includes[\(k)]", message: "no earlier service \(u.uuidString) in the file")
+                    guard let f = services[..<i].lastIndex(where: { $0.uuid == u }) ?? services[(i + 1)...].firstIndex(where: { $0.uuid == u }) else {
+                        throw FileError(path: p, message: "no service \(u.uuidString) in the file")
                     }
-                    return GATTServiceReference(handle: h)
+                    j = f
                 case let .handle(h):
-                    guard added.contains(where: { $0.1 == h }) else {
-                        throw FileError(path: "services[\(i)].includes[\(k)]", message: "no earlier service declared at handle \(h)")
-                    }
-                    return GATTServiceReference(handle: h)
+                    guard let f = services.firstIndex(where: { $0.handle == h }) else { throw FileError(path: p, message: "no service declared at handle \(h)") }
+                    j = f
                 }
-            }
+                if j == i { throw FileError(path: p, message: "a service cannot include itself") }
+                if j > i && services[j].handle == nil {
+                    throw FileError(path: p, message: "service \(services[j].uuid.uuidString) is declared later without a fixed \"handle\"; give it one to include it here")
+                }
+                return j
+            })
+        }
+        var handles: [Int: UInt16] = [:]
+        var visiting = Set<Int>()
+        func add(_ i: Int) throws {
+            if handles[i] != nil { return }
+            guard !visiting.contains(i) else { throw FileError(path: "services[\(i)].includes", message: "services include each other in a cycle") }
+            visiting.insert(i)
+            for j in targets[i] { try add(j) }
+            var s = services[i]
+            s.includedServices = targets[i].map { GATTServiceReference(handle: handles[$0]!) }
             do {
-                let handles = try db.add(s)
-                added.append((s.uuid, handles.range.lowerBound))
+                handles[i] = try db.add(s).range.lowerBound
             } catch {
                 throw FileError(path: "services[\(i)]", message: Self.describe(error))
             }
+            visiting.remove(i)
         }
+        for i in services.indices { try add(i) }
         return db
     }
 

@@ -15,6 +15,7 @@ extension LEHost {
         loop.assertInLoop()
         guard powerState == .on else { return completion(.notPoweredOn) }
         privacyInterval = interval
+        staticIdentityAddress = nil
         rotatePrivateAddress(completion: completion)
     }
 
@@ -24,6 +25,7 @@ extension LEHost {
         loop.cancel(privacyTimer)
         privacyTimer = nil
         privacyInterval = nil
+        staticIdentityAddress = nil
         guard currentPrivateAddress != nil else { return }
         currentPrivateAddress = nil
         if let want = wantsAdvertising { startAdvertising(want) }
@@ -65,7 +67,10 @@ extension LEHost {
         privacyInterval = nil
         let random = BluetoothAddress(bytes: address.bytes, type: .random)
         commandExpectingSuccess(.leSetRandomAddress(random)) { [self] e in
-            if e == nil { currentPrivateAddress = random }
+            if e == nil {
+                currentPrivateAddress = random
+                staticIdentityAddress = random.randomKind == .staticAddress ? random : nil
+            }
             if let want = wantsAdvertising { startAdvertising(want) }
             completion(e)
         }

@@ -164,7 +164,8 @@ extension LEHost {
     /// The address we show on links: our RPA while privacy is on, else the controller's public address.
     var ownLinkAddress: BluetoothAddress { currentPrivateAddress ?? localAddress }
 
-    var localIdentity: SMPLocalIdentity { SMPLocalIdentity(irk: bondStore.localIRK, address: localAddress) }
+    /// Our identity address: a static random address when the host uses one, else the public address.
+    var localIdentity: SMPLocalIdentity { SMPLocalIdentity(irk: bondStore.localIRK, address: staticIdentityAddress ?? localAddress) }
 
     func makeSession(_ c: HostConnection, role: SMPSession.Role, mitm: Bool) -> SMPSession {
         let me = c.localLinkAddress

@@ -129,6 +129,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var securityObservers: [UInt64: (HostConnection, HostSecurityEvent) -> Void] = [:]
     /// The resolvable private address in use while privacy is on (LEHost+Privacy.swift).
     public internal(set) var currentPrivateAddress: BluetoothAddress?
+    /// The static random address set with `setStaticRandomAddress`: our identity address in key
+    /// distribution, and set again on a controller that comes back.
+    public internal(set) var staticIdentityAddress: BluetoothAddress?
     var privacyTimer: LoopTimer?
     var privacyInterval: LoopTime?
     var scanSettings: (active: Bool, filterDuplicates: Bool, interval: UInt16, window: UInt16)?
@@ -263,6 +266,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                                     openBondStoreIfNeeded()
                                     setPowerState(.on)
                                     if privacyInterval != nil { rotatePrivateAddress() }
+                                    else if let s = staticIdentityAddress { setStaticRandomAddress(s) }
                                 }
                             }
                         }

@@ -35,7 +35,7 @@ struct AirtimeOutcome {
 
 final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
     let settings: AirtimeSettings
-    let mode: BenchCommand.Mode
+    let mode: BenchClassicCommand.Mode
     let size: Int, count: Int
     let air = VirtualAir(loop: EventLoop(label: "bench.air", clock: .virtual))
     var central: LEHost!, peripheral: LEHost!
@@ -45,7 +45,7 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
     var firstArrival: LoopTime?, lastArrival: LoopTime = 0
     let payload: [UInt8]
 
-    init(settings: AirtimeSettings, mode: BenchCommand.Mode, size: Int, count: Int) {
+    init(settings: AirtimeSettings, mode: BenchClassicCommand.Mode, size: Int, count: Int) {
         self.settings = settings
         self.mode = mode
         self.size = size

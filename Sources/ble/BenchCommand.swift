@@ -11,8 +11,12 @@ import BLEHost
 import BLETransport
 import BLEVirtualRadio
 
-struct BenchCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "bench", abstract: "Measure throughput, CPU time and round trips.")
+/// The flat form of `ble bench` (every option, `--mode`, `--airtime`, `--sweep`, `--scale`, `--role`): the
+/// default when no subcommand is named, kept for scripts. The subcommands (BenchSubcommands.swift) take only
+/// the options that apply to them and run this.
+struct BenchClassicCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "classic", abstract: "Every bench option at once (the form before the subcommands).", shouldDisplay: false)
 
     enum Mode: String, ExpressibleByArgument, CaseIterable { case notify, write, rtt, read, l2cap }
 
@@ -132,7 +136,7 @@ struct BenchCommand: ParsableCommand {
     }
 }
 
-extension BenchCommand {
+extension BenchClassicCommand {
     func runAirtime() throws {
         guard let p = LEPHY(rawValue: phy) else { throw ValidationError("--phy must be one of 1m, 2m, coded-s2, coded-s8") }
         guard (27...251).contains(dataLength) else { throw ValidationError("--data-length must be 27…251") }
@@ -145,7 +149,7 @@ extension BenchCommand {
         settings.reserveMicroseconds = controllerReserve
         let total = CommandLine.arguments.contains("--count") ? count : max(mode == .l2cap ? 16 : 100, 1_000_000 / payload)
         let o = try AirtimeBench(settings: settings, mode: mode, size: payload, count: total).run()
-        print(o.result.summary)
+        print(o.result.summary + " (simulated time, on the airtime model's virtual clock)")
         print(String(format: "theoretical maximum %.1f kB/s (%.1f kbit/s); reached %.1f %%", o.theoretical / 1000, o.theoretical * 8 / 1000, o.fraction * 100))
         var json = o.result.json
         json.removeLast()
@@ -193,7 +197,7 @@ func cpuSeconds() -> Double {
 }
 
 final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
-    let mode: BenchCommand.Mode, size: Int, count: Int
+    let mode: BenchClassicCommand.Mode, size: Int, count: Int
     let air = VirtualAir(loop: EventLoop(label: "bench", clock: .real))
     var central: LEHost!, peripheral: LEHost!
     var link: HostConnection?
@@ -207,7 +211,7 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
 
     let aclBuffer: Int
 
-    init(mode: BenchCommand.Mode, size: Int, count: Int, aclBuffer: Int = 251) {
+    init(mode: BenchClassicCommand.Mode, size: Int, count: Int, aclBuffer: Int = 251) {
         self.mode = mode; self.size = size; self.count = count; self.aclBuffer = aclBuffer
         payload = (0..<size).map { UInt8($0 & 0xFF) }
     }
@@ -248,7 +252,9 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
             case .l2cap: openChannel()
             }
         }
+        let progress = BenchProgress(label: mode.rawValue, total: count, loop: air.loop) { [unowned self] in received }
         done.wait()
+        progress.finish()
         let cpu = cpuSeconds() - cpuStart
         return BenchResult(mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cpu, rtts: rtts)
     }

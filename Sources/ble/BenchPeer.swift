@@ -80,7 +80,7 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
         self.size = size
         self.count = count
         self.peer = peer
-        host = try HostFactory.makeHostFromEnvironment(name: "bench")
+        host = try Controller.open(name: "bench")
     }
 
     func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -92,8 +92,8 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
         host.loop.execute { [self] in
             host.centralDelegate = self
             host.peripheralDelegate = self
-            host.addPowerObserver { [self] s in
-                guard s == .on else { return }
+            // The controller is already on (Controller.open); a controller that comes back starts again.
+            let begin = { [self] in
                 switch role {
                 case .central:
                     say("connecting to \(peer) on \(host.transport.name)")
@@ -102,8 +102,11 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
                     servePeripheral()
                 }
             }
-            host.powerOn()
+            host.addPowerObserver { s in if s == .on { begin() } }
+            begin()
         }
+        let progress = BenchProgress(label: scenario.rawValue, total: count, loop: host.loop) { [unowned self] in max(sent, received) }
+        defer { progress.finish() }
         guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
         if let failure { throw BenchError(failure) }
         let cpu = cpuSeconds() - cpuStart

@@ -76,7 +76,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         self.size = size
         self.count = count
         self.peer = peer
-        host = try HostFactory.makeHostFromEnvironment(name: "bench")
+        host = try Controller.open(name: "bench")
     }
 
     func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -88,8 +88,8 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         host.loop.execute { [self] in
             host.centralDelegate = self
             host.peripheralDelegate = self
-            host.addPowerObserver { [self] s in
-                guard s == .on else { return }
+            // The controller is already on (Controller.open); a controller that comes back starts again.
+            let begin = { [self] in
                 switch role {
                 case .central:
                     say("connecting to \(peer) on \(host.transport.name)")
@@ -98,7 +98,8 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
                     servePeripheral()
                 }
             }
-            host.powerOn()
+            host.addPowerObserver { s in if s == .on { begin() } }
+            begin()
         }
         guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
         if let failure { throw BenchError(failure) }

@@ -8,18 +8,40 @@ import BLEHost
 import BLESMP
 import BLETransport
 
-extension IOCapability: ExpressibleByArgument {
-    public init?(argument: String) {
+/// An IO capability on the command line, by name. (IOCapability itself is CaseIterable with raw values, for
+/// which ArgumentParser's help would show the raw number as the default.)
+struct IOArgument: ExpressibleByArgument, Sendable, Equatable {
+    let capability: IOCapability
+
+    init(_ capability: IOCapability) { self.capability = capability }
+
+    init?(argument: String) {
         switch argument {
-        case "none": self = .noInputNoOutput
-        case "display": self = .displayOnly
-        case "yesno", "display+yes/no": self = .displayYesNo
-        case "keyboard": self = .keyboardOnly
-        case "keyboard+display", "display+keyboard": self = .keyboardDisplay
+        case "none": capability = .noInputNoOutput
+        case "display": capability = .displayOnly
+        case "yesno", "display+yes/no": capability = .displayYesNo
+        case "keyboard": capability = .keyboardOnly
+        case "keyboard+display", "display+keyboard": capability = .keyboardDisplay
         default: return nil
         }
     }
-    public static var allValueStrings: [String] { ["none", "display", "yesno", "keyboard", "keyboard+display"] }
+
+    static var allValueStrings: [String] { ["none", "display", "yesno", "keyboard", "keyboard+display"] }
+    static var defaultCompletionKind: CompletionKind { .list(allValueStrings) }
+
+    /// The name the command line takes, as help shows defaults ("default: keyboard+display").
+    var defaultValueDescription: String {
+        switch capability {
+        case .noInputNoOutput: return "none"
+        case .displayOnly: return "display"
+        case .displayYesNo: return "yesno"
+        case .keyboardOnly: return "keyboard"
+        case .keyboardDisplay: return "keyboard+display"
+        }
+    }
+
+    static let none = IOArgument(.noInputNoOutput)
+    static let keyboardDisplay = IOArgument(.keyboardDisplay)
 }
 
 /// Asks the user on the terminal. Without a terminal (stdin closed) it refuses what needs an answer.
@@ -60,10 +82,10 @@ struct PairCommand: ParsableCommand {
         commandName: "pair", abstract: "Connect to a device, pair (and bond), print the keys' summary.",
         discussion: "Bonds are kept in $OCB_STATE_DIR (else $XDG_STATE_HOME/OpenCoreBluetooth) for real controllers.")
 
-    @Argument(help: "The device address, AA:BB:CC:DD:EE:FF, optionally followed by /P or /R.")
+    @Argument(help: "The device: its address (AA:BB:CC:DD:EE:FF, optionally followed by /P or /R) or its advertised name.")
     var address: String
-    @Option(help: "What this terminal can do: none, display, yesno, keyboard, keyboard+display.")
-    var io: IOCapability = .keyboardDisplay
+    @Option(help: "Pairing: what this terminal can do.")
+    var io: IOArgument = .keyboardDisplay
     @Flag(help: "Use LE legacy pairing (no Secure Connections).")
     var legacy = false
     @Flag(help: "Require MITM protection (fail rather than use Just Works).")
@@ -75,9 +97,16 @@ struct PairCommand: ParsableCommand {
     @Option(help: "Give up after this many seconds.")
     var timeout: Double = 60
 
+    func validate() throws {
+        guard timeout > 0 else { throw ValidationError("--timeout must be more than 0 seconds") }
+    }
+
     func run() throws {
-        guard let target = BluetoothAddress(string: address) else { throw ValidationError("not an address: \(address)") }
-        let host = try HostFactory.makeHostFromEnvironment(name: "pair")
+        let device = DeviceTarget(address)
+        let link = try DeviceLink(io: io, yes: yes)
+        let host = link.host!
+        let target: BluetoothAddress
+        do { target = try link.find(device, timeout: min(timeout, 10)) } catch { Controller.close(host); throw error }
         let done = DispatchSemaphore(value: 0)
         final class Outcome: @unchecked Sendable { var code: Int32 = 1 }
         let outcome = Outcome()
@@ -100,19 +129,20 @@ struct PairCommand: ParsableCommand {
             if force { host.pair(c, mitm: mitm, completion: finish) } else { host.secure(c, mitm: mitm, completion: finish) }
         }
         host.loop.execute {
-            host.pairingAgent = TerminalAgent(io, autoAccept: yes)
             host.securityConfiguration.secureConnections = !legacy
             host.securityConfiguration.requireMITM = mitm
             host.centralDelegate = delegate
-            host.addPowerObserver { s in
-                if s == .on { print("connecting to \(target) on \(host.transport.name)…"); host.connect(to: target) }
-                if case let .unsupported(why) = s { print("no controller: \(why)"); done.signal() }
-            }
-            host.powerOn()
+            print("connecting to \(target) on \(host.transport.name)…")
+            host.connect(to: target)
         }
-        if done.wait(timeout: .now() + timeout) == .timedOut { print("timed out") }
-        // Let the last key distribution PDUs leave before the link goes down.
+        if done.wait(timeout: .now() + timeout) == .timedOut { print("timed out after \(formatSeconds(timeout))") }
+        // Let the last key distribution PDUs leave, then end the link ourselves (quietly) before powering off.
         usleep(500_000)
+        host.loop.sync {
+            delegate.quiet = true
+            for c in host.connections.values { c.disconnect() }
+        }
+        for _ in 0..<100 where host.loop.sync({ !host.connections.isEmpty }) { usleep(10_000) }
         host.loop.sync { host.powerOff() }
         if outcome.code != 0 { throw ExitCode(outcome.code) }
     }
@@ -120,12 +150,14 @@ struct PairCommand: ParsableCommand {
 
 final class PairDelegate: HostCentralDelegate, @unchecked Sendable {
     let target: BluetoothAddress
+    /// Set when the command ends the link itself.
+    var quiet = false
     let connected: (HostConnection) -> Void
     init(target: BluetoothAddress, connected: @escaping (HostConnection) -> Void) { self.target = target; self.connected = connected }
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
     func host(_ host: LEHost, didConnect connection: HostConnection) { connected(connection) }
     func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) { print("connection failed: \(status)") }
-    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { print("disconnected: \(reason)") }
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { if !quiet { print("disconnected: \(reason)") } }
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {}
 }
 
@@ -136,17 +168,21 @@ struct BondsCommand: ParsableCommand {
     @Option(help: "Forget the bond with this identity address.")
     var remove: String?
 
-    func run() throws {
-        let host = try HostFactory.makeHostFromEnvironment(name: "bonds")
-        let up = DispatchSemaphore(value: 0)
-        host.loop.execute {
-            host.addPowerObserver { s in if s == .on { up.signal() } }
-            host.powerOn()
+    @Option(help: "Over emulators (ble radio, rootcanal): whose bonds, central (the connecting commands) or the --identity a server ran with (serve).")
+    var identity = "central"
+
+    func validate() throws {
+        if let remove, BluetoothAddress(string: remove) == nil { throw ValidationError("--remove: \"\(remove)\" is not an address (AA:BB:CC:DD:EE:FF)") }
+        guard !identity.isEmpty, identity.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw ValidationError("--identity: letters, digits, - and _ only")
         }
-        guard up.wait(timeout: .now() + 10) == .success else { throw ValidationError("the controller did not come up") }
+    }
+
+    func run() throws {
+        let host = try Controller.open(name: "bonds", identity: identity)
         defer { host.loop.sync { host.powerOff() } }
         if let remove {
-            guard let a = BluetoothAddress(string: remove) else { throw ValidationError("not an address: \(remove)") }
+            let a = BluetoothAddress(string: remove)!
             let removed = host.loop.sync { host.removeBond(a) || host.removeBond(BluetoothAddress(bytes: a.bytes, type: a.type.isRandom ? .public : .random)) }
             print(removed ? "forgot \(a)" : "no bond with \(a)")
             if !removed { throw ExitCode(1) }

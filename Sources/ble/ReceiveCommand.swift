@@ -19,13 +19,16 @@ struct ReceiveCommand: ParsableCommand {
     @Flag(help: "Exit after one file.")
     var once = false
 
-    func run() throws {
+    func validate() throws {
         var isDir: ObjCBool = false
         guard FileManager.default.fileExists(atPath: dir, isDirectory: &isDir), isDir.boolValue else {
             throw ValidationError("--dir: \(dir) is not a directory")
         }
+    }
+
+    func run() throws {
         let receiver = FileReceiver(directory: URL(fileURLWithPath: dir), name: name, encrypted: encrypted, once: once)
-        receiver.start()
+        try receiver.start()
         dispatchMain()
     }
 }
@@ -46,7 +49,10 @@ final class FileReceiver: NSObject, CBPeripheralManagerDelegate, @unchecked Send
         self.once = once
     }
 
-    func start() { manager = CBPeripheralManager(delegate: self, queue: nil) }
+    /// Opens the controller first, so that one that cannot be opened fails with its reason.
+    func start() throws {
+        manager = CBPeripheralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "receive"))
+    }
 
     func peripheralManagerDidUpdateState(_ peripheral: CBPeripheralManager) {
         switch peripheral.state {

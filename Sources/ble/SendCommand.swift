@@ -1,7 +1,8 @@
 // `ble send FILE --to ADDRESS|NAME`: finds a `ble receive` peripheral, reads the PSM from its
 // CBUUIDL2CAPPSMCharacteristicString characteristic, opens an L2CAP channel and sends the file with a
 // progress line; the receiver checks the SHA-256. A link lost mid-transfer is reconnected and the transfer
-// resumes where the receiver stopped. Core Bluetooth API only.
+// resumes where the receiver stopped. Core Bluetooth API only (the tool opens the controller first, to fail
+// with its reason).
 import ArgumentParser
 import Foundation
 import CoreBluetooth
@@ -20,14 +21,10 @@ struct SendCommand: ParsableCommand {
 
     func run() throws {
         let url = URL(fileURLWithPath: file)
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDir), !isDir.boolValue else {
-            throw ValidationError("\(file): no such file")
-        }
-        guard FileManager.default.isReadableFile(atPath: url.path) else { throw ValidationError("\(file): not readable") }
+        try checkReadableFile(file)
         let (hasher, size) = try FileTransfer.sha256(of: url)
         let sender = FileSender(url: url, size: size, sha256: Array(hasher.finalize()), target: to, retries: retries)
-        sender.start()
+        try sender.start()
         DispatchQueue.main.asyncAfter(deadline: .now() + timeout) {
             if sender.peripheral == nil { sender.fail("no receiver\(to.map { " matching \"\($0)\"" } ?? "") found in \(Int(timeout)) s") }
         }
@@ -62,7 +59,10 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
         progress = ProgressLine(label: url.lastPathComponent, total: size)
     }
 
-    func start() { manager = CBCentralManager(delegate: self, queue: nil) }
+    /// Opens the controller first, so that one that cannot be opened fails with its reason.
+    func start() throws {
+        manager = CBCentralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "central"))
+    }
 
     func fail(_ why: String) -> Never {
         progress.finish()

@@ -22,28 +22,41 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Stop after this many seconds (0: run until killed).")
     var duration: Double = 0
 
-    @Option(help: "Pairing: what this terminal can do (none, display, yesno, keyboard, keyboard+display); prompts appear here.")
-    var io: IOCapability = .noInputNoOutput
+    @Option(help: "Pairing: what this terminal can do (prompts appear here).")
+    var io: IOArgument = .none
 
     @Flag(help: "Accept Just Works pairing and numeric comparisons without asking.")
     var yes = false
+
+    @Option(help: "The name of the persistent identity used over ble radio, rootcanal and other emulators (one per server running at once).")
+    var identity = "serve"
+
+    func validate() throws {
+        guard notifyEvery >= 0, duration >= 0 else { throw ValidationError("--notify-every and --duration must be 0 or more") }
+        guard !identity.isEmpty, identity.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw ValidationError("--identity: letters, digits, - and _ only")
+        }
+    }
 
     func run() throws {
         let description: GATTDatabaseFile
         let database: GATTDatabase
         do {
             description = try GATTDatabaseFile(path: file)
-            database = try description.makeDatabase()
+            database = try description.makeDatabase(deviceName: description.advertise.name ?? "OpenCoreBluetooth")
         } catch {
-            throw ValidationError("\(file): \(error)")
+            throw ToolError("\(file): \(error)")
         }
-        let host = try HostFactory.makeHostFromEnvironment(name: "serve")
-        let server = Server(host: host, database: database)
         let packed = AdvertisingPacker.pack(localName: description.advertise.name, serviceUUIDs: description.advertise.serviceUUIDs)
-        host.loop.execute {
+        let agent = TerminalAgent(io.capability, autoAccept: yes || io == .none)
+        final class Holder: @unchecked Sendable { var server: Server? }
+        let holder = Holder()
+        let host = try Controller.open(name: "serve", identity: identity) { host in
+            let server = Server(host: host, database: database)
+            holder.server = server
             host.useDatabase(database)
             host.peripheralDelegate = server
-            host.pairingAgent = TerminalAgent(io, autoAccept: yes || io == .noInputNoOutput)
+            host.pairingAgent = agent
             host.addSecurityObserver { c, e in
                 switch e {
                 case let .paired(r): print("paired with \(c.identityAddress): \(r.method), \(r.secureConnections ? "Secure Connections" : "legacy")\(r.bonded ? ", bonded" : "")")
@@ -53,16 +66,22 @@ struct ServeCommand: ParsableCommand {
                 }
                 fflush(nil)
             }
-            host.addPowerObserver { state in
-                print("controller \(state)")
-                guard state == .on else { return }
+        }
+        let server = holder.server!
+        let name = description.advertise.name ?? "(no name)"
+        host.loop.execute {
+            let advertise = {
                 host.startAdvertising(AdvertisingConfiguration(data: packed.advertisingData, scanResponse: packed.scanResponseData)) { e in
-                    print(e.map { "advertising failed: \($0)" } ?? "advertising \(description.advertise.name ?? "(no name)") on \(host.transport.name)")
-                    fflush(nil)
+                    let own = host.currentPrivateAddress ?? host.localAddress
+                    say(e.map { "advertising failed: \($0)" } ?? "advertising \"\(name)\" as \(own) on \(host.transport.name)")
                 }
-                fflush(nil)
             }
-            host.powerOn()
+            // A controller that comes back after a loss is advertised on again.
+            host.addPowerObserver { state in
+                say("controller \(state)")
+                if state == .on { advertise() }
+            }
+            advertise()
         }
         if notifyEvery > 0 {
             let interval = LoopTime.seconds(notifyEvery)

@@ -59,10 +59,44 @@ import BLEWire
         #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "endHandle": 11, "characteristics": [{"uuid": "2A37"}]}]}"#)?
                     .hasPrefix("services[0]:") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "includes": ["180F"]}, {"uuid": "180F"}]}"#)?
-                    .hasPrefix("services[0].includes[0]: no earlier service 180F") == true)
+                    .hasPrefix("services[0].includes[0]: service 180F is declared later without a fixed \"handle\"") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "includes": ["1810"]}]}"#)?.hasPrefix("services[0].includes[0]: no service 1810 in the file") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "includes": [10]}]}"#)?.hasPrefix("services[0].includes[0]: a service cannot include itself") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "includes": [40]}, {"uuid": "180F", "handle": 40, "includes": [10]}]}"#)?
+                    .contains("cycle") == true)
+        #expect(error(#"{"services": [{"uuid": "180D", "includes": [true]}]}"#)?.hasPrefix("services[0].includes[0]: expected a string") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "primary": "yes"}]}"#)?.hasPrefix("services[0].primary: expected true or false") == true)
-        #expect(error(#"{"services": "#)?.hasPrefix("not valid JSON") == true)
+        #expect(error(#"{"services": "#)?.hasPrefix("line 1, column 14: not valid JSON") == true)
+        #expect(error("{\n  \"services\": [\n    {\"uuid\": \"180D\",, }\n  ]\n}")?.hasPrefix("line 3, column ") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "handle": 65536}]}"#)?.hasPrefix("services[0].handle: expected a handle") == true)
         #expect(error(#"{"defaultServices": false, "services": [{"uuid": "180D"}]}"#) == nil)
+    }
+
+    /// Handles in "includes" are numbers: 0 and 1 are not booleans (on Linux they also pass `is Bool`).
+    @Test func includesByHandleAcceptSmallNumbers() throws {
+        let db = try GATTDatabaseFile(json: Data(#"{"defaultServices": false, "services": [{"uuid": "180F", "handle": 1}, {"uuid": "180D", "includes": [1]}]}"#.utf8)).makeDatabase()
+        let inc = try #require(db.attributes.first { $0.type == .include })
+        #expect(db.services.first { $0.uuid == BluetoothUUID(0x180D) }?.range.contains(inc.handle) == true)
+        if case let .stored(v) = inc.value { #expect(Array(v.prefix(2)) == [1, 0]) } else { Issue.record("include value not stored") }
+    }
+
+    /// A service at handle 1 that includes one declared later at 128, as real devices have.
+    @Test func serviceMayIncludeOneDeclaredLater() throws {
+        let json = #"{"defaultServices": false, "services": [{"uuid": "180D", "handle": 1, "includes": [128], "characteristics": [{"uuid": "2A37", "properties": ["notify"]}]}, {"uuid": "180F", "primary": false, "handle": 128, "characteristics": [{"uuid": "2A19", "properties": ["read"], "value": "hex:5a"}]}, {"uuid": "1805", "includes": ["180F"]}]}"#
+        let db = try GATTDatabaseFile(json: Data(json.utf8)).makeDatabase()
+        #expect(db.services.map(\.range.lowerBound) == [1, 128, 131])
+        #expect(db.attribute(at: 2)?.type == .include)
+        if case let .stored(v) = db.attribute(at: 2)!.value { #expect(v == [128, 0, 130, 0, 0x0F, 0x18]) } else { Issue.record("include value not stored") }
+        // By UUID as well, to a later service with a fixed handle.
+        let byUUID = #"{"defaultServices": false, "services": [{"uuid": "180D", "handle": 1, "includes": ["180F"]}, {"uuid": "180F", "handle": 128}]}"#
+        #expect(try GATTDatabaseFile(json: Data(byUUID.utf8)).makeDatabase().services.map(\.range.lowerBound) == [1, 128])
+    }
+
+    /// A file that cannot be read says why, in the system's words.
+    @Test func missingFileGivesTheSystemsReason() {
+        let path = "/nonexistent-\(UUID().uuidString)/db.json"
+        #expect(throws: GATTDatabaseFile.FileError.self) { try GATTDatabaseFile(path: path) }
+        do { _ = try GATTDatabaseFile(path: path) } catch { #expect("\(error)" == "cannot read \(path): No such file or directory") }
+        do { _ = try GATTDatabaseFile(path: "/tmp") } catch { #expect("\(error)" == "cannot read /tmp: Is a directory") }
     }
 }

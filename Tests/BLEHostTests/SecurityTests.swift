@@ -127,6 +127,27 @@ final class SecuredLink {
         #expect(s.failures("central").last == .remote(.authenticationRequirements) || s.failures("central").last == .local(.authenticationRequirements))
     }
 
+    /// A host that uses a static random address (as `ble` does over emulators) gives it as its identity
+    /// address in key distribution, so the peer files the bond under the address it sees, not under the
+    /// controller's public address; a controller that comes back gets the address again.
+    @Test func staticRandomAddressIsTheIdentity() throws {
+        let identity = BluetoothAddress(string: "D1:23:45:67:89:AB/R")!
+        let s = try SecuredLink { central, _ in central.setStaticRandomAddress(identity) }
+        #expect(s.read(s.encrypted) == .success(.value([0x5E])))
+        #expect(s.peripheralLink.peerAddress == identity)
+        #expect(s.t.peripheral.bondStore.bond(for: identity) != nil)
+        #expect(s.t.peripheral.bondStore.bond(for: s.t.central.localAddress) == nil)
+        #expect(s.t.air.loop.sync { s.t.central.staticIdentityAddress } == identity)
+        // Back on after a loss: the random address is set again.
+        let controller = s.t.central.transport as! VirtualController
+        s.t.air.loop.sync { controller.powerOff() }
+        s.t.air.loop.advance(by: .milliseconds(100))
+        #expect(s.t.air.loop.sync { s.t.central.currentPrivateAddress } == nil)
+        s.t.air.loop.sync { controller.powerOn() }
+        s.t.air.loop.advance(by: .seconds(2))
+        #expect(s.t.air.loop.sync { s.t.central.powerState == .on && s.t.central.currentPrivateAddress == identity })
+    }
+
     @Test(arguments: [
         (IOCapability.keyboardDisplay, IOCapability.displayOnly, true, PairingMethod.passkeyEntry),
         (.displayOnly, .keyboardOnly, true, .passkeyEntry),

@@ -199,7 +199,10 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         let serve = Process()
         serve.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")
         serve.arguments = ["serve", Interop.root.appendingPathComponent("examples/heart-rate.json").path, "--notify-every", "0.1"]
-        serve.environment = Interop.environment(["BLE_TRANSPORT": rc.transport])
+        // Its identity and bonds go to a folder of this test's own, removed at the end.
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("ble-serve-interop-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: state) }
+        serve.environment = Interop.environment(["BLE_TRANSPORT": rc.transport, "OCB_STATE_DIR": state.path])
         let out = Pipe()
         serve.standardOutput = out
         try serve.run()

@@ -183,8 +183,10 @@ let allPairingCases: [PairingCase] = [
         let rc = try RootCanal()
         defer { rc.stop() }
         let passkeyFile = tempPath("passkey")
-        nonisolated(unsafe) var bumble: PeerProcess?
-        let (host, rec) = try makeSecureHost(rc, io: k.ours, sc: k.sc, passkeyFile: passkeyFile, bumble: { bumble })
+        // The agent asks for the peer that starts later: a box, not a var mutated after capture.
+        final class PeerBox: @unchecked Sendable { var peer: PeerProcess? }
+        let box = PeerBox()
+        let (host, rec) = try makeSecureHost(rc, io: k.ours, sc: k.sc, passkeyFile: passkeyFile, bumble: { box.peer })
         try await waitFor("power", seconds: 20) { host.loop.sync { host.powerState == .on } }
         try host.loop.sync {
             _ = try host.addService(GATTServiceDefinition(uuid: BluetoothUUID(0xFFE0), characteristics: [
@@ -195,16 +197,17 @@ let allPairingCases: [PairingCase] = [
         }
         let ours = host.loop.sync { host.localAddress }
         let read = k.method == .justWorks ? encryptedUUID : authenticatedUUID
-        bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
+        let bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
             "--transport", rc.transport, "--io", k.bumble, "--sc", k.sc ? "true" : "false",
             "--keystore", tempPath("bumble-keys.json").path, "--passkey-file", passkeyFile.path,
             "--connect", ours.description, "--read", "0000\(read.uuidString)-0000-1000-8000-00805F9B34FB"])
-        defer { bumble?.stop() }
-        try await bumble!.waitFor("done", seconds: 60)
-        let reads = bumble!.events("read")
+        box.peer = bumble
+        defer { bumble.stop() }
+        try await bumble.waitFor("done", seconds: 60)
+        let reads = bumble.events("read")
         let expected = k.method == .justWorks ? "5e" : "a7"
         #expect(reads.compactMap { ($0["values"] as? [String: String])?.values.first } == [expected, expected])
-        #expect(bumble!.events("paired").count == 1 && rec.paired.count == 1)
+        #expect(bumble.events("paired").count == 1 && rec.paired.count == 1)
         let result = try #require(rec.paired.first)
         #expect(result.method == k.method && result.secureConnections == k.sc)
         #expect(rec.encryptions >= 2)
