@@ -20,16 +20,26 @@
 // - a `RunLoop._Observer` (the same SPI) of the loop's `.beforeWaiting` and `.afterWaiting` activities,
 //   which keeps a `sleeping` flag: a loop that is awake runs every signalled source before it sleeps, so it
 //   needs no wake-up;
-// - a repeating `Timer` whose fire date sits in the distant future; to wake a sleeping loop `post` sets it
-//   to now (`CFRunLoopTimerSetNextFireDate` is thread-safe and re-arms the loop's timer descriptor, a
-//   `timerfd_settime`); the loop then runs the signalled source. The callout pushes the date back.
-// So a wake-up costs a system call or two only when the loop sleeps; while it is busy (a transfer at full
-// speed) posting is a lock and a flag. The race between a post and a loop going to sleep is closed under
-// the dispatcher's lock: a post that finds the loop awake has signalled the source before the
-// `.beforeWaiting` callout can look, and that callout, finding undelivered events, arms the timer itself.
+// - the wake-up itself: CoreFoundation's `CFRunLoopWakeUp` (one eventfd write) when it can be found at run
+//   time — it is exported by the toolchain's libFoundation but declared in no Swift module, so it is looked
+//   up with `dlsym` and called through a C function pointer, with the loop's CFRunLoop taken by
+//   `CFRunLoopGetCurrent` in the observer's first callout on the loop's own thread. Otherwise (another
+//   Foundation, or before that first callout) a repeating `Timer` whose fire date sits in the distant
+//   future: setting it to now (`CFRunLoopTimerSetNextFireDate` is thread-safe) re-arms the loop's timer
+//   descriptor, which wakes it; the callout pushes the date back. The timer costs two `timerfd_settime`
+//   per wake-up, which in a virtual machine were most of the host loop's time in a CBL2CAPChannel transfer.
+// So waking costs a system call only when the loop sleeps; while it is busy (a transfer at full speed)
+// posting is a lock and a flag. The race between a post and a loop going to sleep is closed under the
+// dispatcher's lock: a post that finds the loop awake has signalled the source before the
+// `.beforeWaiting` callout can look, and that callout, finding undelivered events, wakes the loop itself.
 // Measured wake-up latency: see `TransferTests.wakeLatency` (printed by the test run).
 import Dispatch
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 final class StreamEventDispatcher: Sendable {
     private enum Target: @unchecked Sendable {
@@ -38,17 +48,19 @@ final class StreamEventDispatcher: Sendable {
     }
 
     /// One scheduled run loop: its modes, the delivery source, the wake-up timer and the sleep observers.
-    /// `modes`, `observers`, `sleeping` and `timerArmed` are guarded by the dispatcher's lock; RunLoop,
+    /// `observers`, `cfRunLoop`, `sleeping` and `wakePending` are guarded by the dispatcher's lock; RunLoop,
     /// Timer, the source and the observers are thread-safe (CoreFoundation locks).
     private final class RunLoopTarget: @unchecked Sendable {
         let runLoop: RunLoop
         let timer: Timer
         let source: DeliverySource
         var observers: [RunLoop.Mode: RunLoop._Observer] = [:]
+        /// The loop's CFRunLoop, once an observer callout has run on its thread (and CFRunLoopWakeUp exists).
+        var cfRunLoop: UnsafeMutableRawPointer?
         /// Between the loop's `.beforeWaiting` and `.afterWaiting`; true until first seen awake.
         var sleeping = true
-        /// The timer's fire date is now (or in the past) and it has not fired yet.
-        var timerArmed = false
+        /// A wake-up was sent since the loop last woke.
+        var wakePending = false
 
         init(runLoop: RunLoop, timer: Timer, source: DeliverySource) {
             self.runLoop = runLoop
@@ -56,7 +68,14 @@ final class StreamEventDispatcher: Sendable {
             self.source = source
         }
 
-        var modes: Set<RunLoop.Mode> { Set(observers.keys) }
+        /// Wakes the loop; call outside the dispatcher's lock with the `cfRunLoop` read under it.
+        func wake(_ cf: UnsafeMutableRawPointer?) {
+            if let cf, let wakeUp = CoreFoundationWakeUp.wakeUp {
+                wakeUp(cf)
+            } else {
+                timer.fireDate = Date()
+            }
+        }
     }
 
     private struct State {
@@ -172,7 +191,7 @@ final class StreamEventDispatcher: Sendable {
     /// Adds `events` to the pending set; signals the targets once per delivery, and wakes the run loops
     /// that sleep. An empty set only re-signals what is pending (after scheduling).
     func post(_ events: Stream.Event) {
-        var timers: [Timer] = []
+        var wakes: [(RunLoopTarget, UnsafeMutableRawPointer?)] = []
         var queues: [DispatchQueue] = []
         state.withLock { s in
             guard !s.stopped else { return }
@@ -186,37 +205,38 @@ final class StreamEventDispatcher: Sendable {
                     // Under the lock, so a `.beforeWaiting` callout that finds `signalled` finds the
                     // source signalled too (CFRunLoopSourceSignal only takes the source's own lock).
                     if signal { t.source.signal() }
-                    if t.sleeping, !t.timerArmed {
-                        t.timerArmed = true
-                        timers.append(t.timer)
+                    if t.sleeping, !t.wakePending {
+                        t.wakePending = true
+                        wakes.append((t, t.cfRunLoop))
                     }
                 case .queue(let q):
                     if signal { queues.append(q) }
                 }
             }
         }
-        if !timers.isEmpty {
-            let now = Date()
-            for timer in timers { timer.fireDate = now }
-        }
+        for (target, cf) in wakes { target.wake(cf) }
         for queue in queues { queue.async { [weak self] in self?.drain() } }
     }
 
     /// The `.beforeWaiting`/`.afterWaiting` callout, on the loop's thread. A loop about to sleep with
-    /// events signalled but undelivered (posted after its sources ran) gets its timer armed.
+    /// events signalled but undelivered (posted after its sources ran) wakes itself.
     private func loop(_ target: RunLoopTarget, isSleeping: Bool) {
-        let arm = state.withLock { s -> Bool in
+        let wake = state.withLock { s -> (Bool, UnsafeMutableRawPointer?) in
+            if target.cfRunLoop == nil, let current = CoreFoundationWakeUp.currentRunLoop {
+                target.cfRunLoop = current()
+            }
             target.sleeping = isSleeping
-            guard isSleeping, s.signalled, !target.timerArmed, !target.observers.isEmpty else { return false }
-            target.timerArmed = true
-            return true
+            if !isSleeping { target.wakePending = false }
+            guard isSleeping, s.signalled, !target.wakePending, !target.observers.isEmpty else { return (false, nil) }
+            target.wakePending = true
+            return (true, target.cfRunLoop)
         }
-        if arm { target.timer.fireDate = Date() }
+        if wake.0 { target.wake(wake.1) }
     }
 
     private func timerFired(_ timer: Timer) {
         state.withLock { s in
-            for case .runLoop(let t) in s.targets where t.timer === timer { t.timerArmed = false }
+            for case .runLoop(let t) in s.targets where t.timer === timer { t.wakePending = false }
         }
     }
 
@@ -259,6 +279,29 @@ final class LockedState<Value>: @unchecked Sendable {
         defer { lock.unlock() }
         return body(&value)
     }
+}
+
+/// CoreFoundation's `CFRunLoopGetCurrent` and `CFRunLoopWakeUp`, found at run time in the process's
+/// Foundation: swift-corelibs-foundation exports them but no Swift module declares them. Nil elsewhere;
+/// then the dispatcher wakes run loops with its timer.
+enum CoreFoundationWakeUp {
+    typealias CurrentRunLoop = @convention(c) () -> UnsafeMutableRawPointer?
+    typealias WakeUp = @convention(c) (UnsafeMutableRawPointer) -> Void
+
+    private static let functions: (CurrentRunLoop, WakeUp)? = {
+        #if canImport(Glibc) || canImport(Musl)
+        guard ProcessInfo.processInfo.environment["BOUNDSTREAMS_WAKE_WITH_TIMER"] == nil,
+              let process = dlopen(nil, RTLD_NOW),
+              let current = dlsym(process, "CFRunLoopGetCurrent"),
+              let wakeUp = dlsym(process, "CFRunLoopWakeUp") else { return nil }
+        return (unsafeBitCast(current, to: CurrentRunLoop.self), unsafeBitCast(wakeUp, to: WakeUp.self))
+        #else
+        return nil
+        #endif
+    }()
+
+    static var currentRunLoop: CurrentRunLoop? { functions?.0 }
+    static var wakeUp: WakeUp? { functions?.1 }
 }
 
 extension Stream.Event {
