@@ -83,6 +83,16 @@ public final class PipeInputStream: InputStream, StreamDelegate {
             }
         }
 
+        /// Appends several chunks under one lock, with one event: what a transport received in one turn
+        /// of its loop. Ignored after `finish`, or once the app has closed the stream.
+        public func deliver(contentsOf chunks: [[UInt8]]) {
+            guard chunks.contains(where: { !$0.isEmpty }) else { return }
+            core.mutate { s, _ in
+                guard case .open = s.writerEnd, !s.readerClosed else { return }
+                for chunk in chunks { chunk.withUnsafeBytes { s.bytes.append($0) } }
+            }
+        }
+
         /// Ends the stream: nil → `.endEncountered` once the buffered bytes are read; an error →
         /// `.errorOccurred` at once, `streamError` set, buffered bytes dropped.
         public func finish(error: (any Error)? = nil) {
