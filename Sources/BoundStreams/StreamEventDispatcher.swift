@@ -92,8 +92,15 @@ final class StreamEventDispatcher: Sendable {
     /// Called on the target thread with each event, in the order of `Stream.Event.deliveryOrder`.
     private let handler: @Sendable (Stream.Event) -> Void
 
+    /// Whether run loops are woken with CFRunLoopWakeUp (else with the timer); fixed at creation.
+    private let wakesWithCoreFoundation: Bool
+
+    /// Set by tests to exercise the timer wake-up in the dispatchers created afterwards.
+    static let wakesWithTimerForTesting = LockedState(false)
+
     init(handler: @escaping @Sendable (Stream.Event) -> Void) {
         self.handler = handler
+        wakesWithCoreFoundation = CoreFoundationWakeUp.wakeUp != nil && !Self.wakesWithTimerForTesting.withLock { $0 }
     }
 
     // MARK: Scheduling
@@ -222,7 +229,7 @@ final class StreamEventDispatcher: Sendable {
     /// events signalled but undelivered (posted after its sources ran) wakes itself.
     private func loop(_ target: RunLoopTarget, isSleeping: Bool) {
         let wake = state.withLock { s -> (Bool, UnsafeMutableRawPointer?) in
-            if target.cfRunLoop == nil, let current = CoreFoundationWakeUp.currentRunLoop {
+            if wakesWithCoreFoundation, target.cfRunLoop == nil, let current = CoreFoundationWakeUp.currentRunLoop {
                 target.cfRunLoop = current()
             }
             target.sleeping = isSleeping

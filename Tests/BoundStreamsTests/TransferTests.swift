@@ -125,7 +125,18 @@ import Testing
     /// How long from a `deliver` on another thread to the delegate on a run loop blocked in
     /// `run(mode:before:)`, and whether `run(mode:before:)` returns after the event as on Apple's systems.
     @Test func wakeLatency() {
+        measureWakeLatency(how: "CFRunLoopWakeUp")
+    }
+
+    /// The same through the fallback wake-up (a timer set to now), used where CFRunLoopWakeUp is not found.
+    @Test func wakeLatencyWithTheTimerFallback() {
+        StreamEventDispatcher.wakesWithTimerForTesting.withLock { $0 = true }
         let input = PipeInputStream()
+        StreamEventDispatcher.wakesWithTimerForTesting.withLock { $0 = false }
+        measureWakeLatency(input, how: "timer")
+    }
+
+    func measureWakeLatency(_ input: PipeInputStream = PipeInputStream(), how: String) {
         let got = DispatchSemaphore(value: 0)
         let recorder = Recorder()
         recorder.handler = { stream, event in
@@ -165,7 +176,7 @@ import Testing
         samples.sort()
         #expect(returns.value >= 1, "run(mode:before: .distantFuture) returned after an event")
         #expect(samples[samples.count / 2] < 5_000, "median wake-up under 5 ms")
-        print("BoundStreams: wake-up latency deliver → delegate on a sleeping run loop: median \(Int(samples[samples.count / 2])) µs, p99 \(Int(samples[samples.count * 99 / 100])) µs; run(mode:before:) returned \(returns.value) times for 300 events")
+        print("BoundStreams: wake-up latency (\(how)) deliver → delegate on a sleeping run loop: median \(Int(samples[samples.count / 2])) µs, p99 \(Int(samples[samples.count * 99 / 100])) µs; run(mode:before:) returned \(returns.value) times for 300 events")
         input.close()
     }
 }
