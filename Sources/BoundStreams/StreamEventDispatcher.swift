@@ -124,13 +124,17 @@ final class StreamEventDispatcher: Sendable {
             guard let self, let target else { return }
             loop(target, isSleeping: activity == .beforeWaiting)
         }
-        let hasPending = state.withLock { s -> Bool in
+        let added = state.withLock { s -> (added: Bool, pending: Bool) in
+            // Stopped meanwhile: the target's observers were already invalidated.
+            guard !s.stopped else { return (false, false) }
             target.observers[mode] = observer
             // The loop may be asleep in this mode, where the observer has not watched it yet.
             target.sleeping = true
             s.signalled = false
-            return !s.pending.isEmpty
+            return (true, !s.pending.isEmpty)
         }
+        guard added.added else { return observer.invalidate() }
+        let hasPending = added.pending
         runLoop._add(target.source, forMode: mode)
         runLoop.add(target.timer, forMode: mode)
         if hasPending { post([]) }
@@ -179,15 +183,20 @@ final class StreamEventDispatcher: Sendable {
 
     /// Unschedules from everything and drops pending events; later posts are ignored.
     func stop() {
-        let targets = state.withLock { s -> [Target] in
+        let (targets, observers) = state.withLock { s -> ([Target], [RunLoop._Observer]) in
             s.stopped = true
             s.pending = []
             let t = s.targets
             s.targets = []
-            return t
+            var observers: [RunLoop._Observer] = []
+            for case .runLoop(let target) in t {
+                observers += target.observers.values
+                target.observers = [:]
+            }
+            return (t, observers)
         }
+        for observer in observers { observer.invalidate() }
         for case .runLoop(let target) in targets {
-            for (_, observer) in target.observers { observer.invalidate() }
             target.timer.invalidate()
             target.source.invalidate()
         }
