@@ -17,7 +17,7 @@ import Foundation
 
 public final class PipeInputStream: InputStream, StreamDelegate {
     let core: PipeCore
-    private let dispatcher: StreamEventDispatcher
+    let dispatcher: StreamEventDispatcher
     private let delegateBox = WeakDelegateBox()
 
     /// A stream fed by a transport through `deliver`/`finish`; its buffer grows as the transport delivers.

@@ -84,6 +84,8 @@ final class StreamEventDispatcher: Sendable {
         /// The sources were signalled (and the queues sent a drain) for the events pending now.
         var signalled = false
         var stopped = false
+        /// Wake-ups `post` sent to sleeping run loops (for tests).
+        var wakeUpsSent = 0
     }
 
     // NSLock (a pthread mutex) rather than Synchronization.Mutex: ThreadSanitizer on Linux does not see
@@ -204,6 +206,9 @@ final class StreamEventDispatcher: Sendable {
 
     // MARK: Posting and delivery
 
+    /// How many times `post` woke a sleeping run loop.
+    var wakeUpsSent: Int { state.withLock { $0.wakeUpsSent } }
+
     /// Adds `events` to the pending set; signals the targets once per delivery, and wakes the run loops
     /// that sleep. An empty set only re-signals what is pending (after scheduling).
     func post(_ events: Stream.Event) {
@@ -224,6 +229,7 @@ final class StreamEventDispatcher: Sendable {
                     if t.sleeping, !t.wakePending {
                         t.wakePending = true
                         wakes.append((t, t.cfRunLoop))
+                        s.wakeUpsSent += 1
                     }
                 case .queue(let q):
                     if signal { queues.append(q) }

@@ -122,6 +122,36 @@ import Testing
         #expect(input.streamStatus == .atEnd)
     }
 
+    /// A run loop busy handling events is not woken for each new one: events posted while it is awake only
+    /// signal its source, and it delivers them before it sleeps. Every byte still arrives, in order.
+    @Test func aBusyRunLoopIsNotWokenPerEvent() {
+        let loop = RunLoopThread(sliceSeconds: 0.05)
+        defer { loop.stop() }
+        let input = PipeInputStream()
+        let reader = Recorder()
+        var got: [UInt8] = []
+        let done = DispatchSemaphore(value: 0)
+        let total = 2_000
+        reader.handler = { stream, event in
+            guard event == .hasBytesAvailable, let i = stream as? InputStream else { return }
+            var b = [UInt8](repeating: 0, count: 64)
+            let n = i.read(&b, maxLength: b.count)
+            got += b[0 ..< max(0, n)]
+            Thread.sleep(forTimeInterval: 0.000_5)    // a reader slower than the producer: the loop stays busy
+            if got.count == total { done.signal() }
+        }
+        input.delegate = reader
+        input.schedule(in: loop.runLoop, forMode: .default)
+        input.open()
+        for i in 0 ..< total { input.producer.deliver([patternByte(i)]) }
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        #expect(got == (0 ..< total).map(patternByte))
+        let wakeUps = input.dispatcher.wakeUpsSent
+        #expect(wakeUps < total / 10, "\(wakeUps) wake-ups for \(total) deliveries")
+        print("BoundStreams: \(total) deliveries to a busy run loop woke it \(wakeUps) times")
+        input.close()
+    }
+
     /// How long from a `deliver` on another thread to the delegate on a run loop blocked in
     /// `run(mode:before:)`, and whether `run(mode:before:)` returns after the event as on Apple's systems.
     @Test func wakeLatency() {
