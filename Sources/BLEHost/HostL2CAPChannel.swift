@@ -29,7 +29,18 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
 
     /// Asks for `onWritable` once the channel takes SDUs again (for a sender that checked `canSend`).
     public func notifyWhenWritable() {
-        if canSend { onWritable?() } else { wantsWritable = true }
+        if isWritable { onWritable?() } else { wantsWritable = true }
+    }
+
+    /// SDU octets of room `onWritable` waits for after a refusal (0: any room). A sender that refills the
+    /// queue in large batches sets it, so it is called back once per batch instead of once per K-frame sent.
+    public var writableRoom = 0
+
+    /// Room enough for `onWritable`: `canSend`, and `writableRoom` octets free (or as many as the queue has).
+    var isWritable: Bool {
+        guard canSend else { return false }
+        guard writableRoom > 0, let s = state else { return true }
+        return sendQueueRoom >= min(writableRoom, max(sendQueueLimit, Int(s.remoteMTU) + 2))
     }
 
     init(psm: UInt16, localCID: UInt16, connection: HostConnection) {
@@ -53,6 +64,12 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     public var canSend: Bool {
         guard isOpen, let s = state else { return false }
         return s.queuedOctets < max(sendQueueLimit, Int(s.remoteMTU) + 2)
+    }
+
+    /// SDU octets `send` still accepts before the queue is full (each SDU also counts its 2-octet length).
+    public var sendQueueRoom: Int {
+        guard isOpen, let s = state else { return 0 }
+        return max(0, max(sendQueueLimit, Int(s.remoteMTU) + 2) - s.queuedOctets)
     }
 
     /// Queues `data` as one SDU, or several when it is larger than the peer's MTU. Returns false (and calls

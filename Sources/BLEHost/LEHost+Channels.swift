@@ -154,7 +154,7 @@ extension LEHost {
             if ch.state?.queuedFrames == 0 { perform(c.signaling.disconnectChannel(ch.localCID), on: c) }
             return
         }
-        if ch.wantsWritable, ch.canSend {
+        if ch.wantsWritable, ch.isWritable {
             ch.wantsWritable = false
             ch.onWritable?()
         }

@@ -17,7 +17,7 @@ import Foundation
 
 public final class PipeInputStream: InputStream, StreamDelegate {
     let core: PipeCore
-    private let dispatcher: StreamEventDispatcher
+    let dispatcher: StreamEventDispatcher
     private let delegateBox = WeakDelegateBox()
 
     /// A stream fed by a transport through `deliver`/`finish`; its buffer grows as the transport delivers.
@@ -80,6 +80,16 @@ public final class PipeInputStream: InputStream, StreamDelegate {
             core.mutate { s, _ in
                 guard case .open = s.writerEnd, !s.readerClosed else { return }
                 s.bytes.append(bytes)
+            }
+        }
+
+        /// Appends several chunks under one lock, with one event: what a transport received in one turn
+        /// of its loop. Ignored after `finish`, or once the app has closed the stream.
+        public func deliver(contentsOf chunks: [[UInt8]]) {
+            guard chunks.contains(where: { !$0.isEmpty }) else { return }
+            core.mutate { s, _ in
+                guard case .open = s.writerEnd, !s.readerClosed else { return }
+                for chunk in chunks { chunk.withUnsafeBytes { s.bytes.append($0) } }
             }
         }
 

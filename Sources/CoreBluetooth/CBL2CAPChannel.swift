@@ -49,6 +49,11 @@ open class CBL2CAPChannel: NSObject, @unchecked Sendable {
 }
 
 /// Moves bytes between a host channel and the streams, on the host loop.
+///
+/// Per SDU the work is kept off the streams' locks and out of their threads' way: SDUs received in one turn
+/// of the loop reach the input stream in one append (one event, at most one wake-up of the reader's run
+/// loop), and the output stream is drained in one take of as many SDUs as the channel's queue accepts (one
+/// `.hasSpaceAvailable` for the writer, not one per SDU). Outgoing SDUs fill whole K-frames.
 final class ChannelBridge: @unchecked Sendable {
     let channel: HostL2CAPChannel
     let loop: EventLoop
@@ -58,13 +63,27 @@ final class ChannelBridge: @unchecked Sendable {
     private let consumed = Mutex<(octets: Int, scheduled: Bool)>((0, false))
     private let pumpScheduled = Atomic<Bool>(false)
 
+    // Loop-confined.
+    /// SDUs received since the last hand-over to the input stream.
+    private var inbound: [[UInt8]] = []
+    private var inboundOctets = 0
+    private var inboundFlushScheduled = false
+    /// SDUs taken from the output stream that the channel has not accepted yet (it was full).
+    private var outbound: [[UInt8]] = []
+    private var pumping = false, pumpAgain = false
+
+    /// Received octets handed over at once even while the loop stays busy: a quarter of the receive window,
+    /// so the reader's reads (and the credits they return) keep up with a sender that never lets the loop idle.
+    static let inboundBatch = 16 * 1024
+
     init(channel: HostL2CAPChannel, loop: EventLoop, input: PipeInputStream, output: PipeOutputStream) {
         self.channel = channel
         self.loop = loop
         self.input = input
         self.output = output
-        channel.onReceive = { [input] sdu in input.deliver(sdu) }
-        channel.onClose = { [input, output] reason in
+        channel.onReceive = { [weak self] sdu in self?.received(sdu) }
+        channel.onClose = { [weak self, input, output] reason in
+            self?.flushInbound()
             switch reason {
             case .peerDisconnected, .localDisconnect, .linkClosed:
                 input.finish(error: nil)
@@ -76,9 +95,34 @@ final class ChannelBridge: @unchecked Sendable {
             }
         }
         channel.onWritable = { [weak self] in self?.pump() }
+        channel.writableRoom = channel.sendQueueLimit / 4
         input.onConsumed = { [weak self] n in self?.readerConsumed(n) }
         output.onDataAvailable = { [weak self] in self?.schedulePump() }
         output.onClose = { [weak self] in self?.schedulePump() }
+    }
+
+    /// An SDU arrived: kept until the loop has nothing else to do (or a batch is full), then appended with
+    /// the others in one go.
+    func received(_ sdu: [UInt8]) {
+        inbound.append(sdu)
+        inboundOctets += sdu.count
+        if inboundOctets >= Self.inboundBatch {
+            flushInbound()
+        } else if !inboundFlushScheduled {
+            inboundFlushScheduled = true
+            loop.whenIdle { [weak self] in
+                guard let self else { return }
+                inboundFlushScheduled = false
+                flushInbound()
+            }
+        }
+    }
+
+    func flushInbound() {
+        guard !inbound.isEmpty else { return }
+        input.producer.deliver(contentsOf: inbound)
+        inbound.removeAll(keepingCapacity: true)
+        inboundOctets = 0
     }
 
     /// Credits go back on the loop, many reads folded into one hop.
@@ -106,22 +150,62 @@ final class ChannelBridge: @unchecked Sendable {
         }
     }
 
+    /// The SDU size we send: the peer's MTU, or less so that every SDU fills whole K-frames of the peer's
+    /// MPS (the first K-frame carries the 2-octet SDU length). With MTU 2048 and MPS 2048 an SDU of 2048
+    /// would take a second K-frame (and a credit) for its last 2 octets; 2046 takes one.
+    var sduSize: Int {
+        let mtu = max(1, channel.peerMTU), mps = channel.peerMPS
+        guard mps > 2, mtu + 2 > mps else { return mtu }
+        return (mtu + 2) / mps * mps - 2
+    }
+
     /// Sends what the app wrote while the channel takes it; closes the channel once the app closed both
     /// streams and everything written has left.
     func pump() {
         guard channel.isOpen else { return }
-        let mtu = max(1, channel.peerMTU)
+        guard !pumping else { return pumpAgain = true }
+        pumping = true
+        defer { pumping = false }
+        repeat {
+            pumpAgain = false
+            pumpOnce()
+        } while pumpAgain && channel.isOpen
+        if output.isClosedByApp, outbound.isEmpty, output.bufferedByteCount == 0, input.isClosedByApp { channel.close() }
+    }
+
+    private func pumpOnce() {
+        let size = sduSize
         while true {
-            guard channel.canSend else {
-                // Full: resume when the peer's credits let queued K-frames go.
-                if output.bufferedByteCount > 0 { channel.notifyWhenWritable() }
-                break
+            if outbound.isEmpty {
+                let buffered = output.bufferedByteCount
+                guard buffered > 0 else { return }
+                // Room for everything buffered, or for a batch (`writableRoom`); otherwise resume when the
+                // peer's credits have let that much go. The queue still holds the rest meanwhile.
+                let room = channel.sendQueueRoom
+                let needed = buffered + (buffered + size - 1) / size * 2
+                guard room > 0, room >= min(channel.writableRoom, needed) else {
+                    channel.notifyWhenWritable()
+                    return
+                }
+                // As many SDUs as the queue takes now (each also counts its 2-octet length), in one take.
+                let count = max(1, room / (size + 2))
+                output.consumer.take(maxLength: count * size) { bytes in
+                    var i = 0
+                    while i < bytes.count {
+                        let end = min(bytes.count, i + size)
+                        outbound.append([UInt8](UnsafeRawBufferPointer(rebasing: bytes[i ..< end])))
+                        i = end
+                    }
+                    return bytes.count
+                }
+                if outbound.isEmpty { return }
             }
-            let bytes = output.take(maxLength: mtu)
-            if bytes.isEmpty { break }
-            channel.send(bytes)
+            var sent = 0
+            while sent < outbound.count, channel.send(outbound[sent]) { sent += 1 }
+            outbound.removeFirst(sent)
+            // Refused: `send` asked for `onWritable`, which brings us back.
+            if !outbound.isEmpty { return }
         }
-        if output.isClosedByApp, output.bufferedByteCount == 0, input.isClosedByApp { channel.close() }
     }
 
     /// The app let go of the CBL2CAPChannel: close it (iOS closes a channel nobody references), after
@@ -129,6 +213,7 @@ final class ChannelBridge: @unchecked Sendable {
     func release() {
         loop.execute { [self] in
             pump()
+            flushInbound()
             channel.onReceive = nil
             channel.onWritable = nil
             channel.close()

@@ -119,6 +119,25 @@ import Testing
         #expect(recorder.events(of: input).count == 2)
     }
 
+    /// A transport's batch of SDUs is one append and one event.
+    @Test func aBatchOfChunksIsOneEvent() {
+        let queue = DispatchQueue(label: "batch")
+        let input = PipeInputStream()
+        let recorder = Recorder()
+        input.delegate = recorder
+        input.open()
+        input.producer.deliver(contentsOf: [[1, 2], [], [3], [4, 5, 6]])
+        input.schedule(on: queue)
+        #expect(recorder.wait(for: .hasBytesAvailable, on: input))
+        queue.sync {}
+        #expect(recorder.events(of: input) == [.openCompleted, .hasBytesAvailable])
+        #expect(drain(input) == [1, 2, 3, 4, 5, 6])
+        input.producer.finish()
+        input.producer.deliver(contentsOf: [[7]])
+        #expect(recorder.wait(for: .endEncountered, on: input))
+        #expect(drain(input).isEmpty, "nothing after finish")
+    }
+
     @Test func eventsOnADispatchQueue() {
         let queue = DispatchQueue(label: "events")
         let key = DispatchSpecificKey<Int>()
@@ -135,6 +154,8 @@ import Testing
         #expect(recorder.wait(for: .hasBytesAvailable, on: input))
         #expect(drain(input) == [1, 2])
         #expect(recorder.wait(for: .endEncountered, on: input))
+        // The recorder notes an event before its handler runs: let the queue finish the last one.
+        queue.sync {}
         #expect(onQueue.value == recorder.records.count)
     }
 

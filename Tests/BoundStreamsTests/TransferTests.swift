@@ -122,10 +122,51 @@ import Testing
         #expect(input.streamStatus == .atEnd)
     }
 
+    /// A run loop busy handling events is not woken for each new one: events posted while it is awake only
+    /// signal its source, and it delivers them before it sleeps. Every byte still arrives, in order.
+    @Test func aBusyRunLoopIsNotWokenPerEvent() {
+        let loop = RunLoopThread(sliceSeconds: 0.05)
+        defer { loop.stop() }
+        let input = PipeInputStream()
+        let reader = Recorder()
+        var got: [UInt8] = []
+        let done = DispatchSemaphore(value: 0)
+        let total = 2_000
+        reader.handler = { stream, event in
+            guard event == .hasBytesAvailable, let i = stream as? InputStream else { return }
+            var b = [UInt8](repeating: 0, count: 64)
+            let n = i.read(&b, maxLength: b.count)
+            got += b[0 ..< max(0, n)]
+            Thread.sleep(forTimeInterval: 0.000_5)    // a reader slower than the producer: the loop stays busy
+            if got.count == total { done.signal() }
+        }
+        input.delegate = reader
+        input.schedule(in: loop.runLoop, forMode: .default)
+        input.open()
+        for i in 0 ..< total { input.producer.deliver([patternByte(i)]) }
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        #expect(got == (0 ..< total).map(patternByte))
+        let wakeUps = input.dispatcher.wakeUpsSent
+        #expect(wakeUps < total / 10, "\(wakeUps) wake-ups for \(total) deliveries")
+        print("BoundStreams: \(total) deliveries to a busy run loop woke it \(wakeUps) times")
+        input.close()
+    }
+
     /// How long from a `deliver` on another thread to the delegate on a run loop blocked in
     /// `run(mode:before:)`, and whether `run(mode:before:)` returns after the event as on Apple's systems.
     @Test func wakeLatency() {
+        measureWakeLatency(how: "CFRunLoopWakeUp")
+    }
+
+    /// The same through the fallback wake-up (a timer set to now), used where CFRunLoopWakeUp is not found.
+    @Test func wakeLatencyWithTheTimerFallback() {
+        StreamEventDispatcher.wakesWithTimerForTesting.withLock { $0 = true }
         let input = PipeInputStream()
+        StreamEventDispatcher.wakesWithTimerForTesting.withLock { $0 = false }
+        measureWakeLatency(input, how: "timer")
+    }
+
+    func measureWakeLatency(_ input: PipeInputStream = PipeInputStream(), how: String) {
         let got = DispatchSemaphore(value: 0)
         let recorder = Recorder()
         recorder.handler = { stream, event in
@@ -165,7 +206,7 @@ import Testing
         samples.sort()
         #expect(returns.value >= 1, "run(mode:before: .distantFuture) returned after an event")
         #expect(samples[samples.count / 2] < 5_000, "median wake-up under 5 ms")
-        print("BoundStreams: wake-up latency deliver → delegate on a sleeping run loop: median \(Int(samples[samples.count / 2])) µs, p99 \(Int(samples[samples.count * 99 / 100])) µs; run(mode:before:) returned \(returns.value) times for 300 events")
+        print("BoundStreams: wake-up latency (\(how)) deliver → delegate on a sleeping run loop: median \(Int(samples[samples.count / 2])) µs, p99 \(Int(samples[samples.count * 99 / 100])) µs; run(mode:before:) returned \(returns.value) times for 300 events")
         input.close()
     }
 }

@@ -31,6 +31,7 @@ final class ChannelEndpoint: NSObject, StreamDelegate, @unchecked Sendable {
     let input: InputStream
     let output: OutputStream
     private let lock = NSLock()
+    private let readLock = NSLock()
     private var _received: [UInt8] = []
     private var _events: [Stream.Event] = []
     private var outgoing: [UInt8] = []
@@ -68,10 +69,14 @@ final class ChannelEndpoint: NSObject, StreamDelegate, @unchecked Sendable {
         case .hasBytesAvailable:
             guard let i = s as? InputStream, !lock.withLock({ readPaused }) else { return }
             var buf = [UInt8](repeating: 0, count: 8192)
-            while i.hasBytesAvailable {
-                let n = i.read(&buf, maxLength: buf.count)
-                guard n > 0 else { break }
-                lock.withLock { _received += buf[0..<n] }
+            // One reader at a time: `resumeReading` reads on the test's thread while the loop may be
+            // handling an event; two readers would append their chunks in either order.
+            readLock.withLock {
+                while i.hasBytesAvailable {
+                    let n = i.read(&buf, maxLength: buf.count)
+                    guard n > 0 else { break }
+                    lock.withLock { _received += buf[0..<n] }
+                }
             }
         case .hasSpaceAvailable:
             guard let o = s as? OutputStream else { return }
