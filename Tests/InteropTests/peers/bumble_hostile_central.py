@@ -70,11 +70,11 @@ class Raw:
         except asyncio.TimeoutError:
             return None
 
-    async def collect(self, cid, seconds):
-        """Every PDU that arrives on `cid` within `seconds`."""
+    async def collect(self, cid, seconds, want=None):
+        """Every PDU that arrives on `cid` within `seconds` (or until `want` have)."""
         out = []
         end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
+        while (left := end - time.monotonic()) > 0 and (want is None or len(out) < want):
             p = await self.next(cid, left)
             if p is None:
                 break
@@ -238,10 +238,10 @@ class Attacker:
         self.raw.drain(ATT_CID)
         for _ in range(300):
             self.raw.send(ATT_CID, struct.pack('<BH', 0x0A, self.handles['FFF1']))
-        got = await self.raw.collect(ATT_CID, 3)
+        got = await self.raw.collect(ATT_CID, 3, want=300)
         for _ in range(50):
             self.raw.send(ATT_CID, struct.pack('<BH', 0x0A, self.handles['FFF2']))
-        got2 = await self.raw.collect(ATT_CID, 3)
+        got2 = await self.raw.collect(ATT_CID, 1.5, want=50)
         violations = [f'answered {p.hex()}' for p in got if p != b'\x0b' + HEALTH_VALUE]
         violations += [f'answered {p[:8].hex()}' for p in got2 if p[0] not in (0x0B, 0x01)]
         if not got or not got2:
@@ -332,7 +332,7 @@ class Attacker:
         await raw.collect(LE_SIGNALING_CID, 0.5)
         # 200 unknown commands in one burst: each rejected.
         ids = [raw.signal(0x7E, b'') for _ in range(200)]
-        got = await raw.collect(LE_SIGNALING_CID, 3)
+        got = await raw.collect(LE_SIGNALING_CID, 3, want=200)
         rejected = {p[1] for p in got if p[0] == 0x01}
         if len(rejected) < len(set(ids)):
             violations.append(f'burst: {len(rejected)} of {len(set(ids))} identifiers rejected')
@@ -377,8 +377,9 @@ class Attacker:
 
         if (info := await opened('credit overflow')):
             dcid = info[0]
-            raw.signal(0x16, struct.pack('<HH', dcid, 0xFFFF))
-            raw.signal(0x16, struct.pack('<HH', dcid, 0xFFFF))
+            # The CID of a credit indication is the sender's own (Vol 3 Part A §4.24).
+            raw.signal(0x16, struct.pack('<HH', scid, 0xFFFF))
+            raw.signal(0x16, struct.pack('<HH', scid, 0xFFFF))
             await self.expect_channel_closed('credit overflow', scid, dcid, violations)
         if (info := await opened('K-frame > MPS')):
             dcid, _, rmps, _ = info
@@ -403,7 +404,7 @@ class Attacker:
                 raw.send(dcid, struct.pack('<H', 1) + b'\x00')
             await self.expect_channel_closed('K-frames without credit', scid, dcid, violations)
         # Parameters and CIDs the specification forbids (Vol 3 Part A §4.22).
-        for what, args, want in [('MTU 22', dict(mtu=22), (0x000C,)), ('MPS 22', dict(mps=22), (0x000C,)),
+        for what, args, want in [('MTU 22', dict(mtu=22), (0x000B,)), ('MPS 22', dict(mps=22), (0x000B,)),
                                  ('SCID 0x0001', dict(scid=0x0001), (0x0009,)), ('unknown SPSM', dict(psm=0x00F1), (0x0002,))]:
             kw = dict(args)
             s = kw.pop('scid', None)
@@ -445,10 +446,11 @@ class Attacker:
         raw = self.raw
         pairing_request = bytes([0x01, 0x03, 0x00, 0x09, 16, 0x00, 0x00])   # NoInputNoOutput, SC+bonding
 
-        async def answer(pdu, seconds=1.0):
+        async def answer(pdu):
             raw.drain(SMP_CID)
             raw.send(SMP_CID, pdu)
-            return await raw.collect(SMP_CID, seconds)
+            first = await raw.next(SMP_CID, 0.6)
+            return [first] + await raw.collect(SMP_CID, 0.1) if first is not None else []
 
         def failed(got, reasons=None):
             return len(got) == 1 and len(got[0]) == 2 and got[0][0] == 0x05 and (reasons is None or got[0][1] in reasons)
@@ -460,7 +462,7 @@ class Attacker:
             ('Pairing Random out of sequence', b'\x04' + bytes(16), None, True),
             ('Pairing Public Key out of sequence', b'\x0c' + bytes(64), None, True),
             ('Pairing Request truncated', pairing_request[:4], (0x0A,), False),
-            ('Pairing Request with key size 6', pairing_request[:4] + b'\x06' + pairing_request[5:], (0x06,), False),
+            ('Pairing Request with key size 6', pairing_request[:4] + b'\x06' + pairing_request[5:], (0x06, 0x0A), False),
             ('Pairing Request with key size 200', pairing_request[:4] + b'\xc8' + pairing_request[5:], (0x0A, 0x06), False),
         ]:
             got = await answer(pdu)
@@ -537,7 +539,7 @@ async def discover(device, address):
     for s in peer.services:
         await s.discover_characteristics()
         for c in s.characteristics:
-            handles[str(c.uuid).split('-')[0].upper()[-4:]] = c.handle
+            handles[bytes(c.uuid.uuid_bytes)[::-1].hex().upper()] = c.handle
     return connection, peer, handles
 
 
