@@ -2,7 +2,7 @@
 our central's ATT requests itself, with raw bytes, in one of several broken ways (--mode):
 
   malformed    Read By Group Type answered with an impossible entry length, then with truncated entries
-  impossible   a characteristic declaration whose value handle is 0, services whose end precedes their start
+  impossible   a characteristic declaration whose value handle is 0, another outside its service's range
   wrong-opcode every request answered with a Read Response
   silent       nothing is ever answered (our central's transaction times out after 30 s)
   endless-blob a readable value whose every Read Blob comes back full, without end
@@ -78,8 +78,6 @@ class Server:
             if self.mode == 'malformed':
                 # An entry length of 5 cannot hold handle, end and a UUID; then truncated entries.
                 return b'\x11\x05' + bytes(10) if self.requests % 2 else b'\x11\x06\x01\x00\x05'
-            if self.mode == 'impossible' and start <= 1:
-                return b'\x11\x06' + struct.pack('<HHH', 1, 5, 0x180D) + struct.pack('<HHH', 9, 7, 0x180F)
             if self.mode == 'huge':
                 if start > 2000:
                     return error(0x10, start, 0x0A)
