@@ -5,7 +5,7 @@
 // channel or request the peers left behind.
 //
 // - Bumble centrals against our peripheral (peers/bumble_hostile_central.py): every ATT opcode with empty,
-//   short and random payloads, MTU abuse, pipelined requests, 3,000 prepare writes, broken ACL/L2CAP
+//   short and random payloads, MTU abuse, forbidden handle ranges, pipelined requests, 3,000 prepare writes, broken ACL/L2CAP
 //   fragmentation, LE signalling abuse, credit-based channel abuse, malformed and out-of-sequence SMP,
 //   40 connect/disconnect cycles. A second Bumble central reads all along.
 // - Malicious Bumble peripherals against our central (peers/bumble_hostile_peripheral.py), all at once:
@@ -258,7 +258,7 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         }
 
         #expect(ends.compactMap { $0["name"] as? String } ==
-                ["opcodes", "mtu", "pipelined", "prepare", "fragmentation", "signalling", "credits", "smp", "churn"])
+                ["opcodes", "mtu", "ranges", "pipelined", "prepare", "fragmentation", "signalling", "credits", "smp", "churn"])
         for (end, f) in zip(ends, figures) {
             let name = f.name
             let violations = end["violations"] as? [String] ?? ["(none reported)"]

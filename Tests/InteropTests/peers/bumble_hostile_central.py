@@ -233,6 +233,26 @@ class Attacker:
             violations.append(f'Read Blob past the end: {rsp.hex() if rsp else None} (want Invalid Offset)')
         return {'violations': violations, 'server_mtu': server_mtu}
 
+    async def ranges(self):
+        """Handle ranges the specification forbids (Vol 3 Part F §3.4.3–3.4.4): start 0, start above end,
+        answered with Invalid Handle; the last handle alone, Attribute Not Found; a non-grouping type, Unsupported
+        Group Type; handle 0 and a handle past the database, Invalid Handle."""
+        violations = []
+        uuid16 = struct.pack('<H', 0x2803)
+        cases = []
+        for op, tail in [(0x04, b''), (0x08, uuid16), (0x10, struct.pack('<H', 0x2800)), (0x06, struct.pack('<H', 0x2800) + b'\xf0\xff')]:
+            cases += [(struct.pack('<BHH', op, 0, 10) + tail, 0x01), (struct.pack('<BHH', op, 10, 9) + tail, 0x01),
+                      (struct.pack('<BHH', op, 0xFFFF, 0xFFFF) + tail, 0x0A)]
+        cases += [(struct.pack('<BHH', 0x10, 1, 0xFFFF) + uuid16, 0x10),
+                  (struct.pack('<BH', 0x0A, 0), 0x01), (struct.pack('<BH', 0x0A, 0xFFF0), 0x01),
+                  (struct.pack('<BHH', 0x0C, 0, 0), 0x01), (struct.pack('<BH', 0x12, 0) + b'\x01', 0x01),
+                  (struct.pack('<BHH', 0x16, 0xFFF0, 0) + b'\x01', 0x01)]
+        for pdu, code in cases:
+            rsp = await self.raw.att(pdu)
+            if rsp is None or len(rsp) != 5 or rsp[0] != 0x01 or rsp[1] != pdu[0] or rsp[4] != code:
+                violations.append(f'{pdu.hex()}: {rsp.hex() if rsp else None} (want error 0x{code:02x})')
+        return {'violations': violations, 'requests': len(cases)}
+
     async def pipelined(self):
         """300 Read Requests sent without waiting, then 50 of the value the app answers."""
         self.raw.drain(ATT_CID)
@@ -511,7 +531,7 @@ class Attacker:
         return {'violations': violations}
 
 
-ATTACKS = ['opcodes', 'mtu', 'pipelined', 'prepare', 'fragmentation', 'signalling', 'credits', 'smp', 'churn']
+ATTACKS = ['opcodes', 'mtu', 'ranges', 'pipelined', 'prepare', 'fragmentation', 'signalling', 'credits', 'smp', 'churn']
 
 
 async def find(device, name, timeout):
