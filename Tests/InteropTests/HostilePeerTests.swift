@@ -201,6 +201,15 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         log.add("\(key):value:\(describe(error)):\(ch.value?.count ?? -1)")
     }
 
+    /// Reads a characteristic of the named peripheral again (a health check of that link).
+    func read(_ uuid: String, of peripheralName: String) {
+        guard let p = peripherals.values.first(where: { name($0) == peripheralName }),
+              let ch = p.services?.flatMap({ $0.characteristics ?? [] }).first(where: { $0.uuid == CBUUID(string: uuid) }) else {
+            return log.add("\(peripheralName):\(uuid):not found")
+        }
+        p.readValue(for: ch)
+    }
+
     func peripheral(_ p: CBPeripheral, didUpdateNotificationStateFor ch: CBCharacteristic, error: Error?) {
         log.add("\(name(p)):\(ch.uuid.uuidString):notifying:\(describe(error))")
     }
@@ -340,6 +349,12 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         try await peers["flood"]!.waitFor("flooded", seconds: 30)
         try await waitFor("the flood", seconds: 30) { central.queue.sync { central.notifications["Evil flood:2A37"] ?? 0 } >= 5000 }
         let floodPeak = ProcessFigures.now()
+        // After the flood and the endless blob, those links still answer.
+        central.queue.sync { central.read("2A38", of: "Evil flood"); central.read("2A38", of: "Evil endless-blob") }
+        try await waitFor("reads after the flood", seconds: 10) {
+            log.count(prefix: "Evil flood:2A38:value:ok:1") == 2 && log.count(prefix: "Evil endless-blob:2A38:value:ok:") == 2
+        }
+        #expect(!has("Evil flood:disconnected") && !has("Evil endless-blob:disconnected") && !has("Evil huge:disconnected"))
         // Silence, and responses that cannot be decoded or answer another request (both dropped as protocol
         // violations): the transaction times out after 30 s, discovery fails and the link goes down with
         // the timeout error (CBError.connectionTimeout, 6), as iOS reports it.
