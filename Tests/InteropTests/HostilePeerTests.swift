@@ -7,7 +7,7 @@
 // - Bumble centrals against our peripheral (peers/bumble_hostile_central.py): every ATT opcode with empty,
 //   short and random payloads, MTU abuse, forbidden handle ranges, pipelined requests, 3,000 prepare writes, broken ACL/L2CAP
 //   fragmentation, LE signalling abuse, credit-based channel abuse, malformed and out-of-sequence SMP,
-//   40 connect/disconnect cycles. A second Bumble central reads all along.
+//   40 connect/disconnect cycles; then ten centrals flooding at once. A second Bumble central reads all along.
 // - Malicious Bumble peripherals against our central (peers/bumble_hostile_peripheral.py), all at once:
 //   malformed and impossible discovery responses, wrong opcodes, silence, an endless Read Blob, a
 //   notification flood, 2,000 services. A well-behaved Bumble peripheral is read all along through the
@@ -301,6 +301,54 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         }
         #expect(channels == 0 && completions == 0)
         #expect(target.queue.sync { target.channels.count } >= 60)
+    }
+
+    /// Ten Bumble centrals (one process, ten controllers) flood our peripheral at once for 8 s, each with
+    /// rounds of 20 Write Commands and a Read, while the bystander reads: every Write Command reaches the
+    /// app, every central is served, the bystander is not starved.
+    @Test func tenFloodingCentrals() async throws {
+        try Interop.requireReady()
+        let (server, air) = try startRadio()
+        defer { server.stop() }
+        let host = try HostFactory.makeHost(on: air, name: "target")
+        let target = HostileTarget(name: "OCB Crowd")
+        target.manager = CBPeripheralManager(delegate: target, queue: target.queue, options: nil, host: host)
+        try await waitFor("advertising", seconds: 40) { target.log.has("advertising:true") }
+        let transport = "tcp-client:127.0.0.1:\(server.port)"
+        let bystander = try PeerProcess(script: "bumble_hostile_central.py", arguments: [
+            "bystander", "--transport", transport, "--name", "OCB Crowd", "--address", "F0:F1:F2:F3:F4:B1"])
+        defer { bystander.stop() }
+        try await bystander.waitFor("reading", seconds: 30)
+        let baseline = ProcessFigures.now()
+        let crowd = try PeerProcess(script: "bumble_hostile_central.py", arguments: [
+            "crowd", "--transport", transport, "--name", "OCB Crowd", "--count", "10", "--seconds", "8"])
+        defer { crowd.stop() }
+        try await crowd.waitFor("crowd_connected", seconds: 60)
+        let readsBefore = bystander.events("bystander").last?["reads"] as? Int ?? 0
+        var peak = baseline
+        let deadline = Date().addingTimeInterval(60)
+        while crowd.events("done").isEmpty {
+            let now = ProcessFigures.now()
+            peak = ProcessFigures(rssMB: max(peak.rssMB, now.rssMB), threads: max(peak.threads, now.threads))
+            if let e = crowd.events("error").first { throw InteropError("crowd failed: \(e)\n\(crowd.transcript)") }
+            if Date() > deadline { throw InteropError("the crowd did not finish\n\(crowd.transcript)") }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        let done = try #require(crowd.events("crowd_done").first)
+        let writes = try #require(done["writes"] as? Int)
+        let reads = try #require(done["reads"] as? [Int])
+        // Every central was served, none starved by the others.
+        #expect(reads.count == 10 && (reads.min() ?? 0) * 10 >= (reads.max() ?? 0) && (reads.min() ?? 0) > 0, "\(reads)")
+        // Every Write Command reached the app.
+        try await waitFor("the writes", seconds: 10) { target.queue.sync { target.writes } >= writes }
+        #expect(target.queue.sync { target.writes } == writes)
+        let last = try #require(bystander.events("bystander").last)
+        #expect(last["errors"] as? Int == 0 && (last["slowest_ms"] as? Double ?? .infinity) < 2000)
+        #expect((last["reads"] as? Int ?? 0) > readsBefore + 16, "bystander: \(last), \(readsBefore) before")
+        let end = ProcessFigures.now()
+        print("ten flooding centrals: \(writes) Write Commands, reads per central \(reads); before \(baseline), peak \(peak), after \(end); bystander \(last)")
+        #expect(peak.rssMB - baseline.rssMB < 256 && end.threads <= baseline.threads + 24)
+        try await waitFor("the crowd's links to go", seconds: 10) { host.loop.sync { host.connections.count } == 1 }
     }
 
     /// Malicious Bumble peripherals, all at once, against one CBCentralManager that also reads a

@@ -4,6 +4,7 @@
 Bumble's own GATT client, then takes over the ATT, SMP and LE signalling channels and talks raw bytes:
 each attack is followed by a health check (a Read of FFF1 on the same link, or on a fresh one when the
 link went down) and reported as one JSON line with the rule violations it saw in our answers.
+`crowd` mode floods the peripheral from ten centrals at once (ten controllers from one process).
 `bystander` mode connects and reads FFF1 every 50 ms, reporting the count and the slowest read.
 Every attack is bounded in count and in time. Prints one JSON object per line."""
 import argparse
@@ -587,6 +588,51 @@ async def attack(args):
         emit(event='done')
 
 
+async def crowd(args):
+    """--count centrals in this one process, each its own controller on the radio, flood the peripheral at
+    once for --seconds: rounds of 20 Write Commands and one Read, the Read answered before the next round."""
+    transports, devices = [], []
+    for i in range(args.count):
+        t = await open_transport(args.transport)
+        transports.append(t)
+        d = Device.with_hci(f'crowd-{i}', Address(f'F0:F1:F2:F3:F6:{i + 1:02X}'), t.source, t.sink)
+        await d.power_on()
+        devices.append(d)
+    address = await find(devices[0], args.name, 20)
+    connection, _, handles = await discover(devices[0], address)
+    await connection.disconnect()
+    links = []
+    for d in devices:
+        c = await d.connect(address, timeout=10)
+        q = asyncio.Queue()
+        d.l2cap_channel_manager.register_fixed_channel(ATT_CID, lambda handle, pdu, q=q: q.put_nowait(bytes(pdu)))
+        links.append((d, c, q))
+    emit(event='crowd_connected', count=len(links))
+    read = struct.pack('<BH', 0x0A, handles['FFF1'])
+
+    async def flood(d, c, q):
+        writes = reads = 0
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            for _ in range(20):
+                d.send_l2cap_pdu(c.handle, ATT_CID, struct.pack('<BH', 0x52, handles['FFF3']) + bytes(20))
+            writes += 20
+            d.send_l2cap_pdu(c.handle, ATT_CID, read)
+            rsp = await asyncio.wait_for(q.get(), 10)
+            if rsp != b'\x0b' + HEALTH_VALUE:
+                raise RuntimeError(f'read answered {rsp.hex()}')
+            reads += 1
+        return writes, reads
+
+    results = await asyncio.gather(*(flood(*link) for link in links))
+    emit(event='crowd_done', writes=sum(w for w, _ in results), reads=[r for _, r in results])
+    for d, c, _ in links:
+        await c.disconnect()
+    for t in transports:
+        await t.close()
+    emit(event='done')
+
+
 async def bystander(args):
     async with await open_transport(args.transport) as (source, sink):
         device = Device.with_hci('bumble-bystander', Address(args.address), source, sink)
@@ -618,16 +664,18 @@ async def bystander(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument('mode', choices=['attack', 'bystander'])
+    p.add_argument('mode', choices=['attack', 'bystander', 'crowd'])
     p.add_argument('--transport', required=True)
     p.add_argument('--name', required=True)
     p.add_argument('--address', default='F0:F1:F2:F3:F4:A0')
     p.add_argument('--psm', type=lambda s: int(s, 0), default=0)
     p.add_argument('--attacks', default=','.join(ATTACKS))
     p.add_argument('--attack-timeout', type=float, default=60)
+    p.add_argument('--count', type=int, default=10)
+    p.add_argument('--seconds', type=float, default=8)
     args = p.parse_args()
     try:
-        asyncio.run(attack(args) if args.mode == 'attack' else bystander(args))
+        asyncio.run({'attack': attack, 'bystander': bystander, 'crowd': crowd}[args.mode](args))
     except Exception as e:
         emit(event='error', error=f'{type(e).__name__}: {e}')
         sys.exit(1)
