@@ -51,7 +51,10 @@ final class HostileTarget: NSObject, CBPeripheralManagerDelegate, @unchecked Sen
     var psm: CBL2CAPPSM = 0
     var channels: [CBL2CAPChannel] = []
     var reads = 0
-    var writes = 0
+    /// Written on the delegate queue, read by the test without waiting for that queue (it may be busy).
+    private let counter = NSLock()
+    private var writeCount = 0
+    var writes: Int { counter.withLock { writeCount } }
 
     init(name: String) { self.name = name }
 
@@ -88,7 +91,7 @@ final class HostileTarget: NSObject, CBPeripheralManagerDelegate, @unchecked Sen
     }
 
     func peripheralManager(_ p: CBPeripheralManager, didReceiveWrite requests: [CBATTRequest]) {
-        writes += requests.count
+        counter.withLock { writeCount += requests.count }
         p.respond(to: requests[0], withResult: .success)
     }
 
@@ -340,8 +343,8 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         // Every central was served, none starved by the others.
         #expect(reads.count == 10 && (reads.min() ?? 0) * 10 >= (reads.max() ?? 0) && (reads.min() ?? 0) > 0, "\(reads)")
         // Every Write Command reached the app.
-        try await waitFor("the writes", seconds: 10) { target.queue.sync { target.writes } >= writes }
-        #expect(target.queue.sync { target.writes } == writes)
+        try await waitFor("the writes", seconds: 10) { target.writes >= writes }
+        #expect(target.writes == writes)
         let last = try #require(bystander.events("bystander").last)
         #expect(last["errors"] as? Int == 0 && (last["slowest_ms"] as? Double ?? .infinity) < 2000)
         #expect((last["reads"] as? Int ?? 0) > readsBefore + 16, "bystander: \(last), \(readsBefore) before")
