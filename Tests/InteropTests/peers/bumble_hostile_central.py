@@ -581,9 +581,10 @@ async def attack(args):
                 result = await asyncio.wait_for(getattr(attacker, name)(), args.attack_timeout)
             except asyncio.TimeoutError:
                 result = {'violations': [f'attack did not finish in {args.attack_timeout} s']}
-            seconds = time.monotonic() - started
+            ended = time.monotonic()
             health = await attacker.health()
-            emit(event='attack_end', name=name, seconds=round(seconds, 2), health=health, **result)
+            # started/ended: CLOCK_MONOTONIC, the clock of the bystander's reports too.
+            emit(event='attack_end', name=name, seconds=round(ended - started, 2), started=started, ended=ended, health=health, **result)
         await attacker.disconnect()
         emit(event='done')
 
@@ -656,7 +657,7 @@ async def bystander(args):
                 errors += 1
             slowest = max(slowest, time.monotonic() - t)
             if time.monotonic() - last >= 0.5:
-                emit(event='bystander', reads=reads, errors=errors, slowest_ms=round(slowest * 1000, 1))
+                emit(event='bystander', reads=reads, errors=errors, slowest_ms=round(slowest * 1000, 1), t=time.monotonic())
                 last = time.monotonic()
             await asyncio.sleep(0.05)
         emit(event='error', error=f'bystander link lost ({lost.result()})')

@@ -1,5 +1,6 @@
-"""A malicious Bumble peripheral for the hostile-peer suite (issue 16): it advertises a name and answers
-our central's ATT requests itself, with raw bytes, in one of several broken ways (--mode):
+"""Malicious Bumble peripherals for the hostile-peer suite (issue 16), one device per mode in one process
+(each its own controller on the radio, named '<prefix><mode>'): each advertises its name and answers our
+central's ATT requests itself, with raw bytes, in one of several broken ways (--modes):
 
   malformed    Read By Group Type answered with an impossible entry length, then with truncated entries
   impossible   a characteristic declaration whose value handle is 0, another outside its service's range
@@ -25,6 +26,7 @@ from bumble.hci import Address
 from bumble.transport import open_transport
 
 ATT_CID = 0x0004
+MODES = ['malformed', 'impossible', 'wrong-opcode', 'silent', 'endless-blob', 'flood', 'huge']
 
 
 def emit(**fields):
@@ -124,48 +126,59 @@ class Server:
         return error(op, 0, 0x06)
 
     async def flood(self, connection_handle):
-        emit(event='flooding', count=self.count)
+        emit(event='flooding', mode=self.mode, count=self.count)
         for i in range(self.count):
             self.send(connection_handle, struct.pack('<BHH', 0x1B, 3, i & 0xFFFF))
             if i % 64 == 63:
                 await asyncio.sleep(0)   # let the ACL queue drain; the controller's credits pace the rest
         for h in (0, 99, 0xFFFF):
             self.send(connection_handle, struct.pack('<BH', 0x1B, h) + b'\x01')
-        emit(event='flooded', count=self.count)
+        emit(event='flooded', mode=self.mode, count=self.count)
+
+
+async def serve(transport, mode, name, address, count):
+    device = Device.with_hci(name, Address(address), transport.source, transport.sink)
+    server = Server(device, mode, count)
+    await device.power_on()
+    device.l2cap_channel_manager.register_fixed_channel(ATT_CID, server.on_pdu)
+
+    def on_connection(connection):
+        emit(event='connected', mode=mode, address=str(connection.peer_address))
+        connection.on('disconnection', lambda reason: emit(event='disconnected', mode=mode, reason=reason,
+                                                           requests=server.requests, blobs=server.blobs))
+
+    device.on('connection', on_connection)
+    device.advertising_data = bytes(AdvertisingData([
+        (AdvertisingData.FLAGS, bytes([0x06])),
+        (AdvertisingData.COMPLETE_LOCAL_NAME, name.encode()),
+    ]))
+    await device.start_advertising(auto_restart=False, own_address_type=0)
+    emit(event='advertising', mode=mode, name=name)
 
 
 async def run(args):
-    async with await open_transport(args.transport) as (source, sink):
-        device = Device.with_hci(args.name, Address(args.address), source, sink)
-        server = Server(device, args.mode, args.count)
-        await device.power_on()
-        device.l2cap_channel_manager.register_fixed_channel(ATT_CID, server.on_pdu)
-
-        def on_connection(connection):
-            emit(event='connected', address=str(connection.peer_address))
-            connection.on('disconnection', lambda reason: emit(event='disconnected', reason=reason,
-                                                               requests=server.requests, blobs=server.blobs))
-
-        device.on('connection', on_connection)
-        device.advertising_data = bytes(AdvertisingData([
-            (AdvertisingData.FLAGS, bytes([0x06])),
-            (AdvertisingData.COMPLETE_LOCAL_NAME, args.name.encode()),
-        ]))
-        await device.start_advertising(auto_restart=False, own_address_type=0)
-        emit(event='advertising', name=args.name)
-        await asyncio.sleep(args.duration)
+    """One device per mode, each its own controller on the radio, all in this process."""
+    transports = []
+    for i, mode in enumerate(args.modes.split(',')):
+        t = await open_transport(args.transport)
+        transports.append(t)
+        await serve(t, mode, f'{args.name_prefix}{mode}', f'E0:E1:E2:E3:E5:{i + 1:02X}', args.count)
+    emit(event='ready')
+    await asyncio.sleep(args.duration)
+    for t in transports:
+        await t.close()
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--transport', required=True)
-    p.add_argument('--mode', required=True,
-                   choices=['malformed', 'impossible', 'wrong-opcode', 'silent', 'endless-blob', 'flood', 'huge'])
-    p.add_argument('--name', required=True)
-    p.add_argument('--address', required=True)
+    p.add_argument('--modes', required=True, help='comma-separated: ' + ', '.join(MODES))
+    p.add_argument('--name-prefix', default='Evil ')
     p.add_argument('--count', type=int, default=5000)
     p.add_argument('--duration', type=float, default=120.0)
     args = p.parse_args()
+    if any(m not in MODES for m in args.modes.split(',')):
+        p.error(f'modes are {MODES}')
     try:
         asyncio.run(run(args))
     except Exception as e:
