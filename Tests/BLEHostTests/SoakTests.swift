@@ -78,14 +78,54 @@ struct SoakCheckpoint: CustomStringConvertible {
         return Double(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "").map { $0 / 1024 } ?? 0
     }
 
-    @Test(.timeLimit(.minutes(30))) func churnPairingAndPrivateAddressesForADay() throws {
+    /// What a soak leaves to check.
+    final class Run: @unchecked Sendable {
+        var cycles = 0, pairings = 0, paired = 0, encryptions = 0
+        var failedCycles: [String] = []
+        var checkpoints: [SoakCheckpoint] = []
+        var addresses: Set<BluetoothAddress> = []
+        var central = SoakCentral(), peripheral = SoakPeripheral()
+    }
+
+    @Test(.timeLimit(.minutes(30))) func churnPairingAndPrivateAddressesForADay() async throws {
         let hours = Self.hours
+        // The soak is synchronous work on the virtual clock: it runs on a thread of its own, not on one of the
+        // test runner's few cooperative threads (holding one for seconds starves other suites' tasks).
+        let r = try await withCheckedThrowingContinuation { (k: CheckedContinuation<Run, any Error>) in
+            let t = Thread { do { k.resume(returning: try Self.soak(hours: hours)) } catch { k.resume(throwing: error) } }
+            t.stackSize = 8 << 20
+            t.start()
+        }
+        let (c, p, cycles, checkpoints, addresses) = (r.central, r.peripheral, r.cycles, r.checkpoints, r.addresses)
+        #expect(r.failedCycles.isEmpty, "\(r.failedCycles.prefix(10))")
+        #expect(c.connects == cycles && c.disconnects == cycles && c.failures == 0)
+        #expect(p.writes == cycles)
+        // Connection handles stay within 0x0000–0x0EFF (Vol 4 Part E §5.4.2) however many links came and went.
+        #expect(c.handles.allSatisfy { $0 <= 0x0EFF }, "largest handle \(c.handles.max() ?? 0)")
+        // Pairing when the bonds were forgotten, encryption with the bond on every other connection.
+        #expect(r.paired == r.pairings && r.encryptions >= cycles)
+        // Flat: nothing held between cycles, the same timers each hour, one bond a side at most.
+        for f in checkpoints {
+            #expect(f.connections == 0 && f.queued == 0 && f.queueStorage < 256, "\(f)")
+            #expect(f.bonds == 2, "\(f)")
+            #expect(f.timers <= checkpoints[0].timers, "\(f)")
+        }
+        // Addresses rotate every 15 minutes: about 4 an hour, each seen (the central resolves them all).
+        #expect(addresses.count >= hours * 3)
+        // Memory: after the first hour, growth stays under 16 MB (the test process runs other suites too).
+        if let first = checkpoints.first, let last = checkpoints.last, checkpoints.count > 1 {
+            #expect(last.rssMB - first.rssMB < 16, "RSS \(first.rssMB) MB → \(last.rssMB) MB")
+        }
+    }
+
+    static func soak(hours: Int) throws -> Run {
+        let run = Run()
         let started = Date()
         let air = VirtualAir(loop: EventLoop(label: "soak", clock: .virtual))
         let loop = air.loop
         let central = try HostFactory.makeHost(on: air, name: "central", position: VirtualPosition(x: 0, y: 0))
         let peripheral = try HostFactory.makeHost(on: air, name: "peripheral", position: VirtualPosition(x: 2, y: 0))
-        let c = SoakCentral(), p = SoakPeripheral()
+        let c = run.central, p = run.peripheral
         loop.sync {
             central.centralDelegate = c
             peripheral.peripheralDelegate = p
@@ -117,7 +157,7 @@ struct SoakCheckpoint: CustomStringConvertible {
         loop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 5, 9, 0x53, 0x4F, 0x41, 0x4B], scanResponse: [])) }
         loop.advance(by: .milliseconds(50))
 
-        func run(_ procedure: GATTClient.Procedure, on link: HostConnection) -> Result<GATTClient.Outcome, GATTClient.Failure>? {
+        func procedure(_ procedure: GATTClient.Procedure, on link: HostConnection) -> Result<GATTClient.Outcome, GATTClient.Failure>? {
             var result: Result<GATTClient.Outcome, GATTClient.Failure>?
             loop.sync { link.gatt(procedure) { result = $0 } }
             for _ in 0..<40 where result == nil { loop.advance(by: .milliseconds(50)) }
@@ -156,9 +196,9 @@ struct SoakCheckpoint: CustomStringConvertible {
                     loop.advance(by: cycle)
                     continue
                 }
-                if run(.read(handle: encrypted), on: link) != .success(.value([0x5E])) { failedCycles.append("\(cycles): encrypted read") }
-                if run(.readLong(handle: dynamic), on: link)?.isSuccess != true { failedCycles.append("\(cycles): long read") }
-                if run(.write(handle: writable, value: [UInt8(n)]), on: link)?.isSuccess != true { failedCycles.append("\(cycles): write") }
+                if procedure(.read(handle: encrypted), on: link) != .success(.value([0x5E])) { failedCycles.append("\(cycles): encrypted read") }
+                if procedure(.readLong(handle: dynamic), on: link)?.isSuccess != true { failedCycles.append("\(cycles): long read") }
+                if procedure(.write(handle: writable, value: [UInt8(n)]), on: link)?.isSuccess != true { failedCycles.append("\(cycles): write") }
                 // Each side disconnects in turn.
                 loop.sync { if cycles % 2 == 0 { link.disconnect() } else { p.connection?.disconnect() } }
                 for _ in 0..<40 where c.connection != nil || p.connection != nil { loop.advance(by: .milliseconds(50)) }
@@ -180,24 +220,13 @@ struct SoakCheckpoint: CustomStringConvertible {
         print("soak: \(hours) simulated hours, \(cycles) cycles, \(pairings) pairings, \(addresses.count) private addresses, " +
               "\(c.connects) connections (\(c.handles.count) distinct handles), \(p.writes) writes in \(String(format: "%.1f", seconds)) s of real time")
 
-        #expect(failedCycles.isEmpty, "\(failedCycles.prefix(10))")
-        #expect(c.connects == cycles && c.disconnects == cycles && c.failures == 0)
-        #expect(p.writes == cycles)
-        // Connection handles stay within 0x0000–0x0EFF (Vol 4 Part E §5.4.2) however many links came and went.
-        #expect(c.handles.allSatisfy { $0 <= 0x0EFF }, "largest handle \(c.handles.max() ?? 0)")
-        // Pairing when the bonds were forgotten, encryption with the bond on every other connection.
-        #expect(paired == pairings && encryptions >= cycles)
-        // Flat: nothing held between cycles, the same timers each hour, one bond a side at most.
-        for f in checkpoints {
-            #expect(f.connections == 0 && f.queued == 0 && f.queueStorage < 256, "\(f)")
-            #expect(f.bonds == 2, "\(f)")
-            #expect(f.timers <= checkpoints[0].timers, "\(f)")
-        }
-        // Addresses rotate every 15 minutes: about 4 an hour, each seen (the central resolves them all).
-        #expect(addresses.count >= hours * 3)
-        // Memory: after the first hour, growth stays under 16 MB (the test process runs other suites too).
-        if let first = checkpoints.first, let last = checkpoints.last, checkpoints.count > 1 {
-            #expect(last.rssMB - first.rssMB < 16, "RSS \(first.rssMB) MB → \(last.rssMB) MB")
-        }
+        run.cycles = cycles
+        run.pairings = pairings
+        run.paired = paired
+        run.encryptions = encryptions
+        run.failedCycles = failedCycles
+        run.checkpoints = checkpoints
+        run.addresses = addresses
+        return run
     }
 }
