@@ -420,10 +420,16 @@ class Attacker:
             raw.send(dcid, struct.pack('<H', rmtu + 1) + bytes(4))
             await self.expect_channel_closed('SDU length above MTU', scid, dcid, violations)
         if (info := await opened('no credit')):
-            dcid, _, _, rcredits = info
-            for _ in range(rcredits + 1):   # our test app never reads, so no credit comes back
-                raw.send(dcid, struct.pack('<H', 1) + b'\x00')
-            await self.expect_channel_closed('K-frames without credit', scid, dcid, violations)
+            dcid, rmtu, _, rcredits = info
+            # One SDU that never completes, so nothing reaches the app and no credit can come back: its first
+            # K-frame and then one-octet K-frames, one more than the credits we were given.
+            if rcredits + 1 >= rmtu:
+                violations.append(f'no credit: {rcredits} credits for an MTU of {rmtu}, cannot overrun them in one SDU')
+            else:
+                raw.send(dcid, struct.pack('<H', rmtu) + b'\x00')
+                for _ in range(rcredits):
+                    raw.send(dcid, b'\x00')
+                await self.expect_channel_closed('K-frames without credit', scid, dcid, violations)
         # Parameters and CIDs the specification forbids (Vol 3 Part A §4.22).
         for what, args, want in [('MTU 22', dict(mtu=22), (0x000B,)), ('MPS 22', dict(mps=22), (0x000B,)),
                                  ('SCID 0x0001', dict(scid=0x0001), (0x0009,)), ('unknown SPSM', dict(psm=0x00F1), (0x0002,))]:
