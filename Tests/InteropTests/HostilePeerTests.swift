@@ -398,6 +398,7 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         // A value handle of 0 fails characteristic discovery (and nothing reads handle 0).
         try await waitFor("impossible handles", seconds: 20) { has("Evil impossible:characteristics:") || has("Evil impossible:services:CB") }
         #expect(!has("Evil impossible:characteristics:ok"), "\(log.all.filter { $0.hasPrefix("Evil impossible") })")
+        #expect(evil.events("read_handle_zero").isEmpty)
         // More services than we hold for one peripheral: CBError.outOfSpace (4).
         try await waitFor("huge database", seconds: 60) { has("Evil huge:services:") }
         #expect(has("Evil huge:services:CBError(4)"), "\(log.all.filter { $0.hasPrefix("Evil huge") })")

@@ -100,6 +100,8 @@ class Server:
             if start <= 4 <= end:
                 return b'\x05\x01' + struct.pack('<HH', 4, 0x2902)
             return error(0x04, start, 0x0A)
+        if op in (0x0A, 0x0C) and len(pdu) >= 3 and struct.unpack_from('<H', pdu, 1)[0] == 0:
+            emit(event='read_handle_zero', mode=self.mode)   # never valid (Vol 3 Part F §3.2.2)
         if op == 0x0A:   # Read
             h = struct.unpack_from('<H', pdu, 1)[0] if len(pdu) >= 3 else 0
             if self.mode == 'endless-blob' and h == 6:
