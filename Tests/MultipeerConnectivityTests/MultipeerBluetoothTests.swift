@@ -101,21 +101,7 @@ struct MultipeerBluetoothTests {
         let input = p.rb.lock.withLock { p.rb.streams[0].1 }
         input.open()
         let total = 200_000
-        var sent = 0
-        var received = [UInt8]()
-        var buf = [UInt8](repeating: 0, count: 65_536)
-        let end = Date().addingTimeInterval(30)
-        while received.count < total && Date() < end {
-            if sent < total {
-                let chunk = (0..<min(8_192, total - sent)).map { UInt8(truncatingIfNeeded: (sent + $0) &* 3) }
-                let n = out.write(chunk, maxLength: chunk.count)
-                if n > 0 { sent += n }
-            }
-            if input.hasBytesAvailable {
-                let n = input.read(&buf, maxLength: buf.count)
-                if n > 0 { received += buf[0..<n] }
-            } else { usleep(500) }
-        }
+        let received = pumpStream(out, into: input, total: total, chunk: 8_192) { UInt8(truncatingIfNeeded: $0 &* 3) }
         #expect(received.count == total)
         #expect(received.enumerated().allSatisfy { $0.element == UInt8(truncatingIfNeeded: $0.offset &* 3) })
         out.close()
@@ -126,17 +112,9 @@ struct MultipeerBluetoothTests {
         defer { air.stop() }
         let p = try Pair(transports: .bluetooth)
         defer { p.stop() }
-        let c = MCSession(peer: MCPeerID(displayName: "C"), securityIdentity: nil, encryptionPreference: .required, transports: .bluetooth)
-        let rc = SessionRecorder()
-        c.delegate = rc
-        let browser = MCNearbyServiceBrowser(peer: c.myPeerID, serviceType: p.serviceType)
-        browser.transports = .bluetooth
-        let seen = BrowserRecorder()
-        browser.delegate = seen
-        browser.startBrowsingForPeers()
-        defer { browser.stopBrowsingForPeers() }
-        try waitFor("found by C", seconds: 5) { seen.peer(named: "A") != nil }
-        browser.invitePeer(seen.peer(named: "A")!, to: c, withContext: nil, timeout: 10)
+        let newcomer = try Newcomer(joining: p, transports: .bluetooth, findWithin: 5)
+        defer { newcomer.browser.stopBrowsingForPeers() }
+        let c = newcomer.session
         // C learns B's Bluetooth endpoint from A and connects to it (B advertises as a member meanwhile).
         try waitFor("C connected to A and B", seconds: 20) { Set(c.connectedPeers.map(\.displayName)) == ["A", "B"] }
         try waitFor("B sees C", seconds: 5) { Set(p.b.connectedPeers.map(\.displayName)) == ["A", "C"] }
@@ -184,17 +162,9 @@ struct MultipeerMixedTransportTests {
         // B reached A over TCP (preferred when both work).
         #expect(p.b.lock.withLock { p.b.peers.values.map(\.link.isBluetooth) } == [false])
         // C has no network: it finds A over Bluetooth and invites it there.
-        let c = MCSession(peer: MCPeerID(displayName: "C"), securityIdentity: nil, encryptionPreference: .required, transports: .bluetooth)
-        let rc = SessionRecorder()
-        c.delegate = rc
-        let browser = MCNearbyServiceBrowser(peer: c.myPeerID, serviceType: p.serviceType)
-        browser.transports = .bluetooth
-        let seen = BrowserRecorder()
-        browser.delegate = seen
-        browser.startBrowsingForPeers()
-        defer { browser.stopBrowsingForPeers() }
-        try waitFor("found by C", seconds: 5) { seen.peer(named: "A") != nil }
-        browser.invitePeer(seen.peer(named: "A")!, to: c, withContext: nil, timeout: 10)
+        let newcomer = try Newcomer(joining: p, transports: .bluetooth, findWithin: 5)
+        defer { newcomer.browser.stopBrowsingForPeers() }
+        let (c, rc) = (newcomer.session, newcomer.recorder)
         // A tells C where B is: on the LAN (which C cannot use) and over Bluetooth, where C reaches it.
         try waitFor("C connected to A and B", seconds: 20) { Set(c.connectedPeers.map(\.displayName)) == ["A", "B"] }
         try waitFor("B sees C", seconds: 5) { Set(p.b.connectedPeers.map(\.displayName)) == ["A", "C"] }

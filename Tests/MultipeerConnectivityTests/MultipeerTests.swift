@@ -268,40 +268,21 @@ struct MultipeerNetworkTests {
             if n > 0 { sent += n } else { zeros += 1; usleep(1000) }
         }
         #expect(zeros > 0 && sent < total)
-        var received = [UInt8]()
-        var buf = [UInt8](repeating: 0, count: 65_536)
-        let end = Date().addingTimeInterval(30)
-        while received.count < total && Date() < end {
-            if sent < total {
-                let chunk = (0..<min(16_384, total - sent)).map { UInt8(truncatingIfNeeded: sent + $0) }
-                let n = out.write(chunk, maxLength: chunk.count)
-                if n > 0 { sent += n }
-            }
-            if input.hasBytesAvailable {
-                let n = input.read(&buf, maxLength: buf.count)
-                if n > 0 { received += buf[0..<n] }
-            } else { usleep(500) }
-        }
+        let received = pumpStream(out, into: input, total: total, alreadySent: sent, chunk: 16_384) { UInt8(truncatingIfNeeded: $0) }
         #expect(received.count == total)
         #expect(received.enumerated().allSatisfy { $0.element == UInt8(truncatingIfNeeded: $0.offset) })
         out.close()
-        try waitFor("end") { input.streamStatus == .atEnd || (input.read(&buf, maxLength: 1) == 0) }
+        var one = [UInt8](repeating: 0, count: 1)
+        try waitFor("end") { input.streamStatus == .atEnd || (input.read(&one, maxLength: 1) == 0) }
     }
 
     @Test func meshAndLostPeer() throws {
         // A advertises; B and C each invite A: B and C then connect to each other through the mesh.
         let p = try Pair()
         defer { p.stop() }
-        let c = MCSession(peer: MCPeerID(displayName: "C"))
-        let rc = SessionRecorder()
-        c.delegate = rc
-        let browser = MCNearbyServiceBrowser(peer: c.myPeerID, serviceType: p.serviceType)
-        let seen = BrowserRecorder()
-        browser.delegate = seen
-        browser.startBrowsingForPeers()
-        defer { browser.stopBrowsingForPeers() }
-        try waitFor("found by C") { seen.peer(named: "A") != nil }
-        browser.invitePeer(seen.peer(named: "A")!, to: c, withContext: nil, timeout: 10)
+        let newcomer = try Newcomer(joining: p)
+        defer { newcomer.browser.stopBrowsingForPeers() }
+        let c = newcomer.session
         try waitFor("C connected to A and B", seconds: 15) { Set(c.connectedPeers.map(\.displayName)) == ["A", "B"] }
         try waitFor("B sees C") { Set(p.b.connectedPeers.map(\.displayName)) == ["A", "C"] }
         #expect(Set(p.a.connectedPeers.map(\.displayName)) == ["B", "C"])
@@ -318,18 +299,14 @@ struct MultipeerNetworkTests {
         a.delegate = ra
         b.delegate = rb
         defer { a.disconnect(); b.disconnect() }
-        let lock = NSLock()
-        var da: Data?, db: Data?
-        a.nearbyConnectionData(forPeer: b.myPeerID) { d, _ in lock.withLock { da = d } }
-        b.nearbyConnectionData(forPeer: a.myPeerID) { d, _ in lock.withLock { db = d } }
-        try waitFor("data") { lock.withLock { da != nil && db != nil } }
+        let (da, db) = try connectionData(a, b)
         // Peer IDs cross the app's own channel archived, as Apple's flow says.
         let bID = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self,
                                                                      from: NSKeyedArchiver.archivedData(withRootObject: b.myPeerID, requiringSecureCoding: true)))
         let aID = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self,
                                                                      from: NSKeyedArchiver.archivedData(withRootObject: a.myPeerID, requiringSecureCoding: true)))
-        a.connectPeer(bID, withNearbyConnectionData: lock.withLock { db! })
-        b.connectPeer(aID, withNearbyConnectionData: lock.withLock { da! })
+        a.connectPeer(bID, withNearbyConnectionData: db)
+        b.connectPeer(aID, withNearbyConnectionData: da)
         try waitFor("connected") { a.connectedPeers == [bID] && b.connectedPeers == [aID] }
         try a.send(Data([42]), toPeers: [bID], with: .reliable)
         try waitFor("message") { rb.lock.withLock { rb.messages.count } == 1 }
@@ -345,15 +322,11 @@ struct MultipeerNetworkTests {
         a.delegate = ra
         b.delegate = rb
         defer { a.disconnect(); b.disconnect() }
-        let lock = NSLock()
-        var da: Data?, db: Data?
-        a.nearbyConnectionData(forPeer: b.myPeerID) { d, _ in lock.withLock { da = d } }
-        b.nearbyConnectionData(forPeer: a.myPeerID) { d, _ in lock.withLock { db = d } }
-        try waitFor("data") { lock.withLock { da != nil && db != nil } }
+        let (da, db) = try connectionData(a, b)
         // The side that connects (the lower token) gets the other's data first; the other side's app hands
         // over its data only later: the early join waits for it instead of being refused.
         let (first, second) = a.myPeerID.token < b.myPeerID.token ? (a, b) : (b, a)
-        let (firstData, secondData) = first === a ? (lock.withLock { db! }, lock.withLock { da! }) : (lock.withLock { da! }, lock.withLock { db! })
+        let (firstData, secondData) = first === a ? (db, da) : (da, db)
         first.connectPeer(second.myPeerID, withNearbyConnectionData: firstData)
         Thread.sleep(forTimeInterval: 0.5)
         #expect(second.lock.withLock { second.parkedJoins.count } == 1)

@@ -170,3 +170,55 @@ func sameContents(_ a: URL, _ b: URL) throws -> Bool {
         if x.isEmpty { return true }
     }
 }
+
+/// Writes byte `pattern(i)` for every i from `alreadySent` to `total` into `out` while reading `input`,
+/// until `total` bytes arrived or 30 s passed; returns what arrived.
+func pumpStream(_ out: OutputStream, into input: InputStream, total: Int, alreadySent: Int = 0, chunk: Int,
+                pattern: (Int) -> UInt8) -> [UInt8] {
+    var sent = alreadySent
+    var received = [UInt8]()
+    var buf = [UInt8](repeating: 0, count: 65_536)
+    let end = Date().addingTimeInterval(30)
+    while received.count < total && Date() < end {
+        if sent < total {
+            let piece = (0..<min(chunk, total - sent)).map { pattern(sent + $0) }
+            let n = out.write(piece, maxLength: piece.count)
+            if n > 0 { sent += n }
+        }
+        if input.hasBytesAvailable {
+            let n = input.read(&buf, maxLength: buf.count)
+            if n > 0 { received += buf[0..<n] }
+        } else { usleep(500) }
+    }
+    return received
+}
+
+/// Two sessions' custom-discovery data for each other: (a's for b, b's for a).
+func connectionData(_ a: MCSession, _ b: MCSession) throws -> (Data, Data) {
+    let lock = NSLock()
+    var da: Data?, db: Data?
+    a.nearbyConnectionData(forPeer: b.myPeerID) { d, _ in lock.withLock { da = d } }
+    b.nearbyConnectionData(forPeer: a.myPeerID) { d, _ in lock.withLock { db = d } }
+    try waitFor("data") { lock.withLock { da != nil && db != nil } }
+    return lock.withLock { (da!, db!) }
+}
+
+/// A third peer "C" that browses for the pair's service and invites A into its own session.
+struct Newcomer {
+    let session: MCSession
+    let recorder = SessionRecorder()
+    let browser: MCNearbyServiceBrowser
+    let seen = BrowserRecorder()
+
+    init(joining p: Pair, transports: MCTransports = .default, findWithin: Double = 10) throws {
+        session = MCSession(peer: MCPeerID(displayName: "C"), securityIdentity: nil, encryptionPreference: .required, transports: transports)
+        session.delegate = recorder
+        browser = MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: p.serviceType)
+        browser.transports = transports
+        browser.delegate = seen
+        browser.startBrowsingForPeers()
+        let seen = seen
+        try waitFor("found by C", seconds: findWithin) { seen.peer(named: "A") != nil }
+        browser.invitePeer(seen.peer(named: "A")!, to: session, withContext: nil, timeout: 10)
+    }
+}
