@@ -418,7 +418,9 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         #expect(!has("Evil flood:disconnected") && !has("Evil endless-blob:disconnected") && !has("Evil huge:disconnected"))
         // Silence, and responses that cannot be decoded or answer another request (both dropped as protocol
         // violations): the transaction times out after 30 s, discovery fails and the link goes down with
-        // the timeout error (CBError.connectionTimeout, 6), as iOS reports it.
+        // the timeout error (CBError.connectionTimeout, 6), as iOS reports it. (The malformed peer's first
+        // answer, to the discovery the manager runs as it connects, decodes but holds no UUID: that discovery
+        // fails at once and the link stays; the app's own discovery then gets the undecodable one.)
         for mode in ["silent", "malformed", "wrong-opcode"] {
             try await waitFor(mode, seconds: 45) { has("Evil \(mode):disconnected:") }
             let seen = log.all.filter { $0.hasPrefix("Evil \(mode)") }

@@ -115,7 +115,9 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         try await waitUntil("disconnected") { cen.log.contains("disconnected") }
         var seen: Set<BluetoothAddress> = []
         let stream = cen.manager.discoveries(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
-        let deadline = Date().addingTimeInterval(8)
+        // The address is read as each discovery is consumed: when other suites keep this task from running,
+        // a backlog comes out at once with the latest address, so the bound counts rotations, not a few seconds.
+        let deadline = Date().addingTimeInterval(60)
         for await d in stream {
             // The address the advertisement came from, as the manager recorded it for this peripheral.
             if d.peripheral.identifier == identifier { seen.insert(d.peripheral.deviceAddress) }

@@ -44,6 +44,7 @@ class Server:
         self.count = count
         self.mtu = 23
         self.requests = 0
+        self.group_requests = 0   # Read By Group Type requests (service discovery) seen
         self.blobs = 0
         self.flooding = False
 
@@ -77,9 +78,11 @@ class Server:
     def answer(self, connection_handle, op, pdu):
         start, end = struct.unpack_from('<HH', pdu, 1) if len(pdu) >= 5 else (0, 0)
         if op == 0x10:   # Read By Group Type: primary services
+            self.group_requests += 1
             if self.mode == 'malformed':
-                # An entry length of 5 cannot hold handle, end and a UUID; then truncated entries.
-                return b'\x11\x05' + bytes(10) if self.requests % 2 else b'\x11\x06\x01\x00\x05'
+                # The first discovery (the one a central runs as it connects) gets entries of length 5, which
+                # decode but cannot hold a service UUID; every later one a truncated entry, which does not decode.
+                return b'\x11\x05' + bytes(10) if self.group_requests == 1 else b'\x11\x06\x01\x00\x05'
             if self.mode == 'huge':
                 if start > 2000:
                     return error(0x10, start, 0x0A)
