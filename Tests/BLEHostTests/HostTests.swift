@@ -2,6 +2,7 @@
 // through every layer (HCI, ACL credits, L2CAP, ATT), every procedure; ATT timeouts; failure paths.
 import Foundation
 import Testing
+import TestThreads
 import BLEWire
 import BLEHCI
 import BLEATT
@@ -109,7 +110,7 @@ final class LinkedHosts: @unchecked Sendable {
     }
 }
 
-@Suite struct HostStartupAndGAPTests {
+@Suite(.ownThread) struct HostStartupAndGAPTests {
     @Test func startupScanAndConnect() throws {
         let t = try LinkedHosts(connect: false)
         #expect(t.air.loop.sync { t.central.aclBufferSize == 251 && t.central.aclBufferCount == 8 })
@@ -154,7 +155,7 @@ final class LinkedHosts: @unchecked Sendable {
     }
 }
 
-@Suite struct HostGATTTests {
+@Suite(.ownThread) struct HostGATTTests {
     @Test func everyClientProcedureAgainstOurServer() throws {
         let t = try LinkedHosts()
         #expect(t.gatt(.exchangeMTU(clientRxMTU: 247)) == .success(.mtu(247)))
@@ -304,7 +305,7 @@ final class LinkedHosts: @unchecked Sendable {
     }
 }
 
-@Suite struct CaptureTests {
+@Suite(.ownThread) struct CaptureTests {
     /// A whole session captured in btsnoop and decoded by Wireshark's dissectors: nothing malformed.
     @Test func tsharkFindsNoMalformedPacketsInAFullSession() throws {
         let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first { FileManager.default.isExecutableFile(atPath: $0) }

@@ -2,6 +2,7 @@
 // packet socket pair, serial over a pseudo-terminal bridged by socat to `ble radio`, and tcp-server.
 import Foundation
 import Testing
+import TestThreads
 import BLEWire
 import BLEHCI
 import BLEGATT
@@ -60,7 +61,7 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
     return loop.sync { d.value }
 }
 
-@Suite(.serialized) struct RealTransportTests {
+@Suite(.ownThread, .serialized) struct RealTransportTests {
     @Test func hciSocketOverAFakePacketSocketPair() throws {
         let air = VirtualAir(loop: EventLoop(label: "hci-socket.air", clock: .real))
         let (_, address, handle) = try startPeripheral(on: air, value: [0x42, 0x43])

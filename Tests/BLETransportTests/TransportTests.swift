@@ -1,6 +1,7 @@
 // Transport names, the event loop's virtual time, TCP H4 streams, and btsnoop captures.
 import Foundation
 import Testing
+import TestThreads
 import BLEHCI
 @testable import BLETransport
 
@@ -58,7 +59,7 @@ import BLEHCI
     }
 }
 
-@Suite struct StreamAndSnoopTests {
+@Suite(.ownThread) struct StreamAndSnoopTests {
     final class Sink: HCITransportSink, @unchecked Sendable {
         let lock = NSLock()
         var packets: [HCIPacket] = []
@@ -91,7 +92,8 @@ import BLEHCI
         server.write(Array(stream[0..<3]))
         try await Task.sleep(nanoseconds: 10_000_000)
         server.write(Array(stream[3...]))
-        while (sink.lock.withLock { sink.packets.count } < 2 || got.lock.withLock { got.packets.count } < 1) && Date() < deadline {
+        let delivered = Date().addingTimeInterval(10)
+        while (sink.lock.withLock { sink.packets.count } < 2 || got.lock.withLock { got.packets.count } < 1) && Date() < delivered {
             try await Task.sleep(nanoseconds: 5_000_000)
         }
         #expect(got.lock.withLock { got.packets } == [HCICommand.reset.encode()])

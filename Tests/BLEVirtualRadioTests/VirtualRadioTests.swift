@@ -1,6 +1,7 @@
 // The virtual controller driven with raw HCI by a scripted host, on a virtual clock.
 import Foundation
 import Testing
+import TestThreads
 import BLEWire
 import BLEHCI
 import BLETransport
@@ -117,7 +118,7 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
     }
 }
 
-@Suite struct AirTests {
+@Suite(.ownThread) struct AirTests {
     @Test func passiveScanSeesAdvertisingWithRSSIFallingWithDistance() throws {
         let air = virtualAir()
         let near = try ScriptedHost(air, position: VirtualPosition(x: 1, y: 0))
@@ -273,7 +274,7 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
     }
 }
 
-@Suite struct RadioServerTests {
+@Suite(.ownThread) struct RadioServerTests {
     @Test func twoTCPClientsSeeEachOther() async throws {
         let air = VirtualAir(loop: EventLoop(label: "radio.server.test", clock: .real))
         let server = try RadioServer(air: air, port: 0)

@@ -40,8 +40,9 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
         }
     }
 
-    /// Sends an ATT PDU (bytes as written by hand) and waits for one answer, or returns nil after `seconds`.
-    func request(_ pdu: [UInt8], seconds: Double = 10) async throws -> [UInt8]? {
+    /// Sends an ATT PDU (bytes as written by hand) and waits for one answer, or returns nil after `seconds`
+    /// (generous: other suites run in this process at the same time).
+    func request(_ pdu: [UInt8], seconds: Double = 30) async throws -> [UInt8]? {
         let before = lock.withLock { att.count }
         var frame: [UInt8] = [UInt8(pdu.count & 0xFF), UInt8(pdu.count >> 8), 0x04, 0x00]
         frame += pdu
