@@ -22,6 +22,9 @@ final class MDNSCore: @unchecked Sendable {
 
     private let lock = NSLock()
     private var state: State = .idle          // guarded by `lock`
+    /// Serialises opening the sockets. Not `lock`: while they open, the loop may already deliver a packet,
+    /// and `received` takes `lock` on the loop, which must not wait for the opener's `wait()` on that loop.
+    private let opening = NSLock()
     private var group: MultiThreadedEventLoopGroup?
 
     // Loop-confined once running.
@@ -50,23 +53,19 @@ final class MDNSCore: @unchecked Sendable {
 
     /// The sockets, opening them on first use.
     private func running() throws(MDNSError) -> MDNSSockets {
-        lock.lock()
-        defer { lock.unlock() }
-        switch state {
+        opening.lock()
+        defer { opening.unlock() }
+        let (current, existingGroup): (State, MultiThreadedEventLoopGroup?) = lock.withLock { (self.state, self.group) }
+        switch current {
         case .running(let sockets): return sockets
         case .shutDown: throw .shutDown
         case .idle: break
         }
-        let group = self.group ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        self.group = group
+        let group = existingGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        lock.withLock { self.group = group }
         let loop = group.next()
-        let sockets: MDNSSockets
-        do {
-            sockets = try MDNSSockets.open(on: loop, interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, log: log) { [weak self] bytes, peer in
-                self?.received(bytes, from: peer)
-            }
-        } catch {
-            throw error
+        let sockets = try MDNSSockets.open(on: loop, interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, log: log) { [weak self] bytes, peer in
+            self?.received(bytes, from: peer)
         }
         let host = (try? DNSName(hostNameString)) ?? (try! DNSName("linux.local"))
         let seed = UInt64.random(in: 0...UInt64.max)
@@ -74,7 +73,15 @@ final class MDNSCore: @unchecked Sendable {
             self.engine = MDNSEngine(hostName: host, addresses: sockets.ourAddresses, seed: seed)
             self.origin = .now()
         }.wait()
-        state = .running(sockets)
+        let shutDownMeanwhile = lock.withLock { () -> Bool in
+            if case .shutDown = state { return true }
+            state = .running(sockets)
+            return false
+        }
+        if shutDownMeanwhile {
+            sockets.close()
+            throw .shutDown
+        }
         return sockets
     }
 

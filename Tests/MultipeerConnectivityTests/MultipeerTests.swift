@@ -375,31 +375,18 @@ struct MultipeerDemoTests {
         let photo = dir.appendingPathComponent("photo.png")
         let bytes = Data((0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         try bytes.write(to: photo)
-        func run(_ args: [String]) throws -> (Process, Pipe) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: ble)
-            p.arguments = args
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = out
-            try p.run()
-            return (p, out)
-        }
         let service = "demo" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
-        let (adv, advOut) = try run(["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello",
-                                     "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "30"])
-        defer { if adv.isRunning { adv.terminate() } }
-        let (brw, brwOut) = try run(["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi",
-                                     "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "30"])
-        defer { if brw.isRunning { brw.terminate() } }
-        brw.waitUntilExit()
-        adv.waitUntilExit()
-        let a = String(decoding: advOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let b = String(decoding: brwOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(b.contains("KenshinCui_Advertiser: connected") && b.contains("KenshinCui_Advertiser says: hello"), "\(b)")
-        #expect(a.contains("KenshinCui says: hi") && a.contains("stored "), "\(a)")
+        let adv = try ChildProcess(ble, ["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello",
+                                         "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "30"])
+        let brw = try ChildProcess(ble, ["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi",
+                                         "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "30"])
+        // Each exits on its own within its 30 s; a process still running after 45 s is a hang.
+        let b = brw.finish(within: 45), a = adv.finish(within: 15)
+        #expect(!a.timedOut && !b.timedOut, "hung: advertiser \(a.timedOut), browser \(b.timedOut)")
+        #expect(b.text.contains("KenshinCui_Advertiser: connected") && b.text.contains("KenshinCui_Advertiser says: hello"), "\(b.text)")
+        #expect(a.text.contains("KenshinCui says: hi") && a.text.contains("stored "), "\(a.text)")
         #expect(try Data(contentsOf: dir.appendingPathComponent("in/photo.png")) == bytes)
-        #expect(adv.terminationStatus == 0 && brw.terminationStatus == 0)
+        #expect(a.status == 0 && b.status == 0)
     }
 
     @Test func seedPhotoDemoOverBluetoothOnly() throws {
@@ -424,31 +411,16 @@ struct MultipeerDemoTests {
         let port = try #require(line.split(separator: ":").last.flatMap { UInt16($0.prefix { $0.isNumber }) }, "\(line)")
         var env = ProcessInfo.processInfo.environment
         env["BLE_TRANSPORT"] = "tcp-client:127.0.0.1:\(port)"
-        func run(_ args: [String]) throws -> (Process, Pipe) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: ble)
-            p.arguments = args
-            p.environment = env
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = out
-            try p.run()
-            return (p, out)
-        }
         let service = "bt" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
-        let (adv, advOut) = try run(["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
-                                     "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "40"])
-        defer { if adv.isRunning { adv.terminate() } }
-        let (brw, brwOut) = try run(["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi", "--transport", "bluetooth",
-                                     "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "40"])
-        defer { if brw.isRunning { brw.terminate() } }
-        brw.waitUntilExit()
-        adv.waitUntilExit()
-        let a = String(decoding: advOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let b = String(decoding: brwOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(b.contains("KenshinCui_Advertiser: connected") && b.contains("KenshinCui_Advertiser says: hello"), "\(b)")
-        #expect(a.contains("KenshinCui says: hi") && a.contains("stored "), "\(a)")
+        let adv = try ChildProcess(ble, ["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
+                                         "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "40"], environment: env)
+        let brw = try ChildProcess(ble, ["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi", "--transport", "bluetooth",
+                                         "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "40"], environment: env)
+        let b = brw.finish(within: 55), a = adv.finish(within: 15)
+        #expect(!a.timedOut && !b.timedOut, "hung: advertiser \(a.timedOut), browser \(b.timedOut)")
+        #expect(b.text.contains("KenshinCui_Advertiser: connected") && b.text.contains("KenshinCui_Advertiser says: hello"), "\(b.text)")
+        #expect(a.text.contains("KenshinCui says: hi") && a.text.contains("stored "), "\(a.text)")
         #expect(try Data(contentsOf: dir.appendingPathComponent("in/photo.png")) == bytes)
-        #expect(adv.terminationStatus == 0 && brw.terminationStatus == 0)
+        #expect(a.status == 0 && b.status == 0)
     }
 }

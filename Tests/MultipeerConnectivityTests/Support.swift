@@ -88,6 +88,47 @@ func waitFor(_ what: String, seconds: Double = 10, _ cond: () -> Bool) throws {
     }
 }
 
+/// A child process started with its output and error in one pipe, read as it comes (a full pipe never
+/// blocks the child), and bounded in time: `finish` waits for it to end and kills it after `seconds`.
+final class ChildProcess: @unchecked Sendable {
+    let process = Process()
+    private let lock = NSLock()
+    private var output = Data()
+    private let drained = DispatchSemaphore(value: 0)
+
+    init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws {
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let reader = pipe.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while true {
+                let chunk = reader.availableData
+                if chunk.isEmpty { break }
+                lock.withLock { output.append(chunk) }
+            }
+            drained.signal()
+        }
+    }
+
+    /// Waits up to `seconds` for the process to end (then SIGKILLs it) and returns everything it printed.
+    func finish(within seconds: Double) -> (text: String, status: Int32, timedOut: Bool) {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        let timedOut = process.isRunning
+        if timedOut { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        _ = drained.wait(timeout: .now() + 5)
+        return (lock.withLock { String(decoding: output, as: UTF8.self) }, process.terminationStatus, timedOut)
+    }
+
+    deinit { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+}
+
 struct TestFailure: Error, CustomStringConvertible {
     let description: String
     init(_ d: String) { description = d }
