@@ -15,6 +15,9 @@ import Synchronization
 public final class StreamConnection: @unchecked Sendable {
     public let fd: Int32
     private let isTCP: Bool
+    /// A socket (TCP or UNIX) rather than a serial port or pipe: written with MSG_NOSIGNAL, so a peer that
+    /// went away gives EPIPE instead of a SIGPIPE that would kill a program that never ignored it.
+    private let isSocket: Bool
     /// Guards writes; while the reader thread handles one read's packets, what it writes is gathered in
     /// `pending` and leaves in one system call after the last packet (other threads flush it first).
     private let writeLock = Locked(WriteState())
@@ -33,6 +36,8 @@ public final class StreamConnection: @unchecked Sendable {
     public init(fd: Int32, isTCP: Bool, label: String) {
         self.fd = fd
         self.isTCP = isTCP
+        var st = stat()
+        isSocket = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFSOCK
         self.label = label
         if isTCP { Self.setNoDelay(fd) }
     }
@@ -117,7 +122,10 @@ public final class StreamConnection: @unchecked Sendable {
     private func writeAll(_ bytes: [UInt8]) -> Bool {
         var off = 0
         while off < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
+            let n = bytes.withUnsafeBytes { b in
+                isSocket ? Glibc.send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
+                         : Glibc.write(fd, b.baseAddress! + off, b.count - off)
+            }
             if n < 0 {
                 if errno == EINTR { continue }
                 return false

@@ -104,7 +104,8 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         let fd = state.withLock { $0.closed ? -1 : $0.fd }
         guard fd >= 0 else { return }
         let bytes = packet.h4Bytes
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        // MSG_NOSIGNAL: a controller that went away (unplugged) is an error, never a SIGPIPE.
+        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
     public func close() {

@@ -1,5 +1,6 @@
 // Transport names, the event loop's virtual time, TCP H4 streams, and btsnoop captures.
 import Foundation
+import Glibc
 import Testing
 import TestThreads
 import BLEHCI
@@ -103,6 +104,17 @@ import BLEHCI
         let closeDeadline = Date().addingTimeInterval(10)
         while !(sink.lock.withLock { sink.closed }) && Date() < closeDeadline { try await Task.sleep(nanoseconds: 5_000_000) }
         #expect(sink.lock.withLock { sink.closed })
+    }
+
+    @Test func writingToAPeerThatLeftFailsWithoutSIGPIPE() throws {
+        // The default action of SIGPIPE ends the process: this test would take the whole run down with it.
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let ours = StreamConnection(fd: fds[0], isTCP: false, label: "left")
+        defer { ours.close() }
+        Glibc.close(fds[1])
+        #expect(ours.write([0x01, 0x03, 0x0C, 0x00]) == false)
+        #expect(ours.write([0x01, 0x03, 0x0C, 0x00]) == false)
     }
 
     @Test func btsnoopFileLayout() throws {
