@@ -276,9 +276,13 @@ struct L2CAPRig {
         // The link drops mid-transfer: both ends' streams end, no crash, the writer sees an error.
         let (c2, _, p2) = try await rig.open()
         let a2 = ChannelEndpoint(try #require(c2), on: rig.loop), b2 = ChannelEndpoint(try #require(p2), on: rig.loop)
+        // The reader holds off, so the transfer is surely still under way when the link drops (a fast link
+        // could otherwise finish 2 MB before the test's task runs again).
+        b2.readPaused = true
         a2.send([UInt8](repeating: 5, count: 2_000_000))
-        try await waitUntil("some data", seconds: 5) { b2.received.count > 10_000 }
+        try await waitUntil("the writer held back", seconds: 10) { a2.throttled > 0 }
         rig.cen.queue.sync { rig.cen.manager.cancelPeripheralConnection(rig.cen.peripheral!) }
+        b2.resumeReading()
         try await waitUntil("both ends", seconds: 5) {
             a2.events.contains(.errorOccurred) && b2.events.contains(.endEncountered)
         }
