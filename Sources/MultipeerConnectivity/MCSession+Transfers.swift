@@ -137,10 +137,18 @@ extension MCSession {
             for id in ids {
                 guard c.link.isWritable else { break }
                 guard var r = lock.withLock({ c.outgoingResources[id] }), !r.finishedSending else { continue }
-                let piece = (try? r.file.read(upToCount: PeerConnection.chunk)) ?? nil
-                if let piece, !piece.isEmpty {
-                    c.link.send(.resourceChunk(id: id, chunk: [UInt8](piece)))
-                    r.sent += UInt64(piece.count)
+                // Read straight into the frame's buffer (a read error ends the resource short: the peer
+                // then cancels it, as for a file that shrank).
+                let fd = r.file.fileDescriptor
+                let n = c.link.sendResourceChunk(id: id, maximum: c.link.isBluetooth ? PeerConnection.chunk : PeerConnection.networkResourceChunk) { space in
+                    while true {
+                        let got = read(fd, space.baseAddress, space.count)
+                        if got >= 0 { return got }
+                        if errno != EINTR { return 0 }
+                    }
+                }
+                if n > 0 {
+                    r.sent += UInt64(n)
                     r.progress.completedUnitCount = Int64(r.sent)
                     sentSomething = true
                 } else {
@@ -176,17 +184,21 @@ extension MCSession {
             c.link.send(.resourceCancel(id: id))
             return
         }
+        let session = Unchecked(self), conn = Unchecked(c)
+        let writer = ResourceWriter(file: file, link: c.link) { error in
+            // A write failed: on the link's loop, as if the chunk had failed there.
+            conn.value.link.execute { session.value.resourceFailed(id: id, on: conn.value, error: error, tellPeer: true) }
+        }
         let progress = Progress(totalUnitCount: Int64(size))
         progress.cancellationHandler = { [weak self, weak c] in
             guard let self, let c, let r = self.lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-            try? r.file.close()
-            try? FileManager.default.removeItem(at: r.url)
+            r.writer.cancel { try? FileManager.default.removeItem(at: r.url) }
             c.link.send(.resourceCancel(id: id))
             delegateQueue.async { [self] in
                 delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.cancelled))
             }
         }
-        lock.withLock { c.incomingResources[id] = PeerConnection.IncomingResource(name: name, url: url, file: file, progress: progress, size: size, received: 0) }
+        lock.withLock { c.incomingResources[id] = PeerConnection.IncomingResource(name: name, url: url, writer: writer, progress: progress, size: size, received: 0) }
         delegateQueue.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
     }
 
@@ -196,7 +208,7 @@ extension MCSession {
             PeerLog.warning("\(c.peer.displayName) sent more than the resource's size; cancelling it")
             return resourceFailed(id: id, on: c, error: MCError(.invalidParameter), tellPeer: true)
         }
-        do { try r.file.write(contentsOf: chunk) } catch { return resourceFailed(id: id, on: c, error: error, tellPeer: true) }
+        r.writer.write(chunk)
         r.received += UInt64(chunk.count)
         r.progress.completedUnitCount = Int64(r.received)
         lock.withLock { if c.incomingResources[id] != nil { c.incomingResources[id] = r } }
@@ -204,18 +216,22 @@ extension MCSession {
 
     func finishIncomingResource(id: UInt32, on c: PeerConnection) {
         guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-        try? r.file.close()
-        guard r.received == r.size else {
-            try? FileManager.default.removeItem(at: r.url)
-            c.link.send(.resourceCancel(id: id))
-            delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.unknown)) }
-            return
-        }
-        c.link.send(.resourceAck(id: id))
-        delegateQueue.async { [self] in
-            delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: r.url, withError: nil)
-            // As on iOS the file is temporary: the app moves it during the callback.
-            try? FileManager.default.removeItem(at: r.url)
+        // Once every chunk is on disk.
+        let session = Unchecked(self), resource = Unchecked(r)
+        r.writer.finish { error in
+            let s = session.value, r = resource.value
+            guard error == nil, r.received == r.size else {
+                try? FileManager.default.removeItem(at: r.url)
+                c.link.send(.resourceCancel(id: id))
+                s.delegateQueue.async { s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error ?? MCError(.unknown)) }
+                return
+            }
+            c.link.send(.resourceAck(id: id))
+            s.delegateQueue.async {
+                s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: r.url, withError: nil)
+                // As on iOS the file is temporary: the app moves it during the callback.
+                try? FileManager.default.removeItem(at: r.url)
+            }
         }
     }
 
@@ -229,8 +245,7 @@ extension MCSession {
 
     func resourceFailed(id: UInt32, on c: PeerConnection, error: any Error, tellPeer: Bool) {
         guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-        try? r.file.close()
-        try? FileManager.default.removeItem(at: r.url)
+        r.writer.cancel { try? FileManager.default.removeItem(at: r.url) }
         if tellPeer { c.link.send(.resourceCancel(id: id)) }
         delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
     }
@@ -243,8 +258,7 @@ extension MCSession {
         }
         for r in outR { try? r.file.close(); r.completion(MCError(.notConnected)) }
         for r in inR {
-            try? r.file.close()
-            try? FileManager.default.removeItem(at: r.url)
+            r.writer.cancel { try? FileManager.default.removeItem(at: r.url) }
             delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.notConnected)) }
         }
         for s in outS { s.fail(error: MCError(.notConnected)) }

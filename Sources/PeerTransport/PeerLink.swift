@@ -32,6 +32,7 @@ public final class PeerLink: @unchecked Sendable {
         self.isEncrypted = encrypted
         self.remoteHost = remoteHost ?? channel.remoteAddress?.ipAddress ?? "?"
         self.isBluetooth = remoteHost?.hasPrefix("ble:") ?? false
+        self.outbox = channel.allocator.buffer(capacity: 0)
     }
 
     /// Called for each message; a protocol error closes the link (onClose gets the error).
@@ -56,21 +57,68 @@ public final class PeerLink: @unchecked Sendable {
     public var isWritable: Bool { channel.isWritable }
     public var isOpen: Bool { lock.withLock { !closed } }
 
-    /// Queues messages; they leave with one flush per event-loop turn.
+    /// Queues messages; they leave with one flush per event-loop turn. Sends from other threads gather in
+    /// one buffer that a single event-loop task writes (one write and one flush for many messages); a send
+    /// on the event loop first writes what gathered, so each thread's messages keep their order.
     public func send(_ messages: [PeerMessage]) {
         guard isOpen else { return }
-        var bytes: [UInt8] = []
-        for m in messages { m.frame.encode(into: &bytes) }
-        let loop = channel.eventLoop
-        let buffer = channel.allocator.buffer(bytes: bytes)
-        if loop.inEventLoop {
+        if channel.eventLoop.inEventLoop {
+            drainOutbox()
+            var buffer = channel.allocator.buffer(capacity: PeerWire.encodedLength(messages))
+            PeerWire.write(messages, into: &buffer)
             write(buffer)
-        } else {
-            loop.execute { [self] in write(buffer) }
+            return
         }
+        let schedule = lock.withLock { () -> Bool in
+            PeerWire.write(messages, into: &outbox)
+            defer { outboxScheduled = true }
+            return !outboxScheduled
+        }
+        if schedule { channel.eventLoop.execute { [self] in drainOutbox() } }
     }
 
     public func send(_ m: PeerMessage) { send([m]) }
+
+    /// Frames other threads queued, not yet handed to the channel (guarded by `lock`).
+    private var outbox: ByteBuffer
+    private var outboxScheduled = false
+
+    /// Hands what other threads queued to the channel (event loop only).
+    private func drainOutbox() {
+        let pending = lock.withLock { () -> ByteBuffer? in
+            outboxScheduled = false
+            guard outbox.readableBytes > 0 else { return nil }
+            defer { outbox = channel.allocator.buffer(capacity: Self.outboxCapacity) }
+            return outbox
+        }
+        if let pending { write(pending) }
+    }
+    static let outboxCapacity = 16 * 1024
+
+    /// Sends a `resourceChunk` frame whose chunk `fill` writes straight into the outgoing buffer (reading a
+    /// file, say): at most `maximum` octets; returns how many it wrote. Nothing leaves when that is 0 or
+    /// `fill` throws. Event loop only.
+    public func sendResourceChunk(id: UInt32, maximum: Int, fill: (UnsafeMutableRawBufferPointer) throws -> Int) rethrows -> Int {
+        precondition(channel.eventLoop.inEventLoop && maximum > 0 && maximum + 4 <= PeerFrame.maximumPayload)
+        guard isOpen else { return 0 }
+        drainOutbox()
+        var buffer = channel.allocator.buffer(capacity: PeerFrame.headerLength + 4 + maximum)
+        buffer.writeInteger(PeerMessage.resourceChunkType)
+        buffer.writeInteger(UInt8(0))
+        buffer.writeInteger(UInt16(0))
+        let lengthAt = buffer.writerIndex
+        buffer.writeInteger(UInt32(0), endianness: .little)
+        buffer.writeInteger(id, endianness: .little)
+        let n = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: maximum) { space in
+            let n = try fill(UnsafeMutableRawBufferPointer(rebasing: space.prefix(maximum)))
+            precondition(n >= 0 && n <= maximum)
+            return n
+        }
+        guard n > 0 else { return 0 }
+        buffer.setInteger(UInt32(4 + n), at: lengthAt, endianness: .little)
+        write(buffer)
+        return n
+    }
 
     private func write(_ buffer: ByteBuffer) {
         channel.write(buffer, promise: nil)
@@ -99,6 +147,23 @@ public final class PeerLink: @unchecked Sendable {
         channel.close(promise: nil)
     }
 
+    /// Stops reading from the connection until as many `resumeReading` calls (a consumer that cannot keep
+    /// up: the peer's sender then backs up on TCP's window). Safe from any thread.
+    public func pauseReading() {
+        let first = lock.withLock { () -> Bool in readPauses += 1; return readPauses == 1 }
+        if first { channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
+    }
+
+    public func resumeReading() {
+        let last = lock.withLock { () -> Bool in
+            guard readPauses > 0 else { return false }
+            readPauses -= 1
+            return readPauses == 0
+        }
+        if last { channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in } }
+    }
+    private var readPauses = 0
+
     /// Runs `work` on the link's event loop (at once when already there): work that must not interleave
     /// with the link's own callbacks.
     public func execute(_ work: @escaping @Sendable () -> Void) {
@@ -123,21 +188,34 @@ public final class PeerLink: @unchecked Sendable {
 final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     weak var link: PeerLink?
-    private var decoder = PeerFrameDecoder()
+    /// The start of a frame whose end has not arrived (at most one frame: PeerWire checks the length first).
+    private var partial: ByteBuffer?
     private var error: (any Error)?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard error == nil else { return }
         var buffer = unwrapInboundIn(data)
-        if let bytes = buffer.readBytes(length: buffer.readableBytes) { decoder.append(bytes) }
+        // Octets of a frame begun in an earlier read come first.
+        if var pending = partial {
+            partial = nil
+            pending.writeBuffer(&buffer)
+            buffer = pending
+        }
         do {
-            while let f = try decoder.next() {
-                let m = try PeerMessage(frame: f)
+            while let m = try PeerWire.next(from: &buffer) {
                 link?.received(m)
             }
         } catch {
             PeerLog.warning("closing a connection from \(context.remoteAddress?.description ?? "?"): \(error)")
             self.error = error
             context.close(promise: nil)
+            return
+        }
+        if buffer.readableBytes > 0 {
+            buffer.discardReadBytes()
+            // Room for the whole frame at once, rather than growing read by read.
+            if let length = PeerWire.frameLength(in: buffer) { buffer.reserveCapacity(length) }
+            partial = buffer
         }
     }
 

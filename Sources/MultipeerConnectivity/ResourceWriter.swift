@@ -1,0 +1,93 @@
+// Writes an incoming resource's file off the link's event loop, so receiving (and decrypting) the next
+// chunks overlaps with writing the last ones. Chunks are written in order on a serial queue; while more
+// than `pauseAbove` octets wait, the link stops reading (TCP then holds the peer's sender back), and it reads
+// again once the queue is down to `resumeBelow`: memory stays flat whatever the disk does.
+//
+// Threading contract: `write` is called on the link's event loop, in order; `finish` and `cancel` from any
+// thread, each at most once and after the last `write`.
+import Foundation
+import PeerTransport
+
+final class ResourceWriter: @unchecked Sendable {
+    private let file: FileHandle
+    private let link: PeerLink
+    private let queue: DispatchQueue
+    private let lock = NSLock()
+    /// Octets handed over and not yet written.
+    private var queued = 0
+    /// This writer paused the link's reading.
+    private var holding = false
+    private var failure: (any Error)?
+    private var stopped = false
+    /// Told (once, on the writer's queue) about the first write that failed.
+    private let onFailure: @Sendable (any Error) -> Void
+
+    static let pauseAbove = 8 << 20
+    static let resumeBelow = 2 << 20
+
+    init(file: FileHandle, link: PeerLink, onFailure: @escaping @Sendable (any Error) -> Void) {
+        self.file = file
+        self.link = link
+        self.onFailure = onFailure
+        self.queue = DispatchQueue(label: "MCSession resource writer")
+    }
+
+    func write(_ chunk: [UInt8]) {
+        let pause = lock.withLock { () -> Bool in
+            queued += chunk.count
+            guard queued > Self.pauseAbove, !holding else { return false }
+            holding = true
+            return true
+        }
+        if pause { link.pauseReading() }
+        let bytes = Unchecked(chunk)
+        queue.async { [self] in
+            let go = lock.withLock { failure == nil && !stopped }
+            var failed: (any Error)?
+            if go {
+                do { try file.write(contentsOf: bytes.value) } catch { failed = error }
+            }
+            let resume = lock.withLock { () -> Bool in
+                queued -= bytes.value.count
+                if let failed, failure == nil { failure = failed }
+                guard holding, queued <= Self.resumeBelow else { return false }
+                holding = false
+                return true
+            }
+            if resume { link.resumeReading() }
+            if let failed { onFailure(failed) }
+        }
+    }
+
+    /// After every queued write: closes the file; `done` gets the first write error, nil when all were written.
+    func finish(_ done: @escaping @Sendable ((any Error)?) -> Void) {
+        queue.async { [self] in
+            let (error, release) = stop()
+            try? file.close()
+            if release { link.resumeReading() }
+            done(error)
+        }
+    }
+
+    /// Drops the writes still queued, closes the file, then runs `done` (removing the file, say).
+    func cancel(_ done: @escaping @Sendable () -> Void = {}) {
+        let release = lock.withLock { () -> Bool in
+            stopped = true
+            defer { holding = false }
+            return holding
+        }
+        if release { link.resumeReading() }
+        queue.async { [self] in
+            try? file.close()
+            done()
+        }
+    }
+
+    private func stop() -> ((any Error)?, Bool) {
+        lock.withLock {
+            stopped = true
+            defer { holding = false }
+            return (failure, holding)
+        }
+    }
+}

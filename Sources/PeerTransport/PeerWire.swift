@@ -1,0 +1,71 @@
+// The frames of docs/multipeer-protocol.md read from and written to NIO buffers directly. Bulk messages
+// (data, resource and stream chunks) are written header, id and chunk straight into the outgoing buffer
+// and read with one copy of the chunk; the other messages go through PeerFrame and PeerMessage as before.
+// The checks are PeerFrameDecoder's, in its order: a length over the limit is refused before any of the
+// frame is buffered, then reserved octets must be zero.
+import NIOCore
+import PeerSession
+
+enum PeerWire {
+    /// Octets `messages` take on the wire (bulk ones exactly, others estimated from their frame).
+    static func encodedLength(_ messages: [PeerMessage]) -> Int {
+        var n = 0
+        for m in messages {
+            if let b = m.bulkParts { n += PeerFrame.headerLength + 4 + b.chunk.count } else { n += PeerFrame.headerLength + 64 }
+        }
+        return n
+    }
+
+    static func write(_ messages: [PeerMessage], into out: inout ByteBuffer) {
+        for m in messages { write(m, into: &out) }
+    }
+
+    static func write(_ m: PeerMessage, into out: inout ByteBuffer) {
+        if let b = m.bulkParts {
+            out.reserveCapacity(minimumWritableBytes: PeerFrame.headerLength + 4 + b.chunk.count)
+            header(type: b.type, flags: b.flags, length: 4 + b.chunk.count, into: &out)
+            out.writeInteger(b.id, endianness: .little)
+            out.writeBytes(b.chunk)
+        } else {
+            let f = m.frame
+            out.reserveCapacity(minimumWritableBytes: PeerFrame.headerLength + f.payload.count)
+            header(type: f.type, flags: f.flags, length: f.payload.count, into: &out)
+            out.writeBytes(f.payload)
+        }
+    }
+
+    private static func header(type: UInt8, flags: UInt8, length: Int, into out: inout ByteBuffer) {
+        out.writeInteger(type)
+        out.writeInteger(flags)
+        out.writeInteger(UInt16(0))
+        out.writeInteger(UInt32(length), endianness: .little)
+    }
+
+    /// The whole length (header included) of the frame `buffer` starts with, once its header is there.
+    static func frameLength(in buffer: ByteBuffer) -> Int? {
+        guard buffer.readableBytes >= PeerFrame.headerLength,
+              let length = buffer.getInteger(at: buffer.readerIndex + 4, endianness: .little, as: UInt32.self) else { return nil }
+        return PeerFrame.headerLength + min(Int(length), PeerFrame.maximumPayload)
+    }
+
+    /// The next whole message in `buffer` (consumed), nil while more octets are needed.
+    static func next(from buffer: inout ByteBuffer) throws(PeerProtocolError) -> PeerMessage? {
+        let at = buffer.readerIndex
+        guard buffer.readableBytes >= PeerFrame.headerLength,
+              let type = buffer.getInteger(at: at, as: UInt8.self),
+              let flags = buffer.getInteger(at: at + 1, as: UInt8.self),
+              let reserved = buffer.getInteger(at: at + 2, as: UInt16.self),
+              let length32 = buffer.getInteger(at: at + 4, endianness: .little, as: UInt32.self) else { return nil }
+        let length = Int(length32)
+        guard length <= PeerFrame.maximumPayload else { throw .frameTooLong(length) }
+        guard reserved == 0 else { throw .malformed("reserved octets set") }
+        guard buffer.readableBytes >= PeerFrame.headerLength + length else { return nil }
+        buffer.moveReaderIndex(forwardBy: PeerFrame.headerLength)
+        if PeerMessage.isBulk(type: type), length >= 4, let id = buffer.readInteger(endianness: .little, as: UInt32.self),
+           let chunk = buffer.readBytes(length: length - 4), let m = PeerMessage(bulkType: type, flags: flags, id: id, chunk: chunk) {
+            return m
+        }
+        let payload = buffer.readBytes(length: length) ?? []
+        return try PeerMessage(frame: PeerFrame(type: type, flags: flags, payload: payload))
+    }
+}
