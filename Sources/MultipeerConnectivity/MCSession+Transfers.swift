@@ -1,5 +1,6 @@
 // What flows on a session's links: messages, resources (files with progress and cancellation from either
-// side, read and written in 64 KB pieces only as the link drains, so memory stays flat), and one-way named
+// side, read in pieces only as the link drains and written by a ResourceWriter that pauses the link while
+// the disk lags, so memory stays flat), and one-way named
 // streams with credits (the receiver grants 256 KB and more as its app reads).
 import Foundation
 import PeerSession
