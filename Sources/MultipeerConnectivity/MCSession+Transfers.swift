@@ -83,7 +83,7 @@ extension MCSession {
 
     private func deliver(_ bytes: [UInt8], from c: PeerConnection) {
         let data = Data(bytes)
-        delegateQueue.async { [self] in delegate?.session(self, didReceive: data, fromPeer: c.peer) }
+        delegateCalls.async { [self] in delegate?.session(self, didReceive: data, fromPeer: c.peer) }
     }
 
     // MARK: Resources
@@ -94,9 +94,9 @@ extension MCSession {
     public func sendResource(at resourceURL: URL, withName resourceName: String, toPeer peerID: MCPeerID,
                            withCompletionHandler completionHandler: (((any Error)?) -> Void)? = nil) -> Progress? {
         let complete = Unchecked(completionHandler)
-        let done: @Sendable ((any Error)?) -> Void = { [delegateQueue] e in
+        let done: @Sendable ((any Error)?) -> Void = { [delegateCalls] e in
             let err = Unchecked(e)
-            delegateQueue.async { complete.value?(err.value) }
+            delegateCalls.async { complete.value?(err.value) }
         }
         guard let c = lock.withLock({ peers[peerID.token] }), lock.withLock({ c.connected }) else {
             done(MCError(.notConnected))
@@ -132,8 +132,14 @@ extension MCSession {
     }
 
     private func pumpOnLoop(_ c: PeerConnection) {
+        // A send can flush, and a flush can report the link writable again — calling back in here while the
+        // loop below holds copies of resource state. The running pump goes on instead.
+        guard !c.pumping else { c.pumpAgain = true; return }
+        c.pumping = true
+        defer { c.pumping = false }
         while c.link.isWritable && c.link.isOpen {
             var sentSomething = false
+            c.pumpAgain = false
             let ids = lock.withLock { Array(c.outgoingResources.keys).sorted() }
             for id in ids {
                 guard c.link.isWritable else { break }
@@ -175,7 +181,7 @@ extension MCSession {
                     c.link.send(.streamClose(id: id))
                 }
             }
-            if !sentSomething { break }
+            if !sentSomething && !c.pumpAgain { break }
         }
     }
 
@@ -193,14 +199,15 @@ extension MCSession {
         let progress = Progress(totalUnitCount: Int64(size))
         progress.cancellationHandler = { [weak self, weak c] in
             guard let self, let c, let r = self.lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-            r.writer.cancel { try? FileManager.default.removeItem(at: r.url) }
+            r.writer.cancel()
+            try? FileManager.default.removeItem(at: r.url)
             c.link.send(.resourceCancel(id: id))
-            delegateQueue.async { [self] in
+            delegateCalls.async { [self] in
                 delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.cancelled))
             }
         }
         lock.withLock { c.incomingResources[id] = PeerConnection.IncomingResource(name: name, url: url, writer: writer, progress: progress, size: size, received: 0) }
-        delegateQueue.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
+        delegateCalls.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
     }
 
     func resourceChunk(id: UInt32, chunk: [UInt8], on c: PeerConnection) {
@@ -224,11 +231,11 @@ extension MCSession {
             guard error == nil, r.received == r.size else {
                 try? FileManager.default.removeItem(at: r.url)
                 c.link.send(.resourceCancel(id: id))
-                s.delegateQueue.async { s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error ?? MCError(.unknown)) }
+                s.delegateCalls.async { s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error ?? MCError(.unknown)) }
                 return
             }
             c.link.send(.resourceAck(id: id))
-            s.delegateQueue.async {
+            s.delegateCalls.async {
                 s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: r.url, withError: nil)
                 // As on iOS the file is temporary: the app moves it during the callback.
                 try? FileManager.default.removeItem(at: r.url)
@@ -246,9 +253,10 @@ extension MCSession {
 
     func resourceFailed(id: UInt32, on c: PeerConnection, error: any Error, tellPeer: Bool) {
         guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-        r.writer.cancel { try? FileManager.default.removeItem(at: r.url) }
+        r.writer.cancel()
+        try? FileManager.default.removeItem(at: r.url)
         if tellPeer { c.link.send(.resourceCancel(id: id)) }
-        delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
+        delegateCalls.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
     }
 
     /// The link is gone: every transfer on it fails, every stream ends.
@@ -259,8 +267,9 @@ extension MCSession {
         }
         for r in outR { try? r.file.close(); r.completion(MCError(.notConnected)) }
         for r in inR {
-            r.writer.cancel { try? FileManager.default.removeItem(at: r.url) }
-            delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.notConnected)) }
+            r.writer.cancel()
+            try? FileManager.default.removeItem(at: r.url)
+            delegateCalls.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.notConnected)) }
         }
         for s in outS { s.fail(error: MCError(.notConnected)) }
         for s in inS { s.finish(error: MCError(.notConnected)) }
@@ -300,6 +309,6 @@ extension MCSession {
         }
         c.link.send(.streamCredit(id: id, octets: UInt32(PeerConnection.streamWindow)))
         let stream = Unchecked(input)
-        delegateQueue.async { [self] in delegate?.session(self, didReceive: stream.value, withName: name, fromPeer: c.peer) }
+        delegateCalls.async { [self] in delegate?.session(self, didReceive: stream.value, withName: name, fromPeer: c.peer) }
     }
 }

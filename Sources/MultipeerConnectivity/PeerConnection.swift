@@ -50,6 +50,9 @@ final class PeerConnection: @unchecked Sendable {
     var incomingResources: [UInt32: IncomingResource] = [:]
     var outgoingStreams: [UInt32: OutgoingStream] = [:]
     var incomingStreams: [UInt32: PipeInputStream] = [:]
+    /// The session's pump runs for this peer / was asked to run meanwhile (event loop only).
+    var pumping = false
+    var pumpAgain = false
     /// Credits for incoming streams not yet sent back (batched).
     var pendingCredits: [UInt32: Int] = [:]
 

@@ -69,18 +69,16 @@ final class ResourceWriter: @unchecked Sendable {
         }
     }
 
-    /// Drops the writes still queued, closes the file, then runs `done` (removing the file, say).
-    func cancel(_ done: @escaping @Sendable () -> Void = {}) {
+    /// Drops the writes still queued and closes the file (the caller may unlink it at once: a write under
+    /// way then goes to the unlinked file).
+    func cancel() {
         let release = lock.withLock { () -> Bool in
             stopped = true
             defer { holding = false }
             return holding
         }
         if release { link.resumeReading() }
-        queue.async { [self] in
-            try? file.close()
-            done()
-        }
+        queue.async { [self] in try? file.close() }
     }
 
     private func stop() -> ((any Error)?, Bool) {

@@ -91,7 +91,11 @@ public final class PeerLink: @unchecked Sendable {
             defer { outbox = channel.allocator.buffer(capacity: Self.outboxCapacity) }
             return outbox
         }
-        if let pending { write(pending) }
+        guard var pending else { return }
+        // In slices (no copies) so a long backlog is flushed — and, with TLS, encrypted — a piece at a time,
+        // not all at once into one more buffer of its size.
+        while pending.readableBytes > Self.flushThreshold, let slice = pending.readSlice(length: Self.flushThreshold) { write(slice) }
+        write(pending)
     }
     static let outboxCapacity = 16 * 1024
 
