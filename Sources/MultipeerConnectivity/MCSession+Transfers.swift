@@ -46,7 +46,7 @@ extension MCSession {
         case let .resourceStart(id, size, name):
             startIncomingResource(id: id, size: size, name: name, on: c)
         case let .resourceChunk(id, chunk):
-            resourceChunk(id: id, chunk: chunk, on: c)
+            resourceChunk(id: id, chunk: PeerChunk(chunk), on: c)
         case let .resourceEnd(id):
             finishIncomingResource(id: id, on: c)
         case let .resourceCancel(id):
@@ -210,7 +210,8 @@ extension MCSession {
         delegateCalls.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
     }
 
-    func resourceChunk(id: UInt32, chunk: [UInt8], on c: PeerConnection) {
+    func resourceChunk(id: UInt32, chunk: PeerChunk, on c: PeerConnection) {
+        lock.withLock { c.lastHeard = Date() }
         guard var r = lock.withLock({ c.incomingResources[id] }) else { return }
         guard r.received + UInt64(chunk.count) <= r.size else {
             PeerLog.warning("\(c.peer.displayName) sent more than the resource's size; cancelling it")

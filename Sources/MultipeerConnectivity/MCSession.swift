@@ -220,6 +220,7 @@ open class MCSession: NSObject, @unchecked Sendable {
             c.bluetooth = bluetooth
             peers[peer.token] = c
             link.onMessage = { [weak self, weak c] m in if let self, let c { self.received(m, on: c) } }
+            link.onResourceChunk = { [weak self, weak c] id, chunk in if let self, let c { self.resourceChunk(id: id, chunk: chunk, on: c) } }
             link.onClose = { [weak self, weak c] e in if let self, let c { self.linkClosed(c, error: e) } }
             link.onWritable = { [weak self, weak c] in if let self, let c { self.pump(c) } }
             return c

@@ -32,7 +32,7 @@ final class ResourceWriter: @unchecked Sendable {
         self.queue = DispatchQueue(label: "MCSession resource writer")
     }
 
-    func write(_ chunk: [UInt8]) {
+    func write(_ chunk: PeerChunk) {
         let pause = lock.withLock { () -> Bool in
             queued += chunk.count
             guard queued > Self.pauseAbove, !holding else { return false }
@@ -45,7 +45,7 @@ final class ResourceWriter: @unchecked Sendable {
             let go = lock.withLock { failure == nil && !stopped }
             var failed: (any Error)?
             if go {
-                do { try file.write(contentsOf: bytes.value) } catch { failed = error }
+                do { try bytes.value.withUnsafeBytes { try file.write(contentsOf: $0) } } catch { failed = error }
             }
             let resume = lock.withLock { () -> Bool in
                 queued -= bytes.value.count

@@ -47,6 +47,14 @@ public final class PeerLink: @unchecked Sendable {
             if already { channel.eventLoop.execute { [self] in newValue?(lock.withLock { closeError }) } }
         }
     }
+    /// When set, resource chunks come here — in order with the other messages, as the octets they arrived
+    /// in (no copy) — instead of to `onMessage`.
+    public var onResourceChunk: ((UInt32, PeerChunk) -> Void)? {
+        get { lock.withLock { _onResourceChunk } }
+        set { lock.withLock { _onResourceChunk = newValue } }
+    }
+    private var _onResourceChunk: ((UInt32, PeerChunk) -> Void)?
+
     /// The write buffer drained below its low mark after `isWritable` was false.
     public var onWritable: (() -> Void)? {
         get { lock.withLock { _onWritable } }
@@ -205,9 +213,13 @@ final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
             pending.writeBuffer(&buffer)
             buffer = pending
         }
+        let chunks = link?.onResourceChunk
         do {
-            while let m = try PeerWire.next(from: &buffer) {
-                link?.received(m)
+            while let item = try PeerWire.next(from: &buffer, slicingResourceChunks: chunks != nil) {
+                switch item {
+                case let .message(m): link?.received(m)
+                case let .resourceChunk(id, chunk): chunks?(id, chunk)
+                }
             }
         } catch {
             PeerLog.warning("closing a connection from \(context.remoteAddress?.description ?? "?"): \(error)")

@@ -48,8 +48,15 @@ enum PeerWire {
         return PeerFrame.headerLength + min(Int(length), PeerFrame.maximumPayload)
     }
 
-    /// The next whole message in `buffer` (consumed), nil while more octets are needed.
-    static func next(from buffer: inout ByteBuffer) throws(PeerProtocolError) -> PeerMessage? {
+    /// What a frame gives: a message, or — when asked for — a resource chunk left in the buffer it came in.
+    enum Item {
+        case message(PeerMessage)
+        case resourceChunk(id: UInt32, PeerChunk)
+    }
+
+    /// The next whole frame in `buffer` (consumed), nil while more octets are needed. With
+    /// `slicingResourceChunks`, resource chunks come as slices of `buffer` (no copy).
+    static func next(from buffer: inout ByteBuffer, slicingResourceChunks: Bool = false) throws(PeerProtocolError) -> Item? {
         let at = buffer.readerIndex
         guard buffer.readableBytes >= PeerFrame.headerLength,
               let type = buffer.getInteger(at: at, as: UInt8.self),
@@ -61,11 +68,26 @@ enum PeerWire {
         guard reserved == 0 else { throw .malformed("reserved octets set") }
         guard buffer.readableBytes >= PeerFrame.headerLength + length else { return nil }
         buffer.moveReaderIndex(forwardBy: PeerFrame.headerLength)
-        if PeerMessage.isBulk(type: type), length >= 4, let id = buffer.readInteger(endianness: .little, as: UInt32.self),
-           let chunk = buffer.readBytes(length: length - 4), let m = PeerMessage(bulkType: type, flags: flags, id: id, chunk: chunk) {
-            return m
+        if PeerMessage.isBulk(type: type), length >= 4, let id = buffer.readInteger(endianness: .little, as: UInt32.self) {
+            if slicingResourceChunks && type == PeerMessage.resourceChunkType, let slice = buffer.readSlice(length: length - 4) {
+                return .resourceChunk(id: id, PeerChunk(buffer: slice))
+            }
+            if let chunk = buffer.readBytes(length: length - 4), let m = PeerMessage(bulkType: type, flags: flags, id: id, chunk: chunk) {
+                return .message(m)
+            }
         }
         let payload = buffer.readBytes(length: length) ?? []
-        return try PeerMessage(frame: PeerFrame(type: type, flags: flags, payload: payload))
+        return .message(try PeerMessage(frame: PeerFrame(type: type, flags: flags, payload: payload)))
     }
+}
+
+/// The octets of a resource chunk where they were received (no copy made).
+public struct PeerChunk: @unchecked Sendable {
+    let buffer: ByteBuffer
+    public var count: Int { buffer.readableBytes }
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try buffer.withUnsafeReadableBytes(body)
+    }
+    public init(_ bytes: [UInt8]) { buffer = ByteBuffer(bytes: bytes) }
+    init(buffer: ByteBuffer) { self.buffer = buffer }
 }
