@@ -200,22 +200,14 @@ public final class PeerLink: @unchecked Sendable {
 final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     weak var link: PeerLink?
-    /// The start of a frame whose end has not arrived (at most one frame: PeerWire checks the length first).
-    private var partial: ByteBuffer?
+    private var reader = PeerFrameReader()
     private var error: (any Error)?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard error == nil else { return }
-        var buffer = unwrapInboundIn(data)
-        // Octets of a frame begun in an earlier read come first.
-        if var pending = partial {
-            partial = nil
-            pending.writeBuffer(&buffer)
-            buffer = pending
-        }
         let chunks = link?.onResourceChunk
         do {
-            while let item = try PeerWire.next(from: &buffer, slicingResourceChunks: chunks != nil) {
+            try reader.read(unwrapInboundIn(data), slicingResourceChunks: chunks != nil) { item in
                 switch item {
                 case let .message(m): link?.received(m)
                 case let .resourceChunk(id, chunk): chunks?(id, chunk)
@@ -225,13 +217,6 @@ final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
             PeerLog.warning("closing a connection from \(context.remoteAddress?.description ?? "?"): \(error)")
             self.error = error
             context.close(promise: nil)
-            return
-        }
-        if buffer.readableBytes > 0 {
-            buffer.discardReadBytes()
-            // Room for the whole frame at once, rather than growing read by read.
-            if let length = PeerWire.frameLength(in: buffer) { buffer.reserveCapacity(length) }
-            partial = buffer
         }
     }
 

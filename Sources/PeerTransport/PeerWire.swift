@@ -91,3 +91,69 @@ public struct PeerChunk: @unchecked Sendable {
     public init(_ bytes: [UInt8]) { buffer = ByteBuffer(bytes: bytes) }
     init(buffer: ByteBuffer) { self.buffer = buffer }
 }
+
+/// Cuts what a connection reads into frames. A frame split across reads waits in `partial` (one frame at
+/// most: lengths over the limit are refused first) — except a resource chunk, when the caller takes them
+/// as slices: once its header is in, its octets are passed on as they arrive, so a large chunk is neither
+/// gathered nor copied.
+struct PeerFrameReader {
+    private var partial: ByteBuffer?
+    /// Inside a resource chunk being passed on: its id and the octets still to come.
+    private var streaming: (id: UInt32, left: Int)?
+
+    /// Octets held back until their frame is whole.
+    var buffered: Int { partial?.readableBytes ?? 0 }
+
+    mutating func read(_ incoming: ByteBuffer, slicingResourceChunks slicing: Bool, _ each: (PeerWire.Item) -> Void) throws(PeerProtocolError) {
+        var buffer = incoming
+        if var pending = partial {
+            partial = nil
+            pending.writeBuffer(&buffer)
+            buffer = pending
+        }
+        while true {
+            if let s = streaming {
+                let n = min(s.left, buffer.readableBytes)
+                if n > 0, let piece = buffer.readSlice(length: n) { each(.resourceChunk(id: s.id, PeerChunk(buffer: piece))) }
+                if n < s.left {
+                    streaming = (s.id, s.left - n)
+                    return
+                }
+                streaming = nil
+                continue
+            }
+            if slicing, let (id, length) = Self.incompleteResourceChunk(in: buffer) {
+                buffer.moveReaderIndex(forwardBy: PeerFrame.headerLength + 4)
+                streaming = (id, length - 4)
+                continue
+            }
+            guard let item = try PeerWire.next(from: &buffer, slicingResourceChunks: slicing) else { break }
+            each(item)
+        }
+        if buffer.readableBytes > 0 {
+            buffer.discardReadBytes()
+            // Room for the whole frame at once, rather than growing read by read.
+            if let length = PeerWire.frameLength(in: buffer) { buffer.reserveCapacity(length) }
+            partial = buffer
+        }
+    }
+
+    /// For tests: `bytes` as one read.
+    mutating func read(bytes: [UInt8], slicingResourceChunks slicing: Bool, _ each: (PeerWire.Item) -> Void) throws(PeerProtocolError) {
+        try read(ByteBuffer(bytes: bytes), slicingResourceChunks: slicing, each)
+    }
+
+    /// A valid resource chunk header and id at the start of `buffer` whose chunk has not all arrived: its
+    /// id and payload length. Anything else (whole frames, other types, bad headers) is PeerWire.next's.
+    private static func incompleteResourceChunk(in buffer: ByteBuffer) -> (UInt32, Int)? {
+        let at = buffer.readerIndex
+        guard buffer.readableBytes >= PeerFrame.headerLength + 4,
+              buffer.getInteger(at: at, as: UInt8.self) == PeerMessage.resourceChunkType,
+              buffer.getInteger(at: at + 2, as: UInt16.self) == 0,
+              let length32 = buffer.getInteger(at: at + 4, endianness: .little, as: UInt32.self),
+              let id = buffer.getInteger(at: at + PeerFrame.headerLength, endianness: .little, as: UInt32.self) else { return nil }
+        let length = Int(length32)
+        guard length >= 4, length <= PeerFrame.maximumPayload, buffer.readableBytes < PeerFrame.headerLength + length else { return nil }
+        return (id, length)
+    }
+}
