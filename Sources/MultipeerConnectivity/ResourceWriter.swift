@@ -22,8 +22,8 @@ final class ResourceWriter: @unchecked Sendable {
     /// Told (once, on the writer's queue) about the first write that failed.
     private let onFailure: @Sendable (any Error) -> Void
 
-    static let pauseAbove = 8 << 20
-    static let resumeBelow = 2 << 20
+    static let pauseAbove = 4 << 20
+    static let resumeBelow = 1 << 20
 
     init(file: FileHandle, link: PeerLink, onFailure: @escaping @Sendable (any Error) -> Void) {
         self.file = file
