@@ -32,7 +32,6 @@ public final class PeerLink: @unchecked Sendable {
         self.isEncrypted = encrypted
         self.remoteHost = remoteHost ?? channel.remoteAddress?.ipAddress ?? "?"
         self.isBluetooth = remoteHost?.hasPrefix("ble:") ?? false
-        self.outbox = channel.allocator.buffer(capacity: 0)
     }
 
     /// Called for each message; a protocol error closes the link (onClose gets the error).
@@ -66,11 +65,12 @@ public final class PeerLink: @unchecked Sendable {
     public var isOpen: Bool { lock.withLock { !closed } }
 
     /// Queues messages; they leave with one flush per event-loop turn. Sends from other threads gather in
-    /// one buffer that a single event-loop task writes (one write and one flush for many messages); a send
-    /// on the event loop first writes what gathered, so each thread's messages keep their order.
+    /// buffers that a single event-loop task writes (one write per 256 KB of messages, not one task and one
+    /// write each); a send on the event loop first writes what gathered, so each thread's messages keep
+    /// their order.
     public func send(_ messages: [PeerMessage]) {
         guard isOpen else { return }
-        if channel.eventLoop.inEventLoop {
+        if channel.eventLoop.inEventLoop && !draining {
             drainOutbox()
             var buffer = channel.allocator.buffer(capacity: PeerWire.encodedLength(messages))
             PeerWire.write(messages, into: &buffer)
@@ -78,7 +78,10 @@ public final class PeerLink: @unchecked Sendable {
             return
         }
         let schedule = lock.withLock { () -> Bool in
-            PeerWire.write(messages, into: &outbox)
+            if outbox.isEmpty || outbox[outbox.count - 1].readableBytes >= Self.flushThreshold {
+                outbox.append(channel.allocator.buffer(capacity: min(Self.flushThreshold, PeerWire.encodedLength(messages))))
+            }
+            PeerWire.write(messages, into: &outbox[outbox.count - 1])
             defer { outboxScheduled = true }
             return !outboxScheduled
         }
@@ -87,25 +90,34 @@ public final class PeerLink: @unchecked Sendable {
 
     public func send(_ m: PeerMessage) { send([m]) }
 
-    /// Frames other threads queued, not yet handed to the channel (guarded by `lock`).
-    private var outbox: ByteBuffer
+    /// Frames queued for the event loop to write, in order, each buffer whole frames (guarded by `lock`).
+    private var outbox: [ByteBuffer] = []
     private var outboxScheduled = false
+    /// The event loop is writing the outbox (event loop only): a write's flush may call back (writability),
+    /// and what is sent meanwhile must queue behind what the outbox still holds.
+    private var draining = false
+    private var writableWhileDraining = false
 
-    /// Hands what other threads queued to the channel (event loop only).
+    /// Hands what was queued to the channel (event loop only).
     private func drainOutbox() {
-        let pending = lock.withLock { () -> ByteBuffer? in
-            outboxScheduled = false
-            guard outbox.readableBytes > 0 else { return nil }
-            defer { outbox = channel.allocator.buffer(capacity: Self.outboxCapacity) }
-            return outbox
+        guard !draining else { return }
+        draining = true
+        while true {
+            let batch = lock.withLock { () -> [ByteBuffer] in
+                outboxScheduled = false
+                let b = outbox
+                outbox = []
+                return b
+            }
+            if batch.isEmpty { break }
+            for buffer in batch { write(buffer) }
         }
-        guard var pending else { return }
-        // In slices (no copies) so a long backlog is flushed — and, with TLS, encrypted — a piece at a time,
-        // not all at once into one more buffer of its size.
-        while pending.readableBytes > Self.flushThreshold, let slice = pending.readSlice(length: Self.flushThreshold) { write(slice) }
-        write(pending)
+        draining = false
+        if writableWhileDraining {
+            writableWhileDraining = false
+            writabilityChanged()
+        }
     }
-    static let outboxCapacity = 16 * 1024
 
     /// Sends a `resourceChunk` frame whose chunk `fill` writes straight into the outgoing buffer (reading a
     /// file, say): at most `maximum` octets; returns how many it wrote. Nothing leaves when that is 0 or
@@ -128,7 +140,11 @@ public final class PeerLink: @unchecked Sendable {
         }
         guard n > 0 else { return 0 }
         buffer.setInteger(UInt32(4 + n), at: lengthAt, endianness: .little)
-        write(buffer)
+        if draining {
+            lock.withLock { outbox.append(buffer) }
+        } else {
+            write(buffer)
+        }
         return n
     }
 
@@ -163,7 +179,7 @@ public final class PeerLink: @unchecked Sendable {
     /// up: the peer's sender then backs up on TCP's window). Safe from any thread.
     public func pauseReading() {
         let first = lock.withLock { () -> Bool in readPauses += 1; return readPauses == 1 }
-        if first { channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
+        if first { applyReadPauses() }
     }
 
     public func resumeReading() {
@@ -172,7 +188,17 @@ public final class PeerLink: @unchecked Sendable {
             readPauses -= 1
             return readPauses == 0
         }
-        if last { channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in } }
+        if last { applyReadPauses() }
+    }
+
+    /// Sets the channel's reading from the count as it is when this runs on the loop (so a resume decided
+    /// on another thread cannot land after a later pause and undo it).
+    private func applyReadPauses() {
+        let apply = { [self] in
+            let paused = lock.withLock { readPauses > 0 }
+            channel.setOption(ChannelOptions.autoRead, value: !paused).whenFailure { _ in }
+        }
+        if channel.eventLoop.inEventLoop { apply() } else { channel.eventLoop.execute(apply) }
     }
     private var readPauses = 0
 
@@ -184,7 +210,10 @@ public final class PeerLink: @unchecked Sendable {
 
     // Called by the handler on the event loop.
     func received(_ m: PeerMessage) { lock.withLock { _onMessage }?(m) }
-    func writabilityChanged() { if channel.isWritable { lock.withLock { _onWritable }?() } }
+    func writabilityChanged() {
+        guard !draining else { writableWhileDraining = true; return }
+        if channel.isWritable { lock.withLock { _onWritable }?() }
+    }
     func didClose(_ error: (any Error)?) {
         let handler = lock.withLock { () -> (((any Error)?) -> Void)? in
             guard !closed else { return nil }
