@@ -159,7 +159,7 @@ extension MCSession {
                                    "hosts": LocalAddresses.all()]
         let data = try? JSONSerialization.data(withJSONObject: info, options: [.sortedKeys])
         nonisolated(unsafe) let handler = completionHandler
-        delegateQueue.async { handler(data, data == nil ? MCError(.unknown) : nil) }
+        delegateCalls.async { handler(data, data == nil ? MCError(.unknown) : nil) }
     }
 
     /// Connects to a peer whose connection data the app obtained itself; both sides call this.

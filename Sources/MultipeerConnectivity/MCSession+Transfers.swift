@@ -1,5 +1,6 @@
 // What flows on a session's links: messages, resources (files with progress and cancellation from either
-// side, read and written in 64 KB pieces only as the link drains, so memory stays flat), and one-way named
+// side, read in pieces only as the link drains and written by a ResourceWriter that pauses the link while
+// the disk lags, so memory stays flat), and one-way named
 // streams with credits (the receiver grants 256 KB and more as its app reads).
 import Foundation
 import PeerSession
@@ -45,7 +46,7 @@ extension MCSession {
         case let .resourceStart(id, size, name):
             startIncomingResource(id: id, size: size, name: name, on: c)
         case let .resourceChunk(id, chunk):
-            resourceChunk(id: id, chunk: chunk, on: c)
+            resourceChunk(id: id, chunk: PeerChunk(chunk), on: c)
         case let .resourceEnd(id):
             finishIncomingResource(id: id, on: c)
         case let .resourceCancel(id):
@@ -82,7 +83,7 @@ extension MCSession {
 
     private func deliver(_ bytes: [UInt8], from c: PeerConnection) {
         let data = Data(bytes)
-        delegateQueue.async { [self] in delegate?.session(self, didReceive: data, fromPeer: c.peer) }
+        delegateCalls.async { [self] in delegate?.session(self, didReceive: data, fromPeer: c.peer) }
     }
 
     // MARK: Resources
@@ -93,9 +94,9 @@ extension MCSession {
     public func sendResource(at resourceURL: URL, withName resourceName: String, toPeer peerID: MCPeerID,
                            withCompletionHandler completionHandler: (((any Error)?) -> Void)? = nil) -> Progress? {
         let complete = Unchecked(completionHandler)
-        let done: @Sendable ((any Error)?) -> Void = { [delegateQueue] e in
+        let done: @Sendable ((any Error)?) -> Void = { [delegateCalls] e in
             let err = Unchecked(e)
-            delegateQueue.async { complete.value?(err.value) }
+            delegateCalls.async { complete.value?(err.value) }
         }
         guard let c = lock.withLock({ peers[peerID.token] }), lock.withLock({ c.connected }) else {
             done(MCError(.notConnected))
@@ -131,16 +132,30 @@ extension MCSession {
     }
 
     private func pumpOnLoop(_ c: PeerConnection) {
+        // A send can flush, and a flush can report the link writable again — calling back in here while the
+        // loop below holds copies of resource state. The running pump goes on instead.
+        guard !c.pumping else { c.pumpAgain = true; return }
+        c.pumping = true
+        defer { c.pumping = false }
         while c.link.isWritable && c.link.isOpen {
             var sentSomething = false
+            c.pumpAgain = false
             let ids = lock.withLock { Array(c.outgoingResources.keys).sorted() }
             for id in ids {
                 guard c.link.isWritable else { break }
                 guard var r = lock.withLock({ c.outgoingResources[id] }), !r.finishedSending else { continue }
-                let piece = (try? r.file.read(upToCount: PeerConnection.chunk)) ?? nil
-                if let piece, !piece.isEmpty {
-                    c.link.send(.resourceChunk(id: id, chunk: [UInt8](piece)))
-                    r.sent += UInt64(piece.count)
+                // Read straight into the frame's buffer (a read error ends the resource short: the peer
+                // then cancels it, as for a file that shrank).
+                let fd = r.file.fileDescriptor
+                let n = c.link.sendResourceChunk(id: id, maximum: c.link.isBluetooth ? PeerConnection.chunk : PeerConnection.networkResourceChunk) { space in
+                    while true {
+                        let got = read(fd, space.baseAddress, space.count)
+                        if got >= 0 { return got }
+                        if errno != EINTR { return 0 }
+                    }
+                }
+                if n > 0 {
+                    r.sent += UInt64(n)
                     r.progress.completedUnitCount = Int64(r.sent)
                     sentSomething = true
                 } else {
@@ -166,7 +181,7 @@ extension MCSession {
                     c.link.send(.streamClose(id: id))
                 }
             }
-            if !sentSomething { break }
+            if !sentSomething && !c.pumpAgain { break }
         }
     }
 
@@ -176,27 +191,33 @@ extension MCSession {
             c.link.send(.resourceCancel(id: id))
             return
         }
+        let session = Unchecked(self), conn = Unchecked(c)
+        let writer = ResourceWriter(file: file, link: c.link) { error in
+            // A write failed: on the link's loop, as if the chunk had failed there.
+            conn.value.link.execute { session.value.resourceFailed(id: id, on: conn.value, error: error, tellPeer: true) }
+        }
         let progress = Progress(totalUnitCount: Int64(size))
         progress.cancellationHandler = { [weak self, weak c] in
             guard let self, let c, let r = self.lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-            try? r.file.close()
+            r.writer.cancel()
             try? FileManager.default.removeItem(at: r.url)
             c.link.send(.resourceCancel(id: id))
-            delegateQueue.async { [self] in
+            delegateCalls.async { [self] in
                 delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.cancelled))
             }
         }
-        lock.withLock { c.incomingResources[id] = PeerConnection.IncomingResource(name: name, url: url, file: file, progress: progress, size: size, received: 0) }
-        delegateQueue.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
+        lock.withLock { c.incomingResources[id] = PeerConnection.IncomingResource(name: name, url: url, writer: writer, progress: progress, size: size, received: 0) }
+        delegateCalls.async { [self] in delegate?.session(self, didStartReceivingResourceWithName: name, fromPeer: c.peer, with: progress) }
     }
 
-    func resourceChunk(id: UInt32, chunk: [UInt8], on c: PeerConnection) {
+    func resourceChunk(id: UInt32, chunk: PeerChunk, on c: PeerConnection) {
+        lock.withLock { c.lastHeard = Date() }
         guard var r = lock.withLock({ c.incomingResources[id] }) else { return }
         guard r.received + UInt64(chunk.count) <= r.size else {
             PeerLog.warning("\(c.peer.displayName) sent more than the resource's size; cancelling it")
             return resourceFailed(id: id, on: c, error: MCError(.invalidParameter), tellPeer: true)
         }
-        do { try r.file.write(contentsOf: chunk) } catch { return resourceFailed(id: id, on: c, error: error, tellPeer: true) }
+        r.writer.write(chunk)
         r.received += UInt64(chunk.count)
         r.progress.completedUnitCount = Int64(r.received)
         lock.withLock { if c.incomingResources[id] != nil { c.incomingResources[id] = r } }
@@ -204,18 +225,22 @@ extension MCSession {
 
     func finishIncomingResource(id: UInt32, on c: PeerConnection) {
         guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-        try? r.file.close()
-        guard r.received == r.size else {
-            try? FileManager.default.removeItem(at: r.url)
-            c.link.send(.resourceCancel(id: id))
-            delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.unknown)) }
-            return
-        }
-        c.link.send(.resourceAck(id: id))
-        delegateQueue.async { [self] in
-            delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: r.url, withError: nil)
-            // As on iOS the file is temporary: the app moves it during the callback.
-            try? FileManager.default.removeItem(at: r.url)
+        // Once every chunk is on disk.
+        let session = Unchecked(self), resource = Unchecked(r)
+        r.writer.finish { error in
+            let s = session.value, r = resource.value
+            guard error == nil, r.received == r.size else {
+                try? FileManager.default.removeItem(at: r.url)
+                c.link.send(.resourceCancel(id: id))
+                s.delegateCalls.async { s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error ?? MCError(.unknown)) }
+                return
+            }
+            c.link.send(.resourceAck(id: id))
+            s.delegateCalls.async {
+                s.delegate?.session(s, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: r.url, withError: nil)
+                // As on iOS the file is temporary: the app moves it during the callback.
+                try? FileManager.default.removeItem(at: r.url)
+            }
         }
     }
 
@@ -229,10 +254,10 @@ extension MCSession {
 
     func resourceFailed(id: UInt32, on c: PeerConnection, error: any Error, tellPeer: Bool) {
         guard let r = lock.withLock({ c.incomingResources.removeValue(forKey: id) }) else { return }
-        try? r.file.close()
+        r.writer.cancel()
         try? FileManager.default.removeItem(at: r.url)
         if tellPeer { c.link.send(.resourceCancel(id: id)) }
-        delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
+        delegateCalls.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
     }
 
     /// The link is gone: every transfer on it fails, every stream ends.
@@ -243,9 +268,9 @@ extension MCSession {
         }
         for r in outR { try? r.file.close(); r.completion(MCError(.notConnected)) }
         for r in inR {
-            try? r.file.close()
+            r.writer.cancel()
             try? FileManager.default.removeItem(at: r.url)
-            delegateQueue.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.notConnected)) }
+            delegateCalls.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: MCError(.notConnected)) }
         }
         for s in outS { s.fail(error: MCError(.notConnected)) }
         for s in inS { s.finish(error: MCError(.notConnected)) }
@@ -285,6 +310,6 @@ extension MCSession {
         }
         c.link.send(.streamCredit(id: id, octets: UInt32(PeerConnection.streamWindow)))
         let stream = Unchecked(input)
-        delegateQueue.async { [self] in delegate?.session(self, didReceive: stream.value, withName: name, fromPeer: c.peer) }
+        delegateCalls.async { [self] in delegate?.session(self, didReceive: stream.value, withName: name, fromPeer: c.peer) }
     }
 }

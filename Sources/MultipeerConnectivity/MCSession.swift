@@ -22,6 +22,8 @@ open class MCSession: NSObject, @unchecked Sendable {
     let lock = NSRecursiveLock()
     /// Delegate calls, in order, off every caller's thread.
     let delegateQueue: DispatchQueue
+    /// Delegate calls go through here, to `delegateQueue` in order (batched when many come at once).
+    let delegateCalls: DelegateCalls
     /// The mesh this session belongs to: adopted from the inviter when we accept an invitation.
     var mesh: UInt64
     var peers: [UInt64: PeerConnection] = [:]
@@ -70,6 +72,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         self.securityIdentity = identity
         self.encryptionPreference = encryptionPreference
         self.delegateQueue = DispatchQueue(label: "MCSession \(myPeerID.displayName)")
+        self.delegateCalls = DelegateCalls(queue: delegateQueue)
         var m: UInt64 = 0
         while m == 0 { m = UInt64.random(in: 1...UInt64.max) }
         self.mesh = m
@@ -217,6 +220,7 @@ open class MCSession: NSObject, @unchecked Sendable {
             c.bluetooth = bluetooth
             peers[peer.token] = c
             link.onMessage = { [weak self, weak c] m in if let self, let c { self.received(m, on: c) } }
+            link.onResourceChunk = { [weak self, weak c] id, chunk in if let self, let c { self.resourceChunk(id: id, chunk: chunk, on: c) } }
             link.onClose = { [weak self, weak c] e in if let self, let c { self.linkClosed(c, error: e) } }
             link.onWritable = { [weak self, weak c] in if let self, let c { self.pump(c) } }
             return c
@@ -344,7 +348,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         }
         let chain = Unchecked<[Any]?>(link.isEncrypted ? link.peerCertificates.map { Data($0) } : nil)
         let decision = Unchecked(decide)
-        delegateQueue.async { [self] in
+        delegateCalls.async { [self] in
             guard let d = delegate else { return decision.value(true) }
             let answered = Unchecked(NSLock())
             var done = false
@@ -368,7 +372,7 @@ open class MCSession: NSObject, @unchecked Sendable {
     }
 
     func notify(_ peer: MCPeerID, _ state: MCSessionState) {
-        delegateQueue.async { [self] in delegate?.session(self, peer: peer, didChange: state) }
+        delegateCalls.async { [self] in delegate?.session(self, peer: peer, didChange: state) }
     }
 
     // MARK: Keep-alive

@@ -36,7 +36,7 @@ final class PeerConnection: @unchecked Sendable {
     struct IncomingResource {
         var name: String
         var url: URL
-        var file: FileHandle
+        var writer: ResourceWriter
         var progress: Progress
         var size: UInt64
         var received: UInt64
@@ -50,12 +50,18 @@ final class PeerConnection: @unchecked Sendable {
     var incomingResources: [UInt32: IncomingResource] = [:]
     var outgoingStreams: [UInt32: OutgoingStream] = [:]
     var incomingStreams: [UInt32: PipeInputStream] = [:]
+    /// The session's pump runs for this peer / was asked to run meanwhile (event loop only).
+    var pumping = false
+    var pumpAgain = false
     /// Credits for incoming streams not yet sent back (batched).
     var pendingCredits: [UInt32: Int] = [:]
 
     /// The receive window of each incoming stream: the sender may have this much unread here.
     static let streamWindow = 256 * 1024
     static let chunk = 64 * 1024
+    /// Resource pieces on TCP links: large, so that per-frame costs (and TLS's) spread over many octets.
+    /// Bluetooth links keep `chunk`: a piece there occupies the link for a long time.
+    static let networkResourceChunk = 1 << 20
 
     init(peer: MCPeerID, link: PeerLink) {
         self.peer = peer

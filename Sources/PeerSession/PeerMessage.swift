@@ -241,3 +241,36 @@ public enum PeerMessage: Sendable, Equatable {
         return s
     }
 }
+
+// Bulk messages (data, resource and stream chunks) carry most octets; a transport can write and read them
+// without assembling or slicing a payload array: their payload is always the id (u32) then the chunk.
+extension PeerMessage {
+    /// The frame type of `resourceChunk`.
+    public static let resourceChunkType = Kind.resourceChunk.rawValue
+
+    /// Whether frames of `type` carry a bulk message (payload: id u32, then the chunk).
+    public static func isBulk(type: UInt8) -> Bool {
+        type == Kind.data.rawValue || type == Kind.resourceChunk.rawValue || type == Kind.streamData.rawValue
+    }
+
+    /// A bulk message as its frame's parts; nil for every other message.
+    public var bulkParts: (type: UInt8, flags: UInt8, id: UInt32, chunk: [UInt8])? {
+        switch self {
+        case let .data(id, final, unreliable, chunk): return (Kind.data.rawValue, (final ? 1 : 0) | (unreliable ? 2 : 0), id, chunk)
+        case let .resourceChunk(id, chunk): return (Kind.resourceChunk.rawValue, 0, id, chunk)
+        case let .streamData(id, chunk): return (Kind.streamData.rawValue, 0, id, chunk)
+        default: return nil
+        }
+    }
+
+    /// The bulk message of a frame of `type` (one `isBulk` accepts) whose payload was `id` then `chunk`: what
+    /// `init(frame:)` decodes from the same frame.
+    public init?(bulkType type: UInt8, flags: UInt8, id: UInt32, chunk: [UInt8]) {
+        switch Kind(rawValue: type) {
+        case .data?: self = .data(id: id, final: flags & 1 != 0, unreliable: flags & 2 != 0, chunk: chunk)
+        case .resourceChunk?: self = .resourceChunk(id: id, chunk: chunk)
+        case .streamData?: self = .streamData(id: id, chunk: chunk)
+        default: return nil
+        }
+    }
+}

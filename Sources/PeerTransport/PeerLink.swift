@@ -46,6 +46,14 @@ public final class PeerLink: @unchecked Sendable {
             if already { channel.eventLoop.execute { [self] in newValue?(lock.withLock { closeError }) } }
         }
     }
+    /// When set, resource chunks come here — in order with the other messages, as the octets they arrived
+    /// in (no copy) — instead of to `onMessage`.
+    public var onResourceChunk: ((UInt32, PeerChunk) -> Void)? {
+        get { lock.withLock { _onResourceChunk } }
+        set { lock.withLock { _onResourceChunk = newValue } }
+    }
+    private var _onResourceChunk: ((UInt32, PeerChunk) -> Void)?
+
     /// The write buffer drained below its low mark after `isWritable` was false.
     public var onWritable: (() -> Void)? {
         get { lock.withLock { _onWritable } }
@@ -56,21 +64,89 @@ public final class PeerLink: @unchecked Sendable {
     public var isWritable: Bool { channel.isWritable }
     public var isOpen: Bool { lock.withLock { !closed } }
 
-    /// Queues messages; they leave with one flush per event-loop turn.
+    /// Queues messages; they leave with one flush per event-loop turn. Sends from other threads gather in
+    /// buffers that a single event-loop task writes (one write per 256 KB of messages, not one task and one
+    /// write each); a send on the event loop first writes what gathered, so each thread's messages keep
+    /// their order.
     public func send(_ messages: [PeerMessage]) {
         guard isOpen else { return }
-        var bytes: [UInt8] = []
-        for m in messages { m.frame.encode(into: &bytes) }
-        let loop = channel.eventLoop
-        let buffer = channel.allocator.buffer(bytes: bytes)
-        if loop.inEventLoop {
+        if channel.eventLoop.inEventLoop && !draining {
+            drainOutbox()
+            var buffer = channel.allocator.buffer(capacity: PeerWire.encodedLength(messages))
+            PeerWire.write(messages, into: &buffer)
             write(buffer)
-        } else {
-            loop.execute { [self] in write(buffer) }
+            return
         }
+        let schedule = lock.withLock { () -> Bool in
+            if outbox.isEmpty || outbox[outbox.count - 1].readableBytes >= Self.flushThreshold {
+                outbox.append(channel.allocator.buffer(capacity: min(Self.flushThreshold, PeerWire.encodedLength(messages))))
+            }
+            PeerWire.write(messages, into: &outbox[outbox.count - 1])
+            defer { outboxScheduled = true }
+            return !outboxScheduled
+        }
+        if schedule { channel.eventLoop.execute { [self] in drainOutbox() } }
     }
 
     public func send(_ m: PeerMessage) { send([m]) }
+
+    /// Frames queued for the event loop to write, in order, each buffer whole frames (guarded by `lock`).
+    private var outbox: [ByteBuffer] = []
+    private var outboxScheduled = false
+    /// The event loop is writing the outbox (event loop only): a write's flush may call back (writability),
+    /// and what is sent meanwhile must queue behind what the outbox still holds.
+    private var draining = false
+    private var writableWhileDraining = false
+
+    /// Hands what was queued to the channel (event loop only).
+    private func drainOutbox() {
+        guard !draining else { return }
+        draining = true
+        while true {
+            let batch = lock.withLock { () -> [ByteBuffer] in
+                outboxScheduled = false
+                let b = outbox
+                outbox = []
+                return b
+            }
+            if batch.isEmpty { break }
+            for buffer in batch { write(buffer) }
+        }
+        draining = false
+        if writableWhileDraining {
+            writableWhileDraining = false
+            writabilityChanged()
+        }
+    }
+
+    /// Sends a `resourceChunk` frame whose chunk `fill` writes straight into the outgoing buffer (reading a
+    /// file, say): at most `maximum` octets; returns how many it wrote. Nothing leaves when that is 0 or
+    /// `fill` throws. Event loop only.
+    public func sendResourceChunk(id: UInt32, maximum: Int, fill: (UnsafeMutableRawBufferPointer) throws -> Int) rethrows -> Int {
+        precondition(channel.eventLoop.inEventLoop && maximum > 0 && maximum + 4 <= PeerFrame.maximumPayload)
+        guard isOpen else { return 0 }
+        drainOutbox()
+        var buffer = channel.allocator.buffer(capacity: PeerFrame.headerLength + 4 + maximum)
+        buffer.writeInteger(PeerMessage.resourceChunkType)
+        buffer.writeInteger(UInt8(0))
+        buffer.writeInteger(UInt16(0))
+        let lengthAt = buffer.writerIndex
+        buffer.writeInteger(UInt32(0), endianness: .little)
+        buffer.writeInteger(id, endianness: .little)
+        let n = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: maximum) { space in
+            let n = try fill(UnsafeMutableRawBufferPointer(rebasing: space.prefix(maximum)))
+            precondition(n >= 0 && n <= maximum)
+            return n
+        }
+        guard n > 0 else { return 0 }
+        buffer.setInteger(UInt32(4 + n), at: lengthAt, endianness: .little)
+        if draining {
+            lock.withLock { outbox.append(buffer) }
+        } else {
+            write(buffer)
+        }
+        return n
+    }
 
     private func write(_ buffer: ByteBuffer) {
         channel.write(buffer, promise: nil)
@@ -99,6 +175,33 @@ public final class PeerLink: @unchecked Sendable {
         channel.close(promise: nil)
     }
 
+    /// Stops reading from the connection until as many `resumeReading` calls (a consumer that cannot keep
+    /// up: the peer's sender then backs up on TCP's window). Safe from any thread.
+    public func pauseReading() {
+        let first = lock.withLock { () -> Bool in readPauses += 1; return readPauses == 1 }
+        if first { applyReadPauses() }
+    }
+
+    public func resumeReading() {
+        let last = lock.withLock { () -> Bool in
+            guard readPauses > 0 else { return false }
+            readPauses -= 1
+            return readPauses == 0
+        }
+        if last { applyReadPauses() }
+    }
+
+    /// Sets the channel's reading from the count as it is when this runs on the loop (so a resume decided
+    /// on another thread cannot land after a later pause and undo it).
+    private func applyReadPauses() {
+        let apply = { [self] in
+            let paused = lock.withLock { readPauses > 0 }
+            channel.setOption(ChannelOptions.autoRead, value: !paused).whenFailure { _ in }
+        }
+        if channel.eventLoop.inEventLoop { apply() } else { channel.eventLoop.execute(apply) }
+    }
+    private var readPauses = 0
+
     /// Runs `work` on the link's event loop (at once when already there): work that must not interleave
     /// with the link's own callbacks.
     public func execute(_ work: @escaping @Sendable () -> Void) {
@@ -107,7 +210,10 @@ public final class PeerLink: @unchecked Sendable {
 
     // Called by the handler on the event loop.
     func received(_ m: PeerMessage) { lock.withLock { _onMessage }?(m) }
-    func writabilityChanged() { if channel.isWritable { lock.withLock { _onWritable }?() } }
+    func writabilityChanged() {
+        guard !draining else { writableWhileDraining = true; return }
+        if channel.isWritable { lock.withLock { _onWritable }?() }
+    }
     func didClose(_ error: (any Error)?) {
         let handler = lock.withLock { () -> (((any Error)?) -> Void)? in
             guard !closed else { return nil }
@@ -123,16 +229,18 @@ public final class PeerLink: @unchecked Sendable {
 final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     weak var link: PeerLink?
-    private var decoder = PeerFrameDecoder()
+    private var reader = PeerFrameReader()
     private var error: (any Error)?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        var buffer = unwrapInboundIn(data)
-        if let bytes = buffer.readBytes(length: buffer.readableBytes) { decoder.append(bytes) }
+        guard error == nil else { return }
+        let chunks = link?.onResourceChunk
         do {
-            while let f = try decoder.next() {
-                let m = try PeerMessage(frame: f)
-                link?.received(m)
+            try reader.read(unwrapInboundIn(data), slicingResourceChunks: chunks != nil) { item in
+                switch item {
+                case let .message(m): link?.received(m)
+                case let .resourceChunk(id, chunk): chunks?(id, chunk)
+                }
             }
         } catch {
             PeerLog.warning("closing a connection from \(context.remoteAddress?.description ?? "?"): \(error)")

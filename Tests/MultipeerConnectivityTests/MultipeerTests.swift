@@ -114,6 +114,31 @@ struct MultipeerNetworkTests {
         #expect(got[1000] == big)
     }
 
+    @Test func messagesInOrderWhileAResourceFlows() throws {
+        // Messages sent from app threads while resource chunks leave from the event loop (and the link turns
+        // unwritable and writable again many times): every frame whole, messages in order, files intact.
+        let p = try Pair()
+        defer { p.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-mix-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("in"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("mix.bin")
+        try writePattern(file, size: 30_000_000)
+        p.ra.lock.withLock { p.ra.moveResourcesTo = dir.appendingPathComponent("in") }
+        let done = NSLock()
+        var result: Error?? = nil
+        _ = p.b.sendResource(at: file, withName: "mix.bin", toPeer: p.b.connectedPeers[0]) { e in done.withLock { result = .some(e) } }
+        let to = p.b.connectedPeers
+        for i in 0..<3000 { try p.b.send(Data("\(i);".utf8) + Data(repeating: UInt8(i & 0xFF), count: i % 7 == 0 ? 70_000 : 300), toPeers: to, with: .reliable) }
+        try waitFor("3,000 messages and the resource", seconds: 60) {
+            p.ra.lock.withLock { p.ra.messages.count } == 3000 && done.withLock { result != nil }
+        }
+        let got = p.ra.lock.withLock { p.ra.messages.map(\.1) }
+        for i in 0..<3000 { #expect(got[i].prefix("\(i);".utf8.count) == Data("\(i);".utf8)) }
+        #expect(done.withLock { result! } == nil)
+        #expect(try sameContents(file, dir.appendingPathComponent("in/mix.bin")))
+    }
+
     @Test func unreliableMessagesAreDroppedNotQueuedWhenTheLinkIsBusy() throws {
         let p = try Pair()
         defer { p.stop() }
