@@ -69,6 +69,33 @@ struct BenchClassicCommand: ParsableCommand {
     @Option(help: "With --role: give up after this many seconds.")
     var timeout: Double = 120
 
+    /// The flat form accepts every option, so it checks that each one given applies to what runs: an option
+    /// that would be ignored is an error, as in the subcommands.
+    /// The arguments a subcommand built for this form; nil when the user typed the flat form.
+    nonisolated(unsafe) static var forwardedArguments: [String]?
+
+    func validate() throws {
+        let args = Self.forwardedArguments ?? Array(CommandLine.arguments.dropFirst())
+        func given(_ option: String) -> Bool { args.contains { $0 == option || $0.hasPrefix(option + "=") } }
+        let kinds = [("--role", role != nil), ("--scale", scale != nil), ("--sweep", sweep != nil), ("--airtime", airtime)].filter(\.1).map(\.0)
+        if kinds.count > 1 { throw ValidationError("\(kinds.joined(separator: " and ")) cannot be used together") }
+        let kind = kinds.first
+        let onlyWith: [(String, Set<String>)] = [
+            ("--phy", ["--airtime"]), ("--data-length", ["--airtime"]), ("--event-length", ["--airtime"]), ("--loss", ["--airtime"]),
+            ("--controller-reserve", ["--airtime", "--sweep"]), ("--interval", ["--airtime", "--role"]),
+            ("--sizes", ["--scale"]), ("--each", ["--scale"]),
+            ("--scenario", ["--role"]), ("--peer", ["--role"]), ("--timeout", ["--role"]),
+        ]
+        for (option, modes) in onlyWith where given(option) && !(kind.map(modes.contains) ?? false) {
+            throw ValidationError("\(option) applies to \(modes.sorted().joined(separator: " or "))")
+        }
+        if let kind, given("--api") { throw ValidationError("--api does not apply to \(kind)") }
+        if let kind, given("--acl-buffer") { throw ValidationError("--acl-buffer does not apply to \(kind)") }
+        if oneStreamThread && !(api == .corebluetooth && mode == .l2cap) {
+            throw ValidationError("--one-stream-thread applies to --api corebluetooth --mode l2cap")
+        }
+    }
+
     func run() throws {
         if let role {
             guard let r = BenchPeer.Role(rawValue: role) else { throw ValidationError("--role central or peripheral") }

@@ -16,6 +16,7 @@ struct BenchCommand: ParsableCommand {
 
 /// Runs the classic bench with these arguments (only the options given are passed, so its defaults hold).
 func runClassicBench(_ args: [String]) throws {
+    BenchClassicCommand.forwardedArguments = args
     let command = try BenchClassicCommand.parse(args)
     try command.run()
 }

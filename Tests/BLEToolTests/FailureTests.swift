@@ -125,6 +125,11 @@ import TestThreads
         (["bench", "rtt", "--api", "corebluetooth"], "Error: Unknown option '--api'"),
         (["bench", "throughput", "--mode", "write", "--api", "corebluetooth"], "Error: --api corebluetooth supports --mode notify and l2cap"),
         (["bench", "scale", "advertisers", "--each", "5"], "Error: --each applies to connections"),
+        // The flat form takes every option, but refuses one that would be ignored.
+        (["bench", "--mode", "write", "--phy", "2m"], "Error: --phy applies to --airtime"),
+        (["bench", "--airtime", "--each=5"], "Error: --each applies to --scale"),
+        (["bench", "--airtime", "--scale", "connections"], "Error: --scale and --airtime cannot be used together"),
+        (["bench", "--sweep", "x.svg", "--api", "corebluetooth"], "Error: --api does not apply to --sweep"),
         (["bench", "airtime", "--role", "central"], "Error: Unknown option '--role'. Did you mean '--mode'?"),
     ])
     func badInputIsRefusedWithUsage(args: [String], message: String) throws {

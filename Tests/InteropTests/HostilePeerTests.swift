@@ -22,7 +22,7 @@ import CoreBluetooth
 import BLEVirtualRadio
 import BLETransport
 
-/// This process's resident memory and thread count (/proc/self/status).
+/// This process's resident memory (/proc/self/status) and the threads our stack may own (stackThreads).
 struct ProcessFigures: CustomStringConvertible {
     let rssMB: Double
     let threads: Int
@@ -33,7 +33,18 @@ struct ProcessFigures: CustomStringConvertible {
             guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return 0 }
             return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0
         }
-        return ProcessFigures(rssMB: Double(field("VmRSS")) / 1024, threads: field("Threads"))
+        return ProcessFigures(rssMB: Double(field("VmRSS")) / 1024, threads: stackThreads())
+    }
+
+    /// Threads of this process other than the ones the suites running beside this one come and go with: each
+    /// test of an `.ownThread` suite has a thread named "test: …", and blocking work on Dispatch's global queues
+    /// (Process, file handles) brings "…qos…" worker threads. What is left is event loops, readers and the like.
+    static func stackThreads() -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.filter { id in
+            let name = (try? String(contentsOfFile: "/proc/self/task/\(id)/comm", encoding: .utf8)) ?? ""
+            return !name.hasPrefix("test: ") && !name.contains("qos")
+        }.count
     }
 
     var description: String { String(format: "RSS %.1f MB, %d threads", rssMB, threads) }

@@ -24,7 +24,9 @@ struct TimedOut: Error, CustomStringConvertible {
 }
 
 /// Polls `condition` until it holds or `seconds` pass.
-func waitUntil(_ what: String, seconds: Double = 10, _ condition: () -> Bool) async throws {
+/// The default bound is generous: every suite of the package runs in this process at once, and on two cores
+/// a step that takes milliseconds alone can wait seconds for a thread.
+func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) async throws {
     let deadline = Date().addingTimeInterval(seconds)
     while !condition() {
         if Date() > deadline { throw TimedOut(what: what) }
