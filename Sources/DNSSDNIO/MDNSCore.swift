@@ -133,7 +133,7 @@ final class MDNSCore: @unchecked Sendable {
             self.perform(actions, sockets: sockets)
         }
         return MDNSRegistration(cancel: { [weak self] in
-            sockets.loop.execute {
+            sockets.loop.execute { [weak self] in
                 guard let self, let id = self.registrationIDs.removeValue(forKey: token), var engine = self.engine else { return }
                 self.registrationHandlers[id] = nil
                 let actions = engine.unregister(id, now: self.now())
@@ -160,7 +160,7 @@ final class MDNSCore: @unchecked Sendable {
             self.perform(actions, sockets: sockets)
         }
         return MDNSBrowse(cancel: { [weak self] in
-            sockets.loop.execute {
+            sockets.loop.execute { [weak self] in
                 guard let self, let id = self.browseIDs.removeValue(forKey: token), var engine = self.engine else { return }
                 self.browseHandlers[id] = nil
                 let actions = engine.stopBrowsing(id, now: self.now())

@@ -43,7 +43,9 @@ public final class PeerLink: @unchecked Sendable {
         get { lock.withLock { _onClose } }
         set {
             let already = lock.withLock { () -> Bool in _onClose = newValue; return closed }
-            if already { channel.eventLoop.execute { [self] in newValue?(lock.withLock { closeError }) } }
+            // The handler runs on the loop, as every other call of it does.
+            nonisolated(unsafe) let handler = newValue
+            if already { channel.eventLoop.execute { [self] in handler?(lock.withLock { closeError }) } }
         }
     }
     /// When set, resource chunks come here — in order with the other messages, as the octets they arrived
@@ -194,7 +196,7 @@ public final class PeerLink: @unchecked Sendable {
     /// Sets the channel's reading from the count as it is when this runs on the loop (so a resume decided
     /// on another thread cannot land after a later pause and undo it).
     private func applyReadPauses() {
-        let apply = { [self] in
+        let apply: @Sendable () -> Void = { [self] in
             let paused = lock.withLock { readPauses > 0 }
             channel.setOption(ChannelOptions.autoRead, value: !paused).whenFailure { _ in }
         }

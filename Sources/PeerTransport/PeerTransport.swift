@@ -287,7 +287,7 @@ final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, @un
         pipeline.syncOperations.removeHandler(self, promise: nil)
         if !isTLS { onLink(link) }
         // Replay what arrived through the new handlers, from the head of the pipeline.
-        pipeline.fireChannelRead(NIOAny(buffer))
+        pipeline.syncOperations.fireChannelRead(NIOAny(buffer))
     }
 }
 

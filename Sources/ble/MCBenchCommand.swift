@@ -145,7 +145,9 @@ struct MCBenchCommand: ParsableCommand {
 
     /// The payload file, written in 1 MB pieces (a 1 GB resource needs no 1 GB buffer).
     private func writePayload(_ url: URL) throws {
-        FileManager.default.createFile(atPath: url.path, contents: nil)
+        guard FileManager.default.createFile(atPath: url.path, contents: nil) else {
+            throw ValidationError("cannot create \(url.path)")
+        }
         let h = try FileHandle(forWritingTo: url)
         defer { try? h.close() }
         let piece = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })

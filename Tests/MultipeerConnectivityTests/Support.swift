@@ -187,7 +187,7 @@ func residentMegabytes() -> Int {
 
 /// Writes `size` bytes of a fixed pattern in 1 MB pieces (each piece a different slice of one buffer).
 func writePattern(_ url: URL, size: Int) throws {
-    FileManager.default.createFile(atPath: url.path, contents: nil)
+    guard FileManager.default.createFile(atPath: url.path, contents: nil) else { throw TestFailure("cannot create \(url.path)") }
     let h = try FileHandle(forWritingTo: url)
     defer { try? h.close() }
     let base = Data((0..<((1 << 20) + 4096)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ ($0 >> 11)) })
