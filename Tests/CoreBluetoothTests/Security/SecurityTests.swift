@@ -113,19 +113,33 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         ph.loop.sync { ph.enablePrivacy(rotatingEvery: .milliseconds(300)) }
         cen.queue.sync { cen.manager.cancelPeripheralConnection(p) }
         try await waitUntil("disconnected") { cen.log.contains("disconnected") }
-        var seen: Set<BluetoothAddress> = []
         let stream = cen.manager.discoveries(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
         // The address is read as each discovery is consumed: when other suites keep this task from running,
-        // a backlog comes out at once with the latest address, so the bound counts rotations, not a few seconds.
-        let deadline = Date().addingTimeInterval(60)
-        for await d in stream {
-            // The address the advertisement came from, as the manager recorded it for this peripheral.
-            if d.peripheral.identifier == identifier { seen.insert(d.peripheral.deviceAddress) }
-            if seen.count >= 2 || Date() > deadline { break }
+        // a backlog comes out at once with the latest address, so the bound is generous. It is enforced even
+        // when no discovery comes at all (the consumer is cancelled, which ends the stream).
+        let (seen, discoveries) = await withTaskGroup(of: (Set<BluetoothAddress>, Int)?.self) { group in
+            group.addTask {
+                var seen: Set<BluetoothAddress> = [], count = 0
+                for await d in stream {
+                    count += 1
+                    // The address the advertisement came from, as the manager recorded it for this peripheral.
+                    if d.peripheral.identifier == identifier { seen.insert(d.peripheral.deviceAddress) }
+                    if seen.count >= 2 { break }
+                }
+                return (seen, count)
+            }
+            group.addTask { try? await Task.sleep(nanoseconds: 60_000_000_000); return nil }
+            var result: (Set<BluetoothAddress>, Int) = ([], 0)
+            while let next = await group.next() {
+                if let next { result = next; group.cancelAll(); break }
+                group.cancelAll()   // the time is up: the consumer ends with what it has
+            }
+            return result
         }
         cen.manager.stopScan()
+        let state = ph.loop.sync { (ph.isAdvertising, ph.wantsAdvertising != nil, ph.currentPrivateAddress) }
         // Two different private addresses, one CBPeripheral.
-        #expect(seen.count >= 2)
+        #expect(seen.count >= 2, "\(discoveries) discoveries; peripheral advertising \(state.0), wants to \(state.1), at \(String(describing: state.2))")
         #expect(seen.allSatisfy { $0.randomKind == .resolvablePrivate })
         // And it reconnects at its current address, encrypting with the bond.
         try await cen.manager.connectAndWait(p)
