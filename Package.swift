@@ -73,11 +73,9 @@ let package = Package(
         ]),
         .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams"]),
         .target(name: "GameKit", dependencies: ["MultipeerConnectivity"]),
-        // Tests/TestThreads: the .ownThread trait, for suites whose tests block (see the file).
-        .target(name: "TestThreads", path: "Tests/TestThreads"),
-        .testTarget(name: "GameKitTests", dependencies: ["TestThreads", "GameKit", "MultipeerConnectivity"]),
+        .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),
-        .testTarget(name: "MultipeerConnectivityTests", dependencies: ["TestThreads", 
+        .testTarget(name: "MultipeerConnectivityTests", dependencies: [
             "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",
         ]),
         .target(name: "DNSSDNIO", dependencies: [
@@ -87,7 +85,7 @@ let package = Package(
         ]),
         .executableTarget(name: "dnssd-tool", dependencies: ["DNSSDNIO", "DNSSD"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD"]),
-        .testTarget(name: "DNSSDNIOTests", dependencies: ["TestThreads", "DNSSDNIO", "DNSSD", "dnssd-tool"]),
+        .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD", "dnssd-tool"]),
         // Fuzzing (issue 16). Each Fuzz<Name> defines libFuzzer's entry point; scripts/fuzz builds them with
         // -sanitize=fuzzer,address -D FUZZING (their entry runs libFuzzer's driver). A plain build makes them
         // corpus replayers with a @main of their own, so `swift build` of the whole package is unaffected.
@@ -105,7 +103,7 @@ let package = Package(
             "FuzzSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEATT", "BLEGATT", "BLEWire",
         ], path: "Sources/Fuzz/Host"),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
-        .testTarget(name: "BoundStreamsTests", dependencies: ["TestThreads", "BoundStreams"]),
+        .testTarget(name: "BoundStreamsTests", dependencies: ["BoundStreams"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
         .testTarget(name: "BLESMPTests", dependencies: ["BLESMP", "BLECrypto", "BLEWire"]),
         .testTarget(name: "BLEHCITests", dependencies: ["BLEHCI", "BLEWire"]),
@@ -113,16 +111,16 @@ let package = Package(
         .testTarget(name: "BLEATTTests", dependencies: ["BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGATTTests", dependencies: ["BLEGATT", "BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGAPTests", dependencies: ["BLEGAP", "BLEWire"]),
-        .testTarget(name: "BLETransportTests", dependencies: ["TestThreads", "BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
-        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["TestThreads", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
-        .testTarget(name: "BLEHostTests", dependencies: ["TestThreads", "BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
-        .testTarget(name: "CoreBluetoothTests", dependencies: ["TestThreads", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
+        .testTarget(name: "BLETransportTests", dependencies: ["BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
+        .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
         // examples/firmware-update: app code against the Core Bluetooth API only; in no product (swift build --product ble skips it), run by its test.
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", .product(name: "Crypto", package: "swift-crypto")],
                 path: "examples/firmware-update", exclude: ["README.md"]),
         .testTarget(name: "FirmwareUpdateExampleTests", dependencies: ["FirmwareUpdateExample"]),
-        .testTarget(name: "BLEToolTests", dependencies: ["TestThreads", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire"], exclude: ["Golden"]),
-        .testTarget(name: "InteropTests", dependencies: ["TestThreads", "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire",
+        .testTarget(name: "BLEToolTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire"], exclude: ["Golden"]),
+        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire",
                                                   .product(name: "Crypto", package: "swift-crypto")], exclude: ["peers"]),
     ],
     swiftLanguageModes: [.v6]

@@ -66,34 +66,39 @@ extension LEHost {
             return completion(.invalidParameters("legacy advertising data is limited to 31 bytes"))
         }
         wantsAdvertising = config
-        let apply = { [self] in
-            let params = LESetAdvertisingParameters(
-                advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
-                advertisingType: config.connectable ? .connectableUndirected : (config.scanResponse.isEmpty ? .nonConnectableUndirected : .scannableUndirected),
-                ownAddressType: ownAddressType, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
-                advertisingChannelMap: 0x07, advertisingFilterPolicy: 0)
-            commandExpectingSuccess(.leSetAdvertisingParameters(params)) { [self] e in
-                if let e { wantsAdvertising = nil; return completion(e) }
-                commandExpectingSuccess(.leSetAdvertisingData(config.data))
-                commandExpectingSuccess(.leSetScanResponseData(config.scanResponse))
-                commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
-                    if e == nil { isAdvertising = true } else { wantsAdvertising = nil }
-                    completion(e)
-                }
+        isAdvertising = false
+        let params = LESetAdvertisingParameters(
+            advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
+            advertisingType: config.connectable ? .connectableUndirected : (config.scanResponse.isEmpty ? .nonConnectableUndirected : .scannableUndirected),
+            ownAddressType: ownAddressType, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
+            advertisingChannelMap: 0x07, advertisingFilterPolicy: 0)
+        // The whole sequence is queued at once, so it runs without another start, a resume after a disconnection
+        // or an address rotation between its commands (commands run in order). It begins with a disable whatever
+        // `isAdvertising` says: an enable queued earlier may have the controller advertising, and a controller
+        // refuses new parameters while it advertises (Command Disallowed). Disabling what is off is no error.
+        var failure: HostError?
+        command(.leSetAdvertisingEnable(false))
+        commandExpectingSuccess(.leSetAdvertisingParameters(params)) { e in if failure == nil { failure = e } }
+        commandExpectingSuccess(.leSetAdvertisingData(config.data)) { e in if failure == nil { failure = e } }
+        commandExpectingSuccess(.leSetScanResponseData(config.scanResponse)) { e in if failure == nil { failure = e } }
+        commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+            let error = failure ?? e
+            let current = wantsAdvertising == config
+            if error == nil {
+                // Unless a later start or a stop has been queued since, which decides the state itself.
+                if current { isAdvertising = true }
+            } else {
+                if failure != nil && e == nil && current { command(.leSetAdvertisingEnable(false)) }
+                if current { wantsAdvertising = nil }
             }
-        }
-        if isAdvertising {
-            isAdvertising = false
-            commandExpectingSuccess(.leSetAdvertisingEnable(false)) { _ in apply() }
-        } else {
-            apply()
+            completion(error)
         }
     }
 
     public func stopAdvertising(completion: @escaping (HostError?) -> Void = { _ in }) {
         wantsAdvertising = nil
-        guard isAdvertising else { return completion(nil) }
         isAdvertising = false
+        // Whatever `isAdvertising` said: an enable may still be queued, and this disable comes after it.
         commandExpectingSuccess(.leSetAdvertisingEnable(false), completion: completion)
     }
 

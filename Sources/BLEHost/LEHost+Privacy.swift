@@ -43,7 +43,9 @@ extension LEHost {
         }
         let rpa = PrivateAddress.make(irk: bondStore.localIRK)
         let wasScanning = isScanning
-        if isAdvertising { command(.leSetAdvertisingEnable(false)); isAdvertising = false }
+        // Advertising off whatever `isAdvertising` says (an enable may still be in flight): the controller refuses
+        // LE Set Random Address while it advertises.
+        if isAdvertising || wantsAdvertising != nil { command(.leSetAdvertisingEnable(false)); isAdvertising = false }
         if wasScanning { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
         commandExpectingSuccess(.leSetRandomAddress(rpa)) { [self] e in
             if e == nil {

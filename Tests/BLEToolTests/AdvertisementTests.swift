@@ -3,12 +3,11 @@
 // TX power, appearance, a name in the scan response) on the air that `ble scan` listens to.
 import Foundation
 import Testing
-import TestThreads
 import BLEWire
 import BLEHost
 import BLEVirtualRadio
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(2))) struct AdvertisementTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct AdvertisementTests {
     func advertiser(_ bench: Bench, data: [UInt8], scanResponse: [UInt8], connectable: Bool = true) throws -> LEHost {
         let host = try HostFactory.makeHost(on: bench.air, name: "advertiser")
         let up = DispatchSemaphore(value: 0)

@@ -1,9 +1,8 @@
 // `ble bench` subcommands: what they move, the simulated-time label, the progress bar only on a terminal.
 import Foundation
 import Testing
-import TestThreads
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(2))) struct BenchSubcommandTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct BenchSubcommandTests {
     func lastJSON(_ text: String) throws -> [String: Any] {
         let last = try #require(text.split(separator: "\n").last)
         return try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])

@@ -3,9 +3,8 @@
 // tables, trees or JSON are compared with golden files (addresses, RSSI and times normalised).
 import Foundation
 import Testing
-import TestThreads
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(3))) struct ExploreTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct ExploreTests {
     @Test func scanShowsTheAddressThatGattTakes() throws {
         let bench = try Bench()
         defer { bench.stop() }

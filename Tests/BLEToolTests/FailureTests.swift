@@ -3,9 +3,8 @@
 // usage and ArgumentParser's validation status (64); the version and the help are right.
 import Foundation
 import Testing
-import TestThreads
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(3))) struct FailureTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct FailureTests {
     static let refused = ["BLE_TRANSPORT": "tcp-client:127.0.0.1:1"]
     static let refusedLine = "Error: tcp-client:127.0.0.1:1: could not connect: 127.0.0.1:1: Connection refused\n"
 

@@ -1,9 +1,8 @@
 // `ble shell` driven by a script on its standard input, against `ble serve` on the tests' virtual radio.
 import Foundation
 import Testing
-import TestThreads
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(2))) struct ShellTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct ShellTests {
     /// A script piped into `ble shell`: one connection for every command; bad lines are reported and the
     /// shell goes on; notifications arrive between commands.
     @Test func shellRunsAScript() throws {

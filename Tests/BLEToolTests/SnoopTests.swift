@@ -1,9 +1,8 @@
 // `ble snoop` on captures made by BLE_SNOOP during real sessions: decoding, masking, following a growing file.
 import Foundation
 import Testing
-import TestThreads
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(2))) struct SnoopTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct SnoopTests {
     /// A session with pairing captured by BLE_SNOOP and printed: HCI by name with fields, ATT and SMP
     /// decoded, advertising data by structure, keys masked unless --show-keys.
     @Test func snoopDecodesASessionAndMasksKeys() throws {

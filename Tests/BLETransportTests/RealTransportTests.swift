@@ -2,7 +2,6 @@
 // packet socket pair, serial over a pseudo-terminal bridged by socat to `ble radio`, and tcp-server.
 import Foundation
 import Testing
-import TestThreads
 import BLEWire
 import BLEHCI
 import BLEGATT
@@ -61,7 +60,7 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
     return loop.sync { d.value }
 }
 
-@Suite(.ownThread, .serialized) struct RealTransportTests {
+@Suite(.serialized) struct RealTransportTests {
     @Test func hciSocketOverAFakePacketSocketPair() throws {
         let air = VirtualAir(loop: EventLoop(label: "hci-socket.air", clock: .real))
         let (_, address, handle) = try startPeripheral(on: air, value: [0x42, 0x43])

@@ -2,7 +2,6 @@
 import Foundation
 import Glibc
 import Testing
-import TestThreads
 import BLEHCI
 @testable import BLETransport
 
@@ -60,7 +59,7 @@ import BLEHCI
     }
 }
 
-@Suite(.ownThread) struct StreamAndSnoopTests {
+@Suite struct StreamAndSnoopTests {
     final class Sink: HCITransportSink, @unchecked Sendable {
         let lock = NSLock()
         var packets: [HCIPacket] = []

@@ -1,7 +1,6 @@
 // The virtual controller driven with raw HCI by a scripted host, on a virtual clock.
 import Foundation
 import Testing
-import TestThreads
 import BLEWire
 import BLEHCI
 import BLETransport
@@ -118,7 +117,7 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
     }
 }
 
-@Suite(.ownThread) struct AirTests {
+@Suite struct AirTests {
     @Test func passiveScanSeesAdvertisingWithRSSIFallingWithDistance() throws {
         let air = virtualAir()
         let near = try ScriptedHost(air, position: VirtualPosition(x: 1, y: 0))
@@ -274,7 +273,7 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
     }
 }
 
-@Suite(.ownThread) struct RadioServerTests {
+@Suite struct RadioServerTests {
     @Test func twoTCPClientsSeeEachOther() async throws {
         let air = VirtualAir(loop: EventLoop(label: "radio.server.test", clock: .real))
         let server = try RadioServer(air: air, port: 0)

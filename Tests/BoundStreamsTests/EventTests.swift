@@ -1,10 +1,9 @@
 import Foundation
 import Testing
-import TestThreads
 @testable import BoundStreams
 
 /// Delegate events: on which thread, when, and how often.
-@Suite(.ownThread, .serialized) struct EventTests {
+@Suite(.serialized) struct EventTests {
     func write(_ out: OutputStream, _ bytes: [UInt8]) -> Int {
         bytes.withUnsafeBufferPointer { out.write($0.baseAddress!, maxLength: $0.count) }
     }

@@ -1,10 +1,9 @@
 import Foundation
 import Testing
-import TestThreads
 @testable import BoundStreams
 
 /// Synchronous behaviour: reads, writes, partial writes, end and error, close, delegate, properties.
-@Suite(.ownThread) struct PipeTests {
+@Suite struct PipeTests {
     func write(_ out: OutputStream, _ bytes: [UInt8]) -> Int {
         bytes.withUnsafeBufferPointer { out.write($0.baseAddress!, maxLength: $0.count) }
     }

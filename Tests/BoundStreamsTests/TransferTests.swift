@@ -1,10 +1,9 @@
 import Foundation
 import Testing
-import TestThreads
 @testable import BoundStreams
 
 /// Bytes moved by two threads through a small buffer, driven only by delegate events; wake-up latency.
-@Suite(.ownThread, .serialized) struct TransferTests {
+@Suite(.serialized) struct TransferTests {
     /// Writes `total` pattern bytes in chunks whenever `.hasSpaceAvailable` arrives, then closes.
     final class Writer: NSObject, StreamDelegate, @unchecked Sendable {
         let total: Int

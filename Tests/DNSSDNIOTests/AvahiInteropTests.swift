@@ -4,9 +4,8 @@
 // script kills both daemons and the mount namespace vanishes with it.
 import Foundation
 import Testing
-import TestThreads
 
-@Suite(.ownThread, .serialized, .enabled(if: Netns.available && FileManager.default.isExecutableFile(atPath: "/usr/sbin/avahi-daemon")
+@Suite(.serialized, .enabled(if: Netns.available && FileManager.default.isExecutableFile(atPath: "/usr/sbin/avahi-daemon")
     && FileManager.default.isExecutableFile(atPath: "/usr/bin/avahi-browse"),
     "needs root, network namespaces and Debian's avahi-daemon + avahi-utils; avahi interop skipped"))
 struct AvahiInteropTests {

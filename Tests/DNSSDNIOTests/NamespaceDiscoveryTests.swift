@@ -2,10 +2,9 @@
 // (when available) avahi. Figures measured: found-after-register and lost-after-stop across a veth pair.
 import Foundation
 import Testing
-import TestThreads
 @testable import DNSSDNIO
 
-@Suite(.ownThread, .serialized, .enabled(if: Netns.available, "network namespaces cannot be made here (needs root and iproute2); real-socket tests skipped"))
+@Suite(.serialized, .enabled(if: Netns.available, "network namespaces cannot be made here (needs root and iproute2); real-socket tests skipped"))
 struct NamespaceDiscoveryTests {
     @Test func foundWithinBudgetAndLostAfterGoodbyeAcrossVeth() throws {
         let pair = try VethPair()

@@ -4,7 +4,6 @@
 // delegate sequence, and bad input answered with GKSessionError.
 import Foundation
 import Testing
-import TestThreads
 @testable import GameKit
 import MultipeerConnectivity
 
@@ -81,7 +80,7 @@ func makeSession(_ id: String, _ name: String, _ mode: GKSessionMode, _ r: GKRec
     }
 }
 
-@Suite(.ownThread, .serialized, .enabled(if: isolated, "needs a private network namespace: run scripts/test"), .timeLimit(.minutes(3)))
+@Suite(.serialized, .enabled(if: isolated, "needs a private network namespace: run scripts/test"), .timeLimit(.minutes(3)))
 struct GKSessionNetworkTests {
     init() { _ = mainQueueKey }
     let id = "gk" + String(UInt32.random(in: 0...UInt32.max), radix: 36)

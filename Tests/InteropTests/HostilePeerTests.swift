@@ -36,14 +36,14 @@ struct ProcessFigures: CustomStringConvertible {
         return ProcessFigures(rssMB: Double(field("VmRSS")) / 1024, threads: stackThreads())
     }
 
-    /// Threads of this process other than the ones the suites running beside this one come and go with: each
-    /// test of an `.ownThread` suite has a thread named "test: …", and blocking work on Dispatch's global queues
-    /// (Process, file handles) brings "…qos…" worker threads. What is left is event loops, readers and the like.
+    /// Threads of this process other than Dispatch's workers ("…qos…"), which blocking work in the suites
+    /// running beside this one (Process, file handles, queue.sync) brings and takes away. What is left is event
+    /// loops, readers and the like: what our stack would add if an attack made it spawn threads.
     static func stackThreads() -> Int {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         return tasks.filter { id in
             let name = (try? String(contentsOfFile: "/proc/self/task/\(id)/comm", encoding: .utf8)) ?? ""
-            return !name.hasPrefix("test: ") && !name.contains("qos")
+            return !name.contains("qos")
         }.count
     }
 

@@ -2,7 +2,6 @@
 // rootcanal (Google's), in both roles, reading whole GATT databases.
 import Foundation
 import Testing
-import TestThreads
 import CoreBluetooth
 import BLEHost
 import BLEVirtualRadio
@@ -255,7 +254,7 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
 
 /// `ble bench` against `bumble-bench` over rootcanal, both directions of the bumble-bench GATT protocol,
 /// and the airtime and scale modes (figures are for benchmarks; here only what moved is checked).
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(3))) struct BenchInteropTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct BenchInteropTests {
     func ble(_ args: [String], env: [String: String] = [:]) throws -> Process {
         let p = Process()
         p.executableURL = Interop.root.appendingPathComponent(".build/debug/ble")

@@ -2,7 +2,6 @@
 // on a virtual radio of the test's own (no network is used, so these run anywhere).
 import Foundation
 import Testing
-import TestThreads
 @testable import MultipeerConnectivity
 import PeerBluetooth
 import BLEHost
@@ -41,7 +40,7 @@ final class BluetoothAirFixture: @unchecked Sendable {
     }
 }
 
-@Suite(.ownThread, .serialized, .timeLimit(.minutes(3)))
+@Suite(.serialized, .timeLimit(.minutes(3)))
 struct MultipeerBluetoothTests {
     @Test func discoverInviteAndTalkOverBluetoothOnly() throws {
         let air = try BluetoothAirFixture()
@@ -141,7 +140,7 @@ struct MultipeerBluetoothTests {
 }
 
 /// LAN and Bluetooth together: needs the private network namespace (mDNS and TCP on its loopback).
-@Suite(.ownThread, .serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
+@Suite(.serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
 struct MultipeerMixedTransportTests {
     @Test func twoPeersOnTheLANAndOneOnlyOnBluetoothFormOneMesh() throws {
         // The radio as `ble radio` serves it, on the namespace's loopback.

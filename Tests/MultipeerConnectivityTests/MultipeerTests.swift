@@ -3,7 +3,6 @@
 // streams, the mesh, custom discovery, lost peers, bad input; and the API's validation rules.
 import Foundation
 import Testing
-import TestThreads
 import PeerSession
 @testable import MultipeerConnectivity
 
@@ -33,7 +32,7 @@ import PeerSession
     }
 }
 
-@Suite(.ownThread, .serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
+@Suite(.serialized, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(3)))
 struct MultipeerNetworkTests {
     @Test func discoverInviteAcceptAndTalk() throws {
         let p = try Pair(context: Data("hello?".utf8))
@@ -389,7 +388,7 @@ struct MultipeerNetworkTests {
 }
 
 /// The README's two-terminal demo, as two processes in this test's namespace.
-@Suite(.ownThread, .enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(2)))
+@Suite(.enabled(if: NetworkIsolation.isolated, NetworkIsolation.reason), .timeLimit(.minutes(2)))
 struct MultipeerDemoTests {
     @Test func seedPhotoDemoBetweenTwoProcesses() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

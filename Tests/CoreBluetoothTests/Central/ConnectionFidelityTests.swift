@@ -4,7 +4,6 @@
 // in a persistent cache, and peripherals released when the app no longer holds them.
 import Foundation
 import Testing
-import TestThreads
 import CoreBluetooth
 import BLEHost
 import BLEHCI
@@ -80,7 +79,7 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
     }
 }
 
-@Suite(.ownThread, .serialized) struct ConnectionFidelityTests {
+@Suite(.serialized) struct ConnectionFidelityTests {
     /// Three connects pending at once: none times out or fails; the last one asked connects as soon as its
     /// device is back even though the first still waits (the controller waits for all of them through its
     /// filter accept list); a cancelled one reads `.disconnected` at once, hears didDisconnect with a nil
