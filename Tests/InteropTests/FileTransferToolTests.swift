@@ -23,7 +23,8 @@ final class ToolProcess: @unchecked Sendable {
         process.standardError = pipe
         pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
-            guard !d.isEmpty, let self else { return }
+            // At end of file: removing the handler cancels its read source before the descriptor closes.
+            guard !d.isEmpty, let self else { h.readabilityHandler = nil; return }
             lock.withLock { text += String(decoding: d, as: UTF8.self) }
         }
         try process.run()

@@ -84,6 +84,7 @@ final class PeerProcess: @unchecked Sendable {
     let process = Process()
     /// The guard's stdin: when this process dies, the pipe closes and the guard kills the peer.
     private let lifeline = Pipe()
+    private let output = Pipe()
     private let lock = NSLock()
     private var lines: [[String: Any]] = []
     private var raw = ""
@@ -94,12 +95,15 @@ final class PeerProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: Interop.python)
         process.arguments = Interop.guarded([Interop.python, "-u", Interop.peers.appendingPathComponent(script).path] + arguments)
         process.standardInput = lifeline
-        let out = Pipe()
+        let out = output
         process.standardOutput = out
         process.standardError = out
+        // At end of file the handler is removed, which cancels its Dispatch read source before the pipe's
+        // descriptor closes: a source left on a closed descriptor (soon reused by another test's socket)
+        // corrupts Dispatch's event loop.
         out.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
-            guard !d.isEmpty, let self else { return }
+            guard !d.isEmpty, let self else { h.readabilityHandler = nil; return }
             self.lock.lock()
             self.raw += String(decoding: d, as: UTF8.self)
             while let nl = self.raw.firstIndex(of: "\n") {
@@ -138,7 +142,10 @@ final class PeerProcess: @unchecked Sendable {
 
     var transcript: String { events.suffix(30).map { "\($0)" }.joined(separator: "\n") }
 
-    func stop() { Interop.terminate(process) }
+    func stop() {
+        Interop.terminate(process)
+        output.fileHandleForReading.readabilityHandler = nil
+    }
 
     deinit { stop() }
 }
