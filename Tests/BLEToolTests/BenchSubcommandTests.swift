@@ -30,7 +30,8 @@ import Testing
     func progressBarOnlyOnATerminal() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-        p.arguments = ["-q", "-e", "-c", "\(Tool.executable.path) bench throughput --size 20 --count 120000", "/dev/null"]
+        // 500,000 notifications: several seconds even on a quiet machine (the bar appears after one second).
+        p.arguments = ["-q", "-e", "-c", "\(Tool.executable.path) bench throughput --size 20 --count 500000", "/dev/null"]
         p.environment = Tool.baseEnvironment
         p.standardInput = FileHandle.nullDevice
         let out = Pipe()

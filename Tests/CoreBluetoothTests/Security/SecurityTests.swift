@@ -22,7 +22,7 @@ final class BoardAgent: CBPairingAgent, @unchecked Sendable {
     }
     func passkey(for peer: CBPeer?) async -> UInt32? {
         record("passkey:\(peer is CBPeripheral ? "peripheral" : "central")")
-        for _ in 0..<200 {
+        for _ in 0..<3000 {   // up to 30 s: the other side shows it when its pairing gets there
             if let v = BoardAgent.shown { return v }
             try? await Task.sleep(nanoseconds: 10_000_000)
         }
@@ -34,7 +34,7 @@ final class BoardAgent: CBPairingAgent, @unchecked Sendable {
 final class TypoAgent: CBPairingAgent, @unchecked Sendable {
     let ioCapability = CBPairingIOCapability.keyboardOnly
     func passkey(for peer: CBPeer?) async -> UInt32? {
-        for _ in 0..<200 {
+        for _ in 0..<3000 {   // up to 30 s: the other side shows it when its pairing gets there
             if let v = BoardAgent.shown { return (v + 1) % 1_000_000 }
             try? await Task.sleep(nanoseconds: 10_000_000)
         }
@@ -52,7 +52,7 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         per.queue.sync { per.onRead = { p, r in r.value = Data([7]); p.respond(to: r, withResult: .success) } }
         let p = try #require(cen.peripheral)
         cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
-        try await waitUntil("read error", seconds: 15) { cen.log.contains("readError:6E400005") }
+        try await waitUntil("read error", seconds: 60) { cen.log.contains("readError:6E400005") }
         let e = try #require(cen.queue.sync { cen.errors[secretUUID.uuidString] } as? CBATTError)
         #expect(e.code == .insufficientAuthentication)
         // The peripheral found the wrong passkey (Confirm Value Failed, 0x04) and told the central.
@@ -93,7 +93,7 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         per.queue.sync { per.onRead = { p, r in r.value = Data([7]); p.respond(to: r, withResult: .success) } }
         let p = try #require(cen.peripheral)
         cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
-        try await waitUntil("secret value", seconds: 15) { cen.log.contains("value:6E400005") }
+        try await waitUntil("secret value", seconds: 60) { cen.log.contains("value:6E400005") }
         #expect(showing.lock.withLock { showing.calls } == ["display:central"])
         #expect(typing.lock.withLock { typing.calls } == ["passkey:peripheral"])
         let host = cen.manager.leHost!
