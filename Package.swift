@@ -73,6 +73,8 @@ let package = Package(
         ]),
         .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams"]),
         .target(name: "GameKit", dependencies: ["MultipeerConnectivity"]),
+        // Tests/TestSupport: what several test targets share (waiting without Task.sleep; see Pause.swift).
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),
         .testTarget(name: "MultipeerConnectivityTests", dependencies: [
@@ -111,16 +113,16 @@ let package = Package(
         .testTarget(name: "BLEATTTests", dependencies: ["BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGATTTests", dependencies: ["BLEGATT", "BLEATT", "BLEWire"]),
         .testTarget(name: "BLEGAPTests", dependencies: ["BLEGAP", "BLEWire"]),
-        .testTarget(name: "BLETransportTests", dependencies: ["BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
-        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
+        .testTarget(name: "BLETransportTests", dependencies: ["TestSupport", "BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
+        .testTarget(name: "BLEVirtualRadioTests", dependencies: ["TestSupport", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
-        .testTarget(name: "CoreBluetoothTests", dependencies: ["CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
+        .testTarget(name: "CoreBluetoothTests", dependencies: ["TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
         // examples/firmware-update: app code against the Core Bluetooth API only; in no product (swift build --product ble skips it), run by its test.
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", .product(name: "Crypto", package: "swift-crypto")],
                 path: "examples/firmware-update", exclude: ["README.md"]),
         .testTarget(name: "FirmwareUpdateExampleTests", dependencies: ["FirmwareUpdateExample"]),
         .testTarget(name: "BLEToolTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire"], exclude: ["Golden"]),
-        .testTarget(name: "InteropTests", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire",
+        .testTarget(name: "InteropTests", dependencies: ["TestSupport", "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire",
                                                   .product(name: "Crypto", package: "swift-crypto")], exclude: ["peers"]),
     ],
     swiftLanguageModes: [.v6]

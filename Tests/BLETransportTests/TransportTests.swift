@@ -2,6 +2,7 @@
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 import BLEHCI
 @testable import BLETransport
 
@@ -54,7 +55,7 @@ import BLEHCI
         final class Flag: @unchecked Sendable { var fired = false }
         let f = Flag()
         loop.execute { loop.schedule(after: .milliseconds(20)) { f.fired = true } }
-        try await Task.sleep(nanoseconds: 200_000_000)
+        try await pause(nanoseconds: 200_000_000)
         #expect(loop.sync { f.fired })
     }
 }
@@ -79,7 +80,7 @@ import BLEHCI
         try t.open(sink: sink)
         defer { t.close() }
         let deadline = Date().addingTimeInterval(10)
-        while accepted.fd < 0 && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+        while accepted.fd < 0 && Date() < deadline { try await pause(nanoseconds: 5_000_000) }
         let server = StreamConnection(fd: accepted.fd, isTCP: true, label: "peer")
         let got = Sink()
         server.start(onPacket: { p in got.transport(didReceive: p) }, onClose: { _ in })
@@ -90,18 +91,18 @@ import BLEHCI
         let acl = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: Array(0..<100)).encode().h4Bytes
         let stream = event + acl
         server.write(Array(stream[0..<3]))
-        try await Task.sleep(nanoseconds: 10_000_000)
+        try await pause(nanoseconds: 10_000_000)
         server.write(Array(stream[3...]))
         let delivered = Date().addingTimeInterval(10)
         while (sink.lock.withLock { sink.packets.count } < 2 || got.lock.withLock { got.packets.count } < 1) && Date() < delivered {
-            try await Task.sleep(nanoseconds: 5_000_000)
+            try await pause(nanoseconds: 5_000_000)
         }
         #expect(got.lock.withLock { got.packets } == [HCICommand.reset.encode()])
         #expect(sink.lock.withLock { sink.packets.map(\.h4Bytes) } == [event, acl])
         server.close()
         // Its own deadline: on a loaded machine the steps above may have used the first one up.
         let closeDeadline = Date().addingTimeInterval(10)
-        while !(sink.lock.withLock { sink.closed }) && Date() < closeDeadline { try await Task.sleep(nanoseconds: 5_000_000) }
+        while !(sink.lock.withLock { sink.closed }) && Date() < closeDeadline { try await pause(nanoseconds: 5_000_000) }
         #expect(sink.lock.withLock { sink.closed })
     }
 

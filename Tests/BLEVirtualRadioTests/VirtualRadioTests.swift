@@ -1,6 +1,7 @@
 // The virtual controller driven with raw HCI by a scripted host, on a virtual clock.
 import Foundation
 import Testing
+import TestSupport
 import BLEWire
 import BLEHCI
 import BLETransport
@@ -297,7 +298,7 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
         let deadline = Date().addingTimeInterval(5)
         var sawReport = false
         while !sawReport && Date() < deadline {
-            try await Task.sleep(nanoseconds: 20_000_000)
+            try await pause(nanoseconds: 20_000_000)
             sawReport = bl.withLock { bb.packets.contains { if case .le(.advertisingReport) = try? HCIEvent.decode($0) { return true } else { return false } } }
         }
         #expect(sawReport)

@@ -1,6 +1,7 @@
 // Core Bluetooth apps used by the interop suite: a peripheral to be read by Bumble, and a central that
 // reads a whole database (every service, characteristic and descriptor, every readable value).
 import Foundation
+import TestSupport
 import CoreBluetooth
 
 final class Recorder: @unchecked Sendable {
@@ -16,7 +17,7 @@ func waitFor(_ what: String, seconds: Double = 20, _ cond: () -> Bool) async thr
     let deadline = Date().addingTimeInterval(seconds)
     while !cond() {
         if Date() > deadline { throw InteropError("timed out waiting for \(what)") }
-        try await Task.sleep(nanoseconds: 10_000_000)
+        try await pause(nanoseconds: 10_000_000)
     }
 }
 

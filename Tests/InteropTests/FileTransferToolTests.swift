@@ -5,6 +5,7 @@
 // leaves no process behind.
 import Foundation
 import Testing
+import TestSupport
 import Crypto
 import BLEVirtualRadio
 
@@ -37,7 +38,7 @@ final class ToolProcess: @unchecked Sendable {
         while !output.contains(needle) {
             guard process.isRunning else { throw InteropError("ble exited (\(process.terminationStatus)) before \"\(needle)\":\n\(output)") }
             guard Date() < deadline else { throw InteropError("timed out waiting for \"\(needle)\":\n\(output)") }
-            try await Task.sleep(nanoseconds: 20_000_000)
+            try await pause(nanoseconds: 20_000_000)
         }
     }
 
@@ -46,10 +47,10 @@ final class ToolProcess: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning {
             guard Date() < deadline else { throw InteropError("ble still running after \(seconds) s:\n\(output)") }
-            try await Task.sleep(nanoseconds: 20_000_000)
+            try await pause(nanoseconds: 20_000_000)
         }
         // Let the last output reach the handler.
-        try await Task.sleep(nanoseconds: 50_000_000)
+        try await pause(nanoseconds: 50_000_000)
         return process.terminationStatus
     }
 
@@ -142,7 +143,7 @@ func sha256(_ url: URL) throws -> [UInt8] { Array(SHA256.hash(data: try Data(con
             partial = (try dir.received().filter { $0.hasSuffix(".part") }.first).flatMap {
                 try? FileManager.default.attributesOfItem(atPath: dir.inbox.appendingPathComponent($0).path)[.size] as? UInt64
             } ?? 0
-            try await Task.sleep(nanoseconds: 20_000_000)
+            try await pause(nanoseconds: 20_000_000)
         }
         first.kill()
         #expect(try dir.received().allSatisfy { $0.hasPrefix(".") }, "nothing under a final name yet")

@@ -17,6 +17,7 @@
 // noise: the bounds are generous, the figures are printed, and the host's own tables are checked exactly.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 @testable import BLEHost
 import BLEVirtualRadio
@@ -271,7 +272,7 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
             if let e = attacker.events("error").first { throw InteropError("attacker failed: \(e)\n\(attacker.transcript)") }
             if !attacker.process.isRunning && attacker.events("done").isEmpty { throw InteropError("attacker exited\n\(attacker.transcript)") }
             if Date() > deadline { throw InteropError("attacks did not end in time\n\(attacker.transcript)") }
-            try await Task.sleep(nanoseconds: 20_000_000)
+            try await pause(nanoseconds: 20_000_000)
         }
         let elapsed = Date().timeIntervalSince(started)
         let ends = attacker.events("attack_end")
@@ -355,7 +356,7 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
             peak = ProcessFigures(rssMB: max(peak.rssMB, now.rssMB), threads: max(peak.threads, now.threads))
             if let e = crowd.events("error").first { throw InteropError("crowd failed: \(e)\n\(crowd.transcript)") }
             if Date() > deadline { throw InteropError("the crowd did not finish\n\(crowd.transcript)") }
-            try await Task.sleep(nanoseconds: 50_000_000)
+            try await pause(nanoseconds: 50_000_000)
         }
         let done = try #require(crowd.events("crowd_done").first)
         let writes = try #require(done["writes"] as? Int)

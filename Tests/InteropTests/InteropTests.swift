@@ -2,6 +2,7 @@
 // rootcanal (Google's), in both roles, reading whole GATT databases.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BLEHost
 import BLEVirtualRadio
@@ -300,7 +301,7 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         p.standardError = err
         try p.run()
         defer { if p.isRunning { p.terminate() } }
-        try await Task.sleep(nanoseconds: 2_000_000_000)
+        try await pause(nanoseconds: 2_000_000_000)
         let bumble = try bumbleBench(["--mode", "gatt-client", "--scenario", "send", "--att-mtu", "247", "-s", "244", "-c", "60", "central", rc.transport])
         defer { bumble.stop() }
         let data = out.fileHandleForReading.readDataToEndOfFile()

@@ -3,6 +3,7 @@
 // procedures) and gets its data echoed.
 import Foundation
 import Testing
+import TestSupport
 import Crypto
 import BLEWire
 import BLEHCI
@@ -210,7 +211,7 @@ extension Array where Element == UInt8 {
         defer { rc.stop() }
         let (p, out) = try ble(["bench", "--mode", "l2cap", "--role", "peripheral", "--scenario", "receive"], transport: rc.transport)
         defer { if p.isRunning { p.terminate() } }
-        try await Task.sleep(nanoseconds: 2_000_000_000)
+        try await pause(nanoseconds: 2_000_000_000)
         let bumble = try bumbleBench(["--mode", "l2cap-client", "--scenario", "send", "-s", "1024", "-c", "200", "central", rc.transport])
         defer { bumble.stop() }
         let data = out.fileHandleForReading.readDataToEndOfFile()

@@ -4,6 +4,7 @@
 // itself as the peripheral.
 import Foundation
 import Testing
+import TestSupport
 import BLEWire
 import BLEHCI
 import BLEGATT
@@ -228,7 +229,7 @@ let allPairingCases: [PairingCase] = [
         defer { bumble?.stop() }
         // bumble-pair says nothing more once it advertises and waits.
         try await bumble!.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("<<< connected") ?? false }
-        try await Task.sleep(nanoseconds: 1_500_000_000)
+        try await pause(nanoseconds: 1_500_000_000)
         let (host, rec) = try makeSecureHost(rc, io: .keyboardOnly, sc: true, passkeyFile: tempPath("unused"), bumble: { bumble })
         try await waitFor("power", seconds: 20) { host.loop.sync { host.powerState == .on } }
         host.loop.sync { host.connect(to: BluetoothAddress(string: "F0:F1:F2:F3:F4:F5", type: .random)!) }

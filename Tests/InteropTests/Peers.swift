@@ -2,6 +2,7 @@
 // scripts/setup-venv.sh on first use, started on free ports, and killed when the test ends.
 import Foundation
 import Testing
+import TestSupport
 import BLETransport
 
 enum Interop {
@@ -136,7 +137,7 @@ final class PeerProcess: @unchecked Sendable {
                 throw InteropError("\(name) exited (\(process.terminationStatus)) before \(kind)\n\(transcript)")
             }
             if Date() > deadline { throw InteropError("timed out waiting for \(kind) from \(name)\n\(transcript)") }
-            try await Task.sleep(nanoseconds: 20_000_000)
+            try await pause(nanoseconds: 20_000_000)
         }
     }
 

@@ -2,6 +2,7 @@
 // domain, application errors (0x80–0x9F) included; connection events.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 
 @Suite(.serialized) struct CentralErrorTests {
@@ -53,7 +54,7 @@ import CoreBluetooth
         // Unregistered (nil): no more events.
         q.sync { m.registerForConnectionEvents(options: nil); m.connect(p) }
         try await waitUntil("connected again") { p.state == .connected }
-        try await Task.sleep(nanoseconds: 50_000_000)
+        try await pause(nanoseconds: 50_000_000)
         #expect(q.sync { d.events.count } == 2)
     }
 }

@@ -3,6 +3,7 @@
 // dictionary, pending connections, cancels, identifiers, names, RSSI, write flow control, CCCD refusal.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BLEHost
 import BLETransport
@@ -71,7 +72,7 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         _ = try advertiser(air, name: "d", data: ad("NONE"), connectable: false)
         let s = try await startScanner(air)
         s.queue.sync { s.manager.scanForPeripherals(withServices: [CBUUID(string: "180F")]) }
-        try await Task.sleep(nanoseconds: 300_000_000)
+        try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { Set(s.names(of: s.discoveries)) } == ["BAT"])
         // A new scan replaces the filters; solicitations match through the option.
         s.queue.sync {
@@ -79,20 +80,20 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
             s.manager.scanForPeripherals(withServices: [CBUUID(string: "180D")],
                                          options: [CBCentralManagerScanOptionSolicitedServiceUUIDsKey: [CBUUID(string: "180A")]])
         }
-        try await Task.sleep(nanoseconds: 300_000_000)
+        try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { Set(s.names(of: s.discoveries)) } == ["HR", "SOL"])
         let sol = try #require(s.queue.sync { s.discoveries.first { $0.1[CBAdvertisementDataLocalNameKey] as? String == "SOL" } })
         #expect(sol.1[CBAdvertisementDataSolicitedServiceUUIDsKey] as? [CBUUID] == [CBUUID(string: "180A")])
         // nil: everything, with Apple's value types.
         s.queue.sync { s.discoveries.removeAll(); s.manager.scanForPeripherals(withServices: nil) }
-        try await Task.sleep(nanoseconds: 300_000_000)
+        try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { Set(s.names(of: s.discoveries)) } == ["HR", "BAT", "SOL", "NONE"])
         let none = try #require(s.queue.sync { s.discoveries.first { $0.1[CBAdvertisementDataLocalNameKey] as? String == "NONE" } })
         #expect((none.1[CBAdvertisementDataIsConnectable] as? NSNumber)?.boolValue == false)
         s.queue.sync { s.manager.stopScan() }
         #expect(!s.manager.isScanning)
         let count = s.queue.sync { s.discoveries.count }
-        try await Task.sleep(nanoseconds: 200_000_000)
+        try await pause(nanoseconds: 200_000_000)
         #expect(s.queue.sync { s.discoveries.count } == count)
     }
 
@@ -101,7 +102,7 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         _ = try advertiser(air, name: "a", data: ad("DUP"), scanResponse: [4, 0xFF, 0x4C, 0x00, 0x01])
         let s = try await startScanner(air)
         s.queue.sync { s.manager.scanForPeripherals(withServices: nil) }
-        try await Task.sleep(nanoseconds: 500_000_000)
+        try await pause(nanoseconds: 500_000_000)
         // Without duplicates: the advertisement, then once more when the scan response adds data.
         let first = s.queue.sync { s.discoveries }
         #expect(first.count == 2)
@@ -111,7 +112,7 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         #expect(first[0].0 === first[1].0)
         // With duplicates: every advertisement (20 ms interval: many in 300 ms).
         s.queue.sync { s.discoveries.removeAll(); s.manager.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true]) }
-        try await Task.sleep(nanoseconds: 300_000_000)
+        try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { s.discoveries.count } > 6)
     }
 }
@@ -128,7 +129,7 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         // Stop advertising: the connection waits (it never times out) and completes when the device is back.
         h.loop.sync { h.stopAdvertising() }
         s.queue.sync { s.manager.connect(p) }
-        try await Task.sleep(nanoseconds: 500_000_000)
+        try await pause(nanoseconds: 500_000_000)
         #expect(p.state == .connecting && s.queue.sync { s.connected.isEmpty && s.failed.isEmpty })
         h.loop.sync { h.startAdvertising(AdvertisingConfiguration(data: ad("LATE"), interval: 0x20)) }
         try await waitUntil("connected") { s.queue.sync { s.connected.count } == 1 }
@@ -148,9 +149,9 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         try await waitUntil("disconnected") { s.queue.sync { s.disconnected.count } == 1 }
         #expect(s.queue.sync { s.disconnected[0].1 } == nil)
         h.loop.sync { h.stopAdvertising() }
-        try await Task.sleep(nanoseconds: 100_000_000)
+        try await pause(nanoseconds: 100_000_000)
         s.queue.sync { s.manager.connect(p) }
-        try await Task.sleep(nanoseconds: 100_000_000)
+        try await pause(nanoseconds: 100_000_000)
         s.queue.sync { s.manager.cancelPeripheralConnection(p) }
         try await waitUntil("pending cancelled") { s.queue.sync { s.disconnected.count } == 2 }
         #expect(s.queue.sync { s.disconnected[1].1 } == nil && s.queue.sync { s.failed.isEmpty })

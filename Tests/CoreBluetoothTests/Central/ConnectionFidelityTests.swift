@@ -4,6 +4,7 @@
 // in a persistent cache, and peripherals released when the app no longer holds them.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BLEHost
 import BLEHCI
@@ -96,7 +97,7 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         let ps = try await c.find(names)
         for h in hosts.values { h.loop.sync { h.stopAdvertising() } }
         c.queue.sync { for p in ps { c.manager.connect(p) } }
-        try await Task.sleep(nanoseconds: 1_000_000_000)
+        try await pause(nanoseconds: 1_000_000_000)
         #expect(ps.allSatisfy { $0.state == .connecting })
         #expect(c.queue.sync { c.connected.isEmpty && c.failed.isEmpty && c.disconnected.isEmpty })
         #expect(central.loop.sync { Set(central.pendingConnections.map(\.string)) }.count == 3)
@@ -117,7 +118,7 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         hosts["PA"]!.loop.sync { hosts["PA"]!.startAdvertising(AdvertisingConfiguration(data: ad("PA"), interval: 0x20)) }
         hosts["PB"]!.loop.sync { hosts["PB"]!.startAdvertising(AdvertisingConfiguration(data: ad("PB"), interval: 0x20)) }
         try await waitUntil("PA connected") { c.queue.sync { c.connected } == ["PC", "PA"] }
-        try await Task.sleep(nanoseconds: 400_000_000)
+        try await pause(nanoseconds: 400_000_000)
         #expect(c.queue.sync { c.connected } == ["PC", "PA"])
         #expect(ps[1].state == .disconnected && c.queue.sync { c.failed.isEmpty })
         #expect(central.loop.sync { central.pendingConnections.isEmpty })
@@ -351,7 +352,7 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         let d2 = D()
         var m2: CBPeripheralManager? = CBPeripheralManager(delegate: d2, queue: q, options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("r2"))
         try await waitUntil("on") { d2.log.contains("state:5") }
-        try await Task.sleep(nanoseconds: 100_000_000)
+        try await pause(nanoseconds: 100_000_000)
         #expect(!d2.log.contains("restore"))
         // Something published is restored.
         q.sync { m2!.add(CBMutableService(type: CBUUID(string: "180F"), primary: true)) }

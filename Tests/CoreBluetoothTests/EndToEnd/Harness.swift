@@ -2,6 +2,7 @@
 // thread-safe event log, and waiting for conditions with a deadline.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BLEHost
 import BLEVirtualRadio
@@ -30,7 +31,7 @@ func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) as
     let deadline = Date().addingTimeInterval(seconds)
     while !condition() {
         if Date() > deadline { throw TimedOut(what: what) }
-        try await Task.sleep(nanoseconds: 2_000_000)
+        try await pause(nanoseconds: 2_000_000)
     }
 }
 

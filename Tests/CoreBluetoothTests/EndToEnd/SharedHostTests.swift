@@ -3,6 +3,7 @@
 // the same host, while the virtual radio keeps one device per manager unless given the same host.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BLEHost
 import BLETransport
@@ -80,11 +81,11 @@ import BLEVirtualRadio
         one!.queue.sync { one!.manager.scanForPeripherals(withServices: nil) }
         one!.queue.sync { one!.manager.stopScan() }
         let before = two.queue.sync { two.discovered }
-        try await Task.sleep(nanoseconds: 300_000_000)
+        try await pause(nanoseconds: 300_000_000)
         #expect(two.queue.sync { two.discovered } > before)
         #expect(host.loop.sync { host.isScanning })
         one = nil
-        try await Task.sleep(nanoseconds: 100_000_000)
+        try await pause(nanoseconds: 100_000_000)
         #expect(host.loop.sync { host.powerState } == .on)
         two.queue.sync { two.manager.stopScan() }
         #expect(host.loop.sync { host.isScanning } == false)

@@ -3,6 +3,7 @@
 // a background thread, data both ways, a slow reader, errors iOS gives, encryption, releasing, unpublishing.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BoundStreams
 
@@ -219,7 +220,7 @@ struct L2CAPRig {
         b.readPaused = true
         let data = (0..<600_000).map { UInt8(truncatingIfNeeded: $0 &* 3) }
         a.send(data)
-        try await Task.sleep(nanoseconds: 500_000_000)
+        try await pause(nanoseconds: 500_000_000)
         // The writer was refused (write returned 0) and the receiver holds a bounded amount.
         #expect(a.throttled > 0)
         // The receiver holds at most its window (64 KB) plus one SDU; the sender's pipe at most its capacity.

@@ -3,6 +3,7 @@
 // malformed and unsupported requests, and a request left unanswered that does not wedge the server.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 import BLEWire
 import BLEHCI
@@ -50,7 +51,7 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if let r = lock.withLock({ att.count > before ? att[before] : nil }) { return r }
-            try await Task.sleep(nanoseconds: 2_000_000)
+            try await pause(nanoseconds: 2_000_000)
         }
         return nil
     }

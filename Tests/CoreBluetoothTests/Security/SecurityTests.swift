@@ -3,6 +3,7 @@
 // changes its private address stays the same CBPeripheral.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 @testable import BLEHost
 import BLETransport
@@ -24,7 +25,7 @@ final class BoardAgent: CBPairingAgent, @unchecked Sendable {
         record("passkey:\(peer is CBPeripheral ? "peripheral" : "central")")
         for _ in 0..<3000 {   // up to 30 s: the other side shows it when its pairing gets there
             if let v = BoardAgent.shown { return v }
-            try? await Task.sleep(nanoseconds: 10_000_000)
+            try? await pause(nanoseconds: 10_000_000)
         }
         return nil
     }
@@ -36,7 +37,7 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
     func passkey(for peer: CBPeer?) async -> UInt32? {
         for _ in 0..<3000 {   // up to 30 s: the other side shows it when its pairing gets there
             if let v = BoardAgent.shown { return (v + 1) % 1_000_000 }
-            try? await Task.sleep(nanoseconds: 10_000_000)
+            try? await pause(nanoseconds: 10_000_000)
         }
         return nil
     }
@@ -128,7 +129,7 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
                 }
                 return (seen, count)
             }
-            group.addTask { try? await Task.sleep(nanoseconds: 60_000_000_000); return nil }
+            group.addTask { try? await pause(nanoseconds: 60_000_000_000); return nil }
             var result: (Set<BluetoothAddress>, Int) = ([], 0)
             while let next = await group.next() {
                 if let next { result = next; group.cancelAll(); break }
