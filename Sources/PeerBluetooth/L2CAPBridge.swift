@@ -58,7 +58,8 @@ final class L2CAPBridge: ChannelInboundHandler, @unchecked Sendable {
                 switch r {
                 case let .success(ch): loop.execute { bridge.socketReady(ch) }
                 case .failure:
-                    close(socketEnd)
+                    // NIO owns the descriptor once given it and closes it on this failure; closing it here too
+                    // would close whatever has reused its number meanwhile (another socket, a timerfd).
                     loop.execute { bridge.channel.close(discardingQueued: true) }
                 }
             }

@@ -160,7 +160,8 @@ public final class PeerTransport: @unchecked Sendable {
             }
             .withConnectedSocket(fd)
             .whenFailure { error in
-                close(fd)
+                // The channel owns the descriptor and closed it on this failure: closing it here as well would
+                // close whatever has reused the number meanwhile (another socket, a timerfd of Dispatch or NIO).
                 finish(.failure(.cannotConnect("\(remoteHost): \(error)")))
             }
     }
