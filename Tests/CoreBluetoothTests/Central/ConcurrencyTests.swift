@@ -2,6 +2,7 @@
 // value streams, and everything pending ending when the link drops.
 import Foundation
 import Testing
+import TestSupport
 import CoreBluetooth
 
 @Suite(.serialized, .timeLimit(.minutes(1))) struct ConcurrencyTests {
@@ -15,17 +16,22 @@ import CoreBluetooth
         // Two listeners at once see the same events.
         let listenerA = central.events, listenerB = central.events
         try await central.waitUntilPoweredOn()
-        var found: CBDiscovery?
-        for await d in central.discoveries(withServices: [CBUUID(string: "180D")]) { found = d; break }
+        let found = try await within("a discovery") { () -> CBDiscovery? in
+            // The stream lives in here only: dropping it stops the scan.
+            for await d in central.discoveries(withServices: [CBUUID(string: "180D")]) { return d }
+            return nil
+        }
         let discovery = try #require(found)
         #expect(discovery.advertisementData[CBAdvertisementDataLocalNameKey] as? String == "HR Sensor")
         #expect(!central.isScanning)   // dropping the stream stopped the scan
         let p = discovery.peripheral
-        try await central.connectAndWait(p)
+        try await within("connected") { try await central.connectAndWait(p) }
         #expect(p.state == .connected)
         for listener in [listenerA, listenerB] {
-            var sawConnected = false
-            for await e in listener { if case let .connected(x) = e, x === p { sawConnected = true; break } }
+            let sawConnected = try await within("the connected event") { () -> Bool in
+                for await e in listener { if case let .connected(x) = e, x === p { return true } }
+                return false
+            }
             #expect(sawConnected)
         }
 
@@ -45,9 +51,14 @@ import CoreBluetooth
         let s2 = try await p.updates(of: chars[0])
         try await waitUntil("subscribed") { per.log.contains("subscribe:2A37") }
         for b in UInt8(60)..<UInt8(63) { _ = per.queue.sync { per.manager.updateValue(Data([0, b]), for: per.measurement, onSubscribedCentrals: nil) } }
-        var got1: [Data] = [], got2: [Data] = []
-        for await v in s1 { got1.append(v); if got1.count == 3 { break } }
-        for await v in s2 { got2.append(v); if got2.count == 3 { break } }
+        func three(_ s: AsyncStream<Data>, _ name: String) async throws -> [Data] {
+            try await within("three values on \(name)") { () -> [Data] in
+                var got: [Data] = []
+                for await v in s { got.append(v); if got.count == 3 { break } }
+                return got
+            }
+        }
+        let got1 = try await three(s1, "the first stream"), got2 = try await three(s2, "the second stream")
         #expect(got1 == [Data([0, 60]), Data([0, 61]), Data([0, 62])] && got2 == got1)
 
         // The link drops: a pending operation fails with peripheralDisconnected and streams end.
@@ -58,7 +69,7 @@ import CoreBluetooth
             let h = per.manager.leHostForTests
             for (handle, _) in h.connections { h.disconnect(handle: handle) }
         }
-        _ = await ended.value
+        _ = try await within("the stream's end after the link dropped") { await ended.value }
         await #expect(throws: CBError.self) { try await p.value(for: chars[1]) }
         #expect(p.state == .disconnected)
     }

@@ -35,6 +35,18 @@ func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) as
     }
 }
 
+/// Runs `body`, failing with TimedOut(`what`) if it has not finished after `seconds` (it is then cancelled):
+/// for awaits that have no bound of their own (streams, connections), so a lost event fails the test by name.
+func within<T: Sendable>(_ what: String, seconds: Double = 30, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask { try await pause(nanoseconds: UInt64(seconds * 1_000_000_000)); return nil }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else { throw TimedOut(what: what) }
+        return value
+    }
+}
+
 /// One simulated air for a test; devices on it are placed a few metres apart.
 final class TestAir: @unchecked Sendable {
     let air = VirtualAir(loop: EventLoop(label: "test.air", clock: .real))
