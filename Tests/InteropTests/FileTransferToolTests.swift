@@ -25,7 +25,8 @@ final class ToolProcess: @unchecked Sendable {
         pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
             // At end of file: removing the handler cancels its read source before the descriptor closes.
-            guard !d.isEmpty, let self else { h.readabilityHandler = nil; return }
+            guard let self else { h.readabilityHandler = nil; return }
+            guard !d.isEmpty else { if !self.process.isRunning { h.readabilityHandler = nil }; return }
             lock.withLock { text += String(decoding: d, as: UTF8.self) }
         }
         try process.run()

@@ -104,7 +104,9 @@ final class PeerProcess: @unchecked Sendable {
         // corrupts Dispatch's event loop.
         out.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
-            guard !d.isEmpty, let self else { h.readabilityHandler = nil; return }
+            guard let self else { h.readabilityHandler = nil; return }
+            // Empty means end of file only once the child has gone (a read can also come back empty early).
+            guard !d.isEmpty else { if !self.process.isRunning { h.readabilityHandler = nil }; return }
             self.lock.lock()
             self.raw += String(decoding: d, as: UTF8.self)
             while let nl = self.raw.firstIndex(of: "\n") {
