@@ -269,7 +269,8 @@ extension LEHost {
         }
     }
 
-    private func resetInitiation() {
+    /// Forgets the connection being initiated and its pending cancel, regroup and rotation. Loop only.
+    func resetInitiation() {
         initiatingFor = []
         initiationCommandSent = false
         connectCancelRequested = false

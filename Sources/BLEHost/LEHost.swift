@@ -324,13 +324,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         privacyTimer = nil
         let pending = initiatingFor + pendingConnects
         pendingConnects.removeAll()
-        initiatingFor = []
-        initiationCommandSent = false
-        connectCancelRequested = false
-        connectRegroupRequested = false
-        connectRotationRequested = false
-        loop.cancel(connectRotationTimer)
-        connectRotationTimer = nil
+        resetInitiation()
         for (_, c) in connections.sorted(by: { $0.key < $1.key }) {
             connectionClosed(c, reason: .connectionTimeout)
         }
