@@ -53,6 +53,9 @@ let package = Package(
         ]),
         // Discovery: a pure mDNS/DNS-SD codec and responder/querier, and its SwiftNIO socket edge.
         .target(name: "DNSSD"),
+        // D-Bus: a pure wire codec and a UNIX-socket client (the BlueZ backend's way to bluetoothd).
+        .target(name: "DBus"),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .target(name: "PeerSession", dependencies: ["BLEWire"]),
         .target(name: "PeerTransport", dependencies: [
             "PeerSession",
@@ -100,6 +103,7 @@ let package = Package(
         .executableTarget(name: "FuzzSMP", dependencies: ["FuzzSupport", "BLESMP", "BLEWire"], path: "Sources/Fuzz/SMP"),
         .executableTarget(name: "FuzzAdvertisingData", dependencies: ["FuzzSupport", "BLEGAP", "BLEWire"], path: "Sources/Fuzz/AdvertisingData"),
         .executableTarget(name: "FuzzGATTFile", dependencies: ["FuzzSupport", "BLEGATT"], path: "Sources/Fuzz/GATTFile"),
+        .executableTarget(name: "FuzzDBus", dependencies: ["FuzzSupport", "DBus"], path: "Sources/Fuzz/DBus"),
         .executableTarget(name: "FuzzBTSnoop", dependencies: ["FuzzSupport", "BLETransport", "BLEHCI"], path: "Sources/Fuzz/BTSnoop"),
         .executableTarget(name: "FuzzHost", dependencies: [
             "FuzzSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEATT", "BLEGATT", "BLEWire",
