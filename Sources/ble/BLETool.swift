@@ -1,10 +1,11 @@
 // `ble`: the command-line tool of OpenCoreBluetooth.
 import ArgumentParser
+import BLEHost
 import Foundation
 
 @main
 struct BLETool: ParsableCommand {
-    static let version = "0.14.0"
+    static let version = OpenCoreBluetooth.version
 
     static let configuration = CommandConfiguration(
         commandName: "ble",

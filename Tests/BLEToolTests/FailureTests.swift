@@ -1,6 +1,7 @@
 // The front door: a controller that cannot be opened makes every command say why and exit non-zero; a
 // scan that finds nothing on a working controller exits 0; bad input gets its message, the subcommand's
 // usage and ArgumentParser's validation status (64); the version and the help are right.
+import BLEHost
 import Foundation
 import Testing
 
@@ -79,6 +80,10 @@ import Testing
         let r = try Tool.run(["--version"])
         #expect(r.status == 0)
         #expect(r.stdout.range(of: #"^[0-9]+\.[0-9]+\.[0-9]+\n$"#, options: .regularExpression) != nil, "\(r.stdout)")
+        // The tool prints the library's version, and the changelog has an entry for it.
+        #expect(r.stdout == OpenCoreBluetooth.version + "\n")
+        let changelog = try String(contentsOf: Tool.root.appendingPathComponent("CHANGELOG.md"), encoding: .utf8)
+        #expect(changelog.contains("\n## [\(OpenCoreBluetooth.version)] - "), "CHANGELOG.md has no entry for \(OpenCoreBluetooth.version)")
     }
 
     @Test func helpListsEveryTransportAndCommand() throws {
