@@ -25,9 +25,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .target(name: "BLEWire"),
+        // The stack's swift-log labels, one per layer (the library logs only through swift-log).
+        .target(name: "StackLog", dependencies: [.product(name: "Logging", package: "swift-log")]),
         .target(name: "BoundStreams"),
         .target(name: "BLEHCI", dependencies: ["BLEWire"]),
         .target(name: "BLECrypto", dependencies: [
@@ -44,18 +47,22 @@ let package = Package(
         .target(name: "BLEVirtualRadio", dependencies: ["BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .target(name: "BLEHost", dependencies: [
             "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLECrypto", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
+            "StackLog", .product(name: "Logging", package: "swift-log"),
         ]),
-        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams"]),
+        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams",
+                                              "StackLog", .product(name: "Logging", package: "swift-log")]),
         .executableTarget(name: "ble", dependencies: [
             "CoreBluetooth", "MultipeerConnectivity", "GameKit", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         // Discovery: a pure mDNS/DNS-SD codec and responder/querier, and its SwiftNIO socket edge.
         .target(name: "DNSSD"),
         .target(name: "PeerSession", dependencies: ["BLEWire"]),
         .target(name: "PeerTransport", dependencies: [
-            "PeerSession",
+            "PeerSession", "StackLog",
+            .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "NIOTLS", package: "swift-nio"),
@@ -72,7 +79,7 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams"]),
-        .target(name: "GameKit", dependencies: ["MultipeerConnectivity"]),
+        .target(name: "GameKit", dependencies: ["MultipeerConnectivity", "StackLog", .product(name: "Logging", package: "swift-log")]),
         // Tests/TestSupport: what several test targets share (waiting without Task.sleep; see Pause.swift).
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
@@ -81,7 +88,8 @@ let package = Package(
             "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",
         ]),
         .target(name: "DNSSDNIO", dependencies: [
-            "DNSSD",
+            "DNSSD", "StackLog",
+            .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
         ]),
@@ -116,7 +124,8 @@ let package = Package(
         .testTarget(name: "BLETransportTests", dependencies: ["TestSupport", "BLETransport", "BLETransportLinux", "BLEVirtualRadio", "BLEHost", "BLEHCI", "BLEWire"]),
         .testTarget(name: "BLEVirtualRadioTests", dependencies: ["TestSupport", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
-        .testTarget(name: "CoreBluetoothTests", dependencies: ["TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
+        .testTarget(name: "CoreBluetoothTests", dependencies: ["TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire",
+                                                       .product(name: "Logging", package: "swift-log")]),
         // examples/firmware-update: app code against the Core Bluetooth API only; in no product (swift build --product ble skips it), run by its test.
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", .product(name: "Crypto", package: "swift-crypto")],
                 path: "examples/firmware-update", exclude: ["README.md"]),

@@ -126,7 +126,8 @@ public final class MDNSService: Sendable {
     ///   - ipv4: join 224.0.0.251.
     ///   - ipv6: join ff02::fb.
     ///   - hostName: our host name; default `<uuid>.local.`.
-    ///   - log: where diagnostic lines go (malformed packets, socket errors); default standard error.
+    ///   - log: where diagnostic lines go (malformed packets, name conflicts, socket errors); by default swift-log,
+    ///     label `opencorebluetooth.mdns`, level `notice`.
     public init(interfaces: [String]? = nil, ipv4: Bool = true, ipv6: Bool = true, hostName: String? = nil,
                 log: (@Sendable (String) -> Void)? = nil) {
         self.core = MDNSCore(interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, hostName: hostName, log: log)

@@ -86,6 +86,27 @@ import Testing
         #expect(changelog.contains("\n## [\(OpenCoreBluetooth.version)] - "), "CHANGELOG.md has no entry for \(OpenCoreBluetooth.version)")
     }
 
+    /// The library logs only through swift-log; the tool bootstraps a standard-error backend at BLE_LOG's level.
+    @Test func bleLogChoosesWhatTheStackLogs() throws {
+        // Unset: the host's layers say nothing (the demo's own output is on standard output).
+        let quiet = try Tool.run(["demo"])
+        #expect(quiet.status == 0)
+        #expect(!quiet.stderr.contains("opencorebluetooth."), "\(quiet.stderr.prefix(500))")
+        // BLE_LOG=1: procedures at debug, packets not.
+        let debug = try Tool.run(["demo"], env: ["BLE_LOG": "1"])
+        #expect(debug.status == 0)
+        let lines = debug.stderr.split(separator: "\n")
+        #expect(lines.contains { $0.contains(" debug opencorebluetooth.gap:") && $0.contains("host=central") && $0.hasSuffix("connected") })
+        #expect(lines.contains { $0.contains(" info opencorebluetooth.hci:") && $0.hasSuffix("controller ready") })
+        #expect(!lines.contains { $0.contains(" trace ") })
+        // BLE_LOG=trace: every packet and PDU as well, each line with its layer's label.
+        let trace = try Tool.run(["demo"], env: ["BLE_LOG": "trace"])
+        #expect(trace.status == 0)
+        for label in ["hci", "l2cap", "att"] {
+            #expect(trace.stderr.contains(" trace opencorebluetooth.\(label):"), "no trace line for \(label)")
+        }
+    }
+
     @Test func helpListsEveryTransportAndCommand() throws {
         let r = try Tool.run(["--help"])
         #expect(r.status == 0)
