@@ -41,7 +41,7 @@ extension LEHost {
             let op = next.command.opcode
             let timer = loop.schedule(after: commandTimeout) { [weak self] in self?.commandTimedOut(op) }
             outstandingCommand = (op, next, timer)
-            loggers.hci.trace("command out", metadata: ["command": "\(op)"])
+            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(op)"]) }
             transport.send(next.command.encode())
         }
     }

@@ -38,7 +38,7 @@ extension LEHost {
     }
 
     func dispatch(_ frame: L2CAPFrame, on c: HostConnection) {
-        loggers.l2cap.trace("frame in", metadata: ["connection": "\(c.handle)", "cid": "\(frame.channelID)", "octets": "\(frame.payload.count)"])
+        if loggers.l2capTraces { loggers.l2cap.trace("frame in", metadata: ["connection": "\(c.handle)", "cid": "\(frame.channelID)", "octets": "\(frame.payload.count)"]) }
         switch frame.channelID {
         case .att: handleATT(frame.payload, on: c)
         case .leSignaling: handleSignaling(frame.payload, on: c)
@@ -63,7 +63,7 @@ extension LEHost {
             if let rsp = error.serverErrorResponse { sendATT(.errorResponse(rsp), on: c) }
             return
         }
-        loggers.att.trace("PDU in", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"])
+        if loggers.attTraces { loggers.att.trace("PDU in", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"]) }
         // Nothing longer than ATT_MTU may cross the bearer (Vol 3 Part F §3.2.8): a request gets Invalid PDU,
         // a response fails the procedure it answers, a command or notification is dropped.
         if bytes.count > Int(c.attMTU) {
@@ -169,7 +169,7 @@ extension LEHost {
     // MARK: Outbound
 
     func sendATT(_ pdu: ATTPDU, on c: HostConnection) {
-        loggers.att.trace("PDU out", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"])
+        if loggers.attTraces { loggers.att.trace("PDU out", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"]) }
         sendL2CAP(pdu.encode(), cid: .att, on: c)
     }
 
@@ -202,7 +202,7 @@ extension LEHost {
 
     /// The fragments of one PDU (or the packets freed credits let go) leave in one transport write.
     func sendBatch(_ batch: [HCIPacket]) {
-        if loggers.hci.logLevel <= .trace { for p in batch { loggers.hci.trace("packet out", metadata: p.logMetadata) } }
+        if loggers.hciTraces { for p in batch { loggers.hci.trace("packet out", metadata: p.logMetadata) } }
         if batch.count == 1 { transport.send(batch[0]) } else if !batch.isEmpty { transport.send(batch: batch) }
     }
 

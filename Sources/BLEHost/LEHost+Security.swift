@@ -195,7 +195,7 @@ extension LEHost {
     }
 
     func handleSMP(_ bytes: [UInt8], on c: HostConnection) {
-        loggers.smp.trace("PDU in", metadata: ["connection": "\(c.handle)", "code": "\(bytes.first.map { SMPCode(rawValue: $0).map { "\($0)" } ?? "0x\(String($0, radix: 16))" } ?? "none")"])
+        if loggers.smpTraces { loggers.smp.trace("PDU in", metadata: ["connection": "\(c.handle)", "code": "\(bytes.first.map { SMPCode(rawValue: $0).map { "\($0)" } ?? "0x\(String($0, radix: 16))" } ?? "none")"]) }
         // After an SMP timeout nothing more is exchanged on this link (Vol 3 Part H §3.4).
         guard !c.smpTimedOut else { return }
         if let s = c.smp, s.isInProgress {

@@ -356,7 +356,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
 
     func handle(_ packet: HCIPacket) {
         guard powerState != .off else { return }
-        loggers.hci.trace("packet in", metadata: packet.logMetadata)
+        if loggers.hciTraces { loggers.hci.trace("packet in", metadata: packet.logMetadata) }
         switch packet.type {
         case .event:
             do {

@@ -66,9 +66,13 @@ enum CapturingBackend {
         let capture = LogCapture()
         try await CapturingBackend.$capture.withValue(capture) {
             let air = TestAir()
-            // API misuse: a scan before the manager is powered on (iOS logs the same line).
-            let early = CBCentralManager(delegate: nil, queue: nil, options: nil, host: try air.host("log-early"))
+            // API misuse: a scan before the manager is powered on (iOS logs the same line). Its queue is held
+            // until then, so the manager surely still reads .unknown.
+            let held = DispatchQueue(label: "test.log-early")
+            held.suspend()
+            let early = CBCentralManager(delegate: nil, queue: held, options: nil, host: try air.host("log-early"))
             early.scanForPeripherals(withServices: nil, options: nil)
+            held.resume()
 
             let per = HRPeripheral()
             per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try air.host("log-peripheral"))
@@ -121,7 +125,10 @@ enum CapturingBackend {
         host.loggers = HostLoggers(hostName: "renamed") { label in
             Logger(label: label) { CapturingLogHandler(label: $0, capture: capture) }
         }
+        #expect(host.loggers.hciTraces && host.loggers.attTraces)
         host.loggers.hci.logLevel = .info
+        // The packet path's flag follows the level (it is what the host tests before building a trace line).
+        #expect(!host.loggers.hciTraces && host.loggers.attTraces)
         host.loop.execute { host.powerOn() }
         try await waitUntil("the controller") { capture.records.contains { $0.message == "controller ready" } }
         let records = capture.records
