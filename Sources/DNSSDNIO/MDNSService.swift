@@ -137,8 +137,13 @@ public final class MDNSService: Sendable {
     public var hostName: String { core.hostNameString }
 
     /// Advertises `instanceName._foo._tcp.local.` on `port` with `txt`.
-    /// - Parameter serviceType: `"_foo._tcp"` or `"_foo._udp"` (a trailing `.local.` is accepted).
     /// Events arrive on the service's thread; the first is `.registered`, `.renamed` or `.failed`.
+    /// - Parameters:
+    ///   - serviceType: `"_foo._tcp"` or `"_foo._udp"` (a trailing `.local.` is accepted).
+    ///   - instanceName: the name to claim; a conflict renames it (`.renamed`).
+    ///   - port: the service's port.
+    ///   - txt: the TXT record's keys and values.
+    ///   - onEvent: called with each registration event.
     public func register(serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
                          onEvent: @escaping @Sendable (RegistrationEvent) -> Void) -> MDNSRegistration {
         core.register(serviceType: serviceType, instanceName: instanceName, port: port, txt: txt, onEvent: onEvent)
