@@ -41,13 +41,14 @@ extension LEHost {
             let op = next.command.opcode
             let timer = loop.schedule(after: commandTimeout) { [weak self] in self?.commandTimedOut(op) }
             outstandingCommand = (op, next, timer)
+            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(op)"]) }
             transport.send(next.command.encode())
         }
     }
 
     private func commandTimedOut(_ op: HCIOpcode) {
         guard let out = outstandingCommand, out.opcode == op else { return }
-        log("command \(op) timed out")
+        loggers.hci.warning("command timed out", metadata: ["command": "\(op)"])
         outstandingCommand = nil
         commandCredits = 1
         out.pending.completion(.failure(.commandTimedOut(op)))
@@ -61,7 +62,7 @@ extension LEHost {
             loop.cancel(out.timer)
             out.pending.completion(.success(outcome))
         } else if opcode.rawValue != 0 {
-            log("answer for \(opcode) that nobody is waiting for")
+            loggers.hci.debug("answer that nobody is waiting for", metadata: ["command": "\(opcode)"])
         }
         pumpCommands()
     }

@@ -21,7 +21,7 @@ extension LEHost {
 
     func handle(acl: ACLPacket) {
         guard let c = connections[acl.handle] else {
-            log("ACL for unknown handle 0x\(String(acl.handle, radix: 16))")
+            loggers.hci.debug("ACL for an unknown connection handle", metadata: ["handle": "0x\(String(acl.handle, radix: 16))"])
             return
         }
         let boundary: L2CAPFragment.Boundary = acl.boundary == .continuing ? .continuing : .first
@@ -29,7 +29,7 @@ extension LEHost {
         do {
             frame = try c.recombiner.append(acl.data, boundary: boundary)
         } catch {
-            log("L2CAP recombination error on \(c): \(error)")
+            loggers.l2cap.debug("recombination error", metadata: ["connection": "\(c)", "error": "\(error)"])
             // A start fragment that ended an incomplete frame may itself have completed one.
             if let f = c.recombiner.pendingFrame() { dispatch(f, on: c) }
             return
@@ -38,6 +38,7 @@ extension LEHost {
     }
 
     func dispatch(_ frame: L2CAPFrame, on c: HostConnection) {
+        if loggers.l2capTraces { loggers.l2cap.trace("frame in", metadata: ["connection": "\(c.handle)", "cid": "\(frame.channelID)", "octets": "\(frame.payload.count)"]) }
         switch frame.channelID {
         case .att: handleATT(frame.payload, on: c)
         case .leSignaling: handleSignaling(frame.payload, on: c)
@@ -48,7 +49,7 @@ extension LEHost {
                 let actions = c.signaling.channelFrame(frame.payload, on: frame.channelID.rawValue)
                 if !actions.isEmpty { perform(actions, on: c) }
             } else {
-                log("frame for unsupported CID \(frame.channelID) dropped")
+                loggers.l2cap.debug("frame for an unsupported channel dropped", metadata: ["cid": "\(frame.channelID)"])
             }
         }
     }
@@ -58,14 +59,15 @@ extension LEHost {
         do {
             pdu = try ATTPDU.decode(bytes)
         } catch {
-            log("malformed ATT PDU on \(c): \(error)")
+            loggers.att.debug("malformed PDU", metadata: ["connection": "\(c)", "error": "\(error)"])
             if let rsp = error.serverErrorResponse { sendATT(.errorResponse(rsp), on: c) }
             return
         }
+        if loggers.attTraces { loggers.att.trace("PDU in", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"]) }
         // Nothing longer than ATT_MTU may cross the bearer (Vol 3 Part F §3.2.8): a request gets Invalid PDU,
         // a response fails the procedure it answers, a command or notification is dropped.
         if bytes.count > Int(c.attMTU) {
-            log("ATT \(pdu.opcode) of \(bytes.count) octets exceeds ATT_MTU \(c.attMTU) on \(c)")
+            loggers.att.debug("PDU exceeds ATT_MTU", metadata: ["connection": "\(c)", "opcode": "\(pdu.opcode)", "octets": "\(bytes.count)", "mtu": "\(c.attMTU)"])
             switch pdu.opcode.kind {
             case .request:
                 sendATT(.errorResponse(ATTErrorResponse(requestOpcode: pdu.opcode, handle: 0, error: .invalidPDU)), on: c)
@@ -97,7 +99,7 @@ extension LEHost {
                 loop.cancel(c.attTimer)
                 c.attTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
                     guard let self, let c, c.isOpen else { return }
-                    log("ATT transaction timed out on \(c): disconnecting")
+                    loggers.att.notice("transaction timed out: disconnecting", metadata: ["connection": "\(c)"])
                     c.attTimer = nil
                     perform(c.gattClient.transactionTimedOut(), on: c)
                     // No more ATT on this bearer (Vol 3 Part F §3.3.3); as iOS does, the link goes down and
@@ -120,7 +122,7 @@ extension LEHost {
             case let .indication(handle, value):
                 centralDelegate?.host(self, connection: c, didReceiveValue: value, forHandle: handle, isIndication: true)
             case let .protocolViolation(why):
-                log("GATT server misbehaved on \(c): \(why)")
+                loggers.att.notice("the peer's GATT server broke the protocol", metadata: ["connection": "\(c)", "error": "\(why)"])
             }
         }
     }
@@ -152,13 +154,13 @@ extension LEHost {
             c.confirmationTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
                 guard let self, let c, c.isOpen else { return }
                 c.confirmationTimer = nil
-                log("indication confirmation timed out on \(c)")
+                loggers.att.notice("indication confirmation timed out", metadata: ["connection": "\(c)"])
                 perform(gattServer.confirmationTimeout(c.clientID))
             }
         case let .stopConfirmationTimer(client):
             if let c = connection(client) { loop.cancel(c.confirmationTimer); c.confirmationTimer = nil }
         case let .protocolError(client, error):
-            log("client \(client) broke the ATT protocol: \(error)")
+            loggers.att.notice("a client broke the ATT protocol", metadata: ["client": "\(client)", "error": "\(error)"])
         case .valueWritten, .indicationConfirmed, .indicationAbandoned, .saveClientConfiguration:
             break
         }
@@ -167,6 +169,7 @@ extension LEHost {
     // MARK: Outbound
 
     func sendATT(_ pdu: ATTPDU, on c: HostConnection) {
+        if loggers.attTraces { loggers.att.trace("PDU out", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"]) }
         sendL2CAP(pdu.encode(), cid: .att, on: c)
     }
 
@@ -199,6 +202,7 @@ extension LEHost {
 
     /// The fragments of one PDU (or the packets freed credits let go) leave in one transport write.
     func sendBatch(_ batch: [HCIPacket]) {
+        if loggers.hciTraces { for p in batch { loggers.hci.trace("packet out", metadata: p.logMetadata) } }
         if batch.count == 1 { transport.send(batch[0]) } else if !batch.isEmpty { transport.send(batch: batch) }
     }
 

@@ -23,11 +23,11 @@ extension LEHost {
         case let .encryptionKeyRefreshComplete(status, handle):
             if let c = connections[handle] { encryptionFinished(c, status: status, enabled: true) }
         case let .hardwareError(code):
-            log("controller hardware error 0x\(String(code, radix: 16))")
+            loggers.hci.warning("controller hardware error", metadata: ["code": "0x\(String(code, radix: 16))"])
         case let .le(meta):
             handle(le: meta)
         default:
-            log("unhandled event \(event)")
+            loggers.hci.debug("unhandled event", metadata: ["event": "\(event)"])
         }
     }
 
@@ -58,13 +58,13 @@ extension LEHost {
             if let c = connections[e.connectionHandle] {
                 c.maxTxOctets = e.maxTxOctets
                 c.maxRxOctets = e.maxRxOctets
-                log("data length on \(c): tx \(e.maxTxOctets), rx \(e.maxRxOctets) octets")
+                loggers.gap.debug("data length changed", metadata: ["connection": "\(c)", "tx": "\(e.maxTxOctets)", "rx": "\(e.maxRxOctets)"])
             }
         case let .phyUpdateComplete(status, handle, tx, rx):
             if status == .success, let c = connections[handle] {
                 c.txPHY = tx
                 c.rxPHY = rx
-                log("PHY on \(c): tx \(tx), rx \(rx)")
+                loggers.gap.debug("PHY changed", metadata: ["connection": "\(c)", "tx": "\(tx)", "rx": "\(rx)"])
             }
         case let .longTermKeyRequest(handle, random, ediv):
             if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) }
@@ -94,6 +94,7 @@ extension LEHost {
         let c = HostConnection(handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
                                localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
+        loggers.gap.debug("connected", metadata: ["connection": "\(c)", "interval": "\(interval)"])
         aclInFlight[handle] = 0
         let bond = bondStore.bond(matching: peer)
         if let bond { c.identityAddress = bond.identityAddress }
@@ -112,6 +113,7 @@ extension LEHost {
     func connectionClosed(_ c: HostConnection, reason given: HCIStatus) {
         guard c.isOpen else { return }
         let reason = c.closeReasonOverride ?? given
+        loggers.gap.debug("disconnected", metadata: ["connection": "\(c)", "reason": "\(reason)"])
         c.isOpen = false
         connections[c.handle] = nil
         loop.cancel(c.attTimer)
@@ -146,10 +148,10 @@ extension LEHost {
     func requestFastLink(_ c: HostConnection) {
         let features = LEFeatures(rawValue: leFeatures)
         if features.contains(.dataPacketLengthExtension) {
-            setDataLength(handle: c.handle, octets: 251) { [self] e in if let e { log("data length not raised on \(c): \(e)") } }
+            setDataLength(handle: c.handle, octets: 251) { [self] e in if let e { loggers.gap.debug("data length not raised", metadata: ["connection": "\(c)", "error": "\(e)"]) } }
         }
         if features.contains(.le2MPHY) {
-            setPHY(handle: c.handle, phys: 0x02) { [self] e in if let e { log("LE 2M not set on \(c): \(e)") } }
+            setPHY(handle: c.handle, phys: 0x02) { [self] e in if let e { loggers.gap.debug("LE 2M not set", metadata: ["connection": "\(c)", "error": "\(e)"]) } }
         }
     }
 

@@ -30,6 +30,7 @@ extension LEHost {
                               completion: @escaping (HostError?) -> Void = { _ in }) {
         guard powerState == .on else { return completion(.notPoweredOn) }
         scanSettings = (active, filterDuplicates, interval, window)
+        loggers.gap.debug("scanning", metadata: ["active": "\(active)", "filter-duplicates": "\(filterDuplicates)"])
         let restart = isScanning
         isScanning = true
         if restart { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
@@ -54,6 +55,7 @@ extension LEHost {
     public func stopScanning(completion: @escaping (HostError?) -> Void = { _ in }) {
         guard isScanning else { return completion(nil) }
         isScanning = false
+        loggers.gap.debug("scanning stopped")
         commandExpectingSuccess(.leSetScanEnable(enable: false, filterDuplicates: false), completion: completion)
     }
 
@@ -66,6 +68,7 @@ extension LEHost {
             return completion(.invalidParameters("legacy advertising data is limited to 31 bytes"))
         }
         wantsAdvertising = config
+        loggers.gap.debug("advertising", metadata: ["connectable": "\(config.connectable)", "interval": "\(config.interval)"])
         isAdvertising = false
         let params = LESetAdvertisingParameters(
             advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
@@ -96,6 +99,7 @@ extension LEHost {
     }
 
     public func stopAdvertising(completion: @escaping (HostError?) -> Void = { _ in }) {
+        if wantsAdvertising != nil { loggers.gap.debug("advertising stopped") }
         wantsAdvertising = nil
         isAdvertising = false
         // Whatever `isAdvertising` said: an enable may still be queued, and this disable comes after it.
@@ -185,7 +189,7 @@ extension LEHost {
                 guard outcome != .abandoned, generation == initiationGeneration, !initiatingFor.isEmpty, powerState == .on else { return }
                 if outcome == .refused {
                     // No usable accept list on this controller: take turns instead.
-                    log("filter accept list unusable; pending connections take turns")
+                    loggers.gap.notice("filter accept list unusable; pending connections take turns")
                     filterAcceptListUsable = false
                     pendingConnects.insert(contentsOf: initiatingFor, at: 0)
                     initiatingFor = []

@@ -50,7 +50,7 @@ extension LEHost {
         commandExpectingSuccess(.leSetRandomAddress(rpa)) { [self] e in
             if e == nil {
                 currentPrivateAddress = rpa
-                log("private address now \(rpa)")
+                loggers.gap.debug("new resolvable private address", metadata: ["address": "\(rpa)"])
             }
             // Advertising parameters carry the own address type: set them again.
             if let want = wantsAdvertising { startAdvertising(want) }

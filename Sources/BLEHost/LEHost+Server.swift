@@ -29,7 +29,7 @@ extension LEHost {
             try gattServer.removeService(record.range)
             perform(gattServer.serviceChanged(record.range))
         } catch {
-            log("could not remove the service at 0x\(String(startHandle, radix: 16)): \(error)")
+            loggers.att.warning("could not remove a service", metadata: ["handle": "0x\(String(startHandle, radix: 16))", "error": "\(error)"])
         }
     }
 

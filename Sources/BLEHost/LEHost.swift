@@ -21,6 +21,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let loop: EventLoop
     public let transport: any HCITransport
     public let name: String
+    /// Where the host's diagnostics go: one swift-log logger per layer (see `HostLoggers`). Made with the
+    /// host from the backend `LoggingSystem` has then; replace them before powering on to send them elsewhere.
+    public var loggers: HostLoggers
 
     public private(set) var powerState: HostPowerState = .off
     /// The operating system refused this process the controller (EPERM/EACCES when opening it: a missing
@@ -146,6 +149,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         self.transport = transport
         self.loop = loop
         self.name = name
+        self.loggers = HostLoggers(hostName: name)
         self.gattServer = GATTServer(database: database)
     }
 
@@ -189,8 +193,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         do {
             try transport.open(sink: self)
             controllerAccessDenied = false
+            loggers.transport.debug("opened", metadata: ["transport": "\(transport.name)"])
         } catch {
-            log("cannot open \(transport.name): \(error)")
+            loggers.transport.warning("cannot open the controller", metadata: ["transport": "\(transport.name)", "error": "\(error)"])
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
             if case TransportError.permissionDenied = error { controllerAccessDenied = true }
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
@@ -263,6 +268,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                                         leFeatures = f.features
                                     }
                                     hadController = true
+                                    loggers.hci.info("controller ready", metadata: ["address": "\(localAddress)", "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)"])
                                     openBondStoreIfNeeded()
                                     setPowerState(.on)
                                     if privacyInterval != nil { rotatePrivateAddress() }
@@ -292,7 +298,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         case let .success(.status(s)): why = "\(s)"
         case .success: why = "unexpected answer during start-up"
         }
-        log("controller start-up failed: \(why)")
+        loggers.hci.warning("controller start-up failed", metadata: ["error": "\(why)"])
         transport.close()
         controllerLost(error: nil, finalState: hadController ? .off : .unsupported(why))
         // A controller that did not answer in time (busy, still booting) is tried again.
@@ -342,7 +348,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public func transportDidClose(error: (any Error)?) {
         loop.execute { [self] in
             guard powerState != .off else { return }
-            log("controller lost: \(error.map { "\($0)" } ?? "closed")")
+            loggers.transport.warning("controller lost", metadata: ["transport": "\(transport.name)", "error": "\(error.map { "\($0)" } ?? "closed")"])
             controllerLost(error: error, finalState: .off)
             scheduleReconnect()
         }
@@ -350,42 +356,22 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
 
     func handle(_ packet: HCIPacket) {
         guard powerState != .off else { return }
+        if loggers.hciTraces { loggers.hci.trace("packet in", metadata: packet.logMetadata) }
         switch packet.type {
         case .event:
             do {
                 handle(event: try HCIEvent.decode(packet))
             } catch {
-                log("dropping malformed event \(packet.bytes.hexString): \(error)")
+                loggers.hci.notice("dropping a malformed event", metadata: ["packet": "\(packet.bytes.hexString)", "error": "\(error)"])
             }
         case .acl:
             do {
                 handle(acl: try ACLPacket.decode(packet))
             } catch {
-                log("dropping malformed ACL packet: \(error)")
+                loggers.hci.notice("dropping a malformed ACL packet", metadata: ["error": "\(error)"])
             }
         default:
-            log("ignoring \(packet.type) packet from the controller")
+            loggers.hci.notice("ignoring a packet of this type from the controller", metadata: ["type": "\(packet.type)"])
         }
     }
-
-    func log(_ message: @autoclosure () -> String) {
-        if HostLog.enabled { HostLog.write("[\(name)] \(message())") }
-    }
 }
-
-/// Minimal diagnostics switch: `BLE_LOG=1` prints host diagnostics to standard error.
-public enum HostLog {
-    public nonisolated(unsafe) static var enabled: Bool = {
-        if let v = getenv("BLE_LOG") { return String(cString: v) != "0" }
-        return false
-    }()
-
-    public static func write(_ s: String) {
-        let line = Array((s + "\n").utf8)
-        line.withUnsafeBytes { _ = Glibc.write(2, $0.baseAddress, $0.count) }
-    }
-}
-
-#if canImport(Glibc)
-import Glibc
-#endif

@@ -183,6 +183,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): an advertising report, delivered as `centralManager(_:didDiscover:advertisementData:rssi:)`.
     public func host(_ host: LEHost, didReceive report: AdvertisingReport) {
         guard var s = scan else { return }
         guard let decision = s.accept(report) else { scan = s; return }
@@ -364,6 +365,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a link is up; `centralManager(_:didConnect:)` follows once the MTU and services are known.
     public func host(_ host: LEHost, didConnect connection: HostConnection) {
         _ = claim(connection)
     }
@@ -417,6 +419,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a connection failed, delivered as `centralManager(_:didFailToConnect:error:)`.
     public func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {
         guard let p = connectingPeripherals.removeValue(forKey: address) else { return }
         if cancelledConnects.remove(address) != nil {
@@ -435,6 +438,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a link is down, delivered as `centralManager(_:didDisconnectPeripheral:error:)`.
     public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
         guard let p = connection.context as? CBPeripheral, p.manager === self, p.connection === connection else { return }
         let local = p.localCancel
@@ -470,14 +474,17 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a notification or indication, delivered as `peripheral(_:didUpdateValueFor:error:)`.
     public func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
         (connection.context as? CBPeripheral)?.received(value: value, handle: handle)
     }
 
+    /// Host plumbing (Linux addition, not for apps): room for writes without response, delivered as `peripheralIsReady(toSendWriteWithoutResponse:)`.
     public func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
         (connection.context as? CBPeripheral)?.readyToSendWriteWithoutResponse()
     }
 
+    /// Host plumbing (Linux addition, not for apps): the ATT MTU of a link changed.
     public func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
         // Handed over in order with the other link events, so didConnect's value is never overwritten by an
         // older one.

@@ -4,8 +4,10 @@
 // the next start). In `running`, every engine call and every action happens on `loop`.
 import DNSSD
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
+import StackLog
 
 final class MDNSCore: @unchecked Sendable {
     enum State {
@@ -42,7 +44,7 @@ final class MDNSCore: @unchecked Sendable {
         self.interfaces = interfaces
         self.ipv4 = ipv4
         self.ipv6 = ipv6
-        self.log = log ?? { line in FileHandle.standardError.write(Data(("[mdns] " + line + "\n").utf8)) }
+        self.log = log ?? { line in Logger(.mdns).notice("\(line)") }
     }
 
     // MARK: Life cycle

@@ -126,7 +126,8 @@ public final class MDNSService: Sendable {
     ///   - ipv4: join 224.0.0.251.
     ///   - ipv6: join ff02::fb.
     ///   - hostName: our host name; default `<uuid>.local.`.
-    ///   - log: where diagnostic lines go (malformed packets, socket errors); default standard error.
+    ///   - log: where diagnostic lines go (malformed packets, name conflicts, socket errors); by default swift-log,
+    ///     label `opencorebluetooth.mdns`, level `notice`.
     public init(interfaces: [String]? = nil, ipv4: Bool = true, ipv6: Bool = true, hostName: String? = nil,
                 log: (@Sendable (String) -> Void)? = nil) {
         self.core = MDNSCore(interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, hostName: hostName, log: log)
@@ -136,8 +137,13 @@ public final class MDNSService: Sendable {
     public var hostName: String { core.hostNameString }
 
     /// Advertises `instanceName._foo._tcp.local.` on `port` with `txt`.
-    /// - Parameter serviceType: `"_foo._tcp"` or `"_foo._udp"` (a trailing `.local.` is accepted).
     /// Events arrive on the service's thread; the first is `.registered`, `.renamed` or `.failed`.
+    /// - Parameters:
+    ///   - serviceType: `"_foo._tcp"` or `"_foo._udp"` (a trailing `.local.` is accepted).
+    ///   - instanceName: the name to claim; a conflict renames it (`.renamed`).
+    ///   - port: the service's port.
+    ///   - txt: the TXT record's keys and values.
+    ///   - onEvent: called with each registration event.
     public func register(serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
                          onEvent: @escaping @Sendable (RegistrationEvent) -> Void) -> MDNSRegistration {
         core.register(serviceType: serviceType, instanceName: instanceName, port: port, txt: txt, onEvent: onEvent)

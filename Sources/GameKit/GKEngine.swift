@@ -1,7 +1,9 @@
 // What a GKSession keeps about peers, mapped from Multipeer events: found peers (available/unavailable),
 // connection requests waiting for accept/deny, connections in progress, and the data handler.
 import Foundation
+import Logging
 import MultipeerConnectivity
+import StackLog
 
 final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDelegate, MCNearbyServiceBrowserDelegate, @unchecked Sendable {
     let serviceType: String
@@ -110,6 +112,7 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
     private func changed(_ p: MCPeerID, _ state: GKPeerConnectionState) {
         guard let s = owner else { return }
         let id = String(p.token)
+        Logger(.gameKit).debug("peer state changed", metadata: ["session": "\(serviceType)", "peer": "\(id)", "state": "\(state)"])
         let obs = Unchecked(observers)
         s.delegateQueue.async {
             s.delegate?.session(s, peer: id, didChange: state)
@@ -165,6 +168,7 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
                 changed(peerID, .disconnected)
             } else if wasConnecting {
                 let id = String(peerID.token)
+                Logger(.gameKit).debug("connection failed", metadata: ["session": "\(serviceType)", "peer": "\(id)"])
                 s.delegateQueue.async { s.delegate?.session(s, connectionWithPeerFailed: id, withError: GKSessionError(.connectionFailed)) }
             }
         @unknown default:

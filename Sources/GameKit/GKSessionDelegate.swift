@@ -22,5 +22,6 @@ public extension GKSessionDelegate {
 
 /// What `setDataReceiveHandler(_:withContext:)` calls for each message, on the main queue.
 public protocol GKSessionDataReceiveHandler: AnyObject {
+    /// One message from `peer`, with the context pointer given to `setDataReceiveHandler(_:withContext:)` passed through untouched.
     func receiveData(_ data: Data, fromPeer peer: String, inSession session: GKSession, context: UnsafeMutableRawPointer?)
 }

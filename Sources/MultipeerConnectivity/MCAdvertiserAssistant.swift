@@ -35,6 +35,7 @@ open class MCAdvertiserAssistant: NSObject, MCNearbyServiceAdvertiserDelegate, @
     open func start() { advertiser.startAdvertisingPeer() }
     open func stop() { advertiser.stopAdvertisingPeer() }
 
+    /// Advertiser plumbing (Linux addition, not for apps): an invitation, answered through `invitationPresenter`.
     public func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
                            invitationHandler: @escaping (Bool, MCSession?) -> Void) {
         delegate?.advertiserAssistantWillPresentInvitation(self)

@@ -37,6 +37,7 @@ public let kMCSessionMaximumNumberOfPeers: Int = 8
 /// digits and hyphens, at least one letter, no hyphen first, last or twice in a row. iOS raises an
 /// exception for anything else; so do we (a trap with the reason), after `MCServiceType.isValid`.
 public enum MCServiceType {
+    /// Whether `type` is a valid service type (1–15 characters: lowercase ASCII letters, digits and hyphens, not starting or ending with a hyphen, no two hyphens in a row). Linux addition: check first, since an invalid one traps as iOS raises an exception.
     public static func isValid(_ type: String) -> Bool { validationFailure(type) == nil }
 
     static func validationFailure(_ type: String) -> String? {
