@@ -45,7 +45,13 @@ let package = Package(
         .target(name: "BLEHost", dependencies: [
             "BLEWire", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLECrypto", "BLETransport", "BLETransportLinux", "BLEVirtualRadio",
         ]),
-        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams"]),
+        .target(name: "CoreBluetooth", dependencies: ["BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams", "CoreBluetoothSubmodules"]),
+        // `import CoreBluetooth.CBPeripheral` and the like (issue 21): a Clang module map named after each Swift
+        // framework module, one submodule per Apple header; importing a submodule loads the Swift module as its
+        // overlay. The same for MultipeerConnectivity and GameKit.
+        .target(name: "CoreBluetoothSubmodules"),
+        .target(name: "MultipeerConnectivitySubmodules"),
+        .target(name: "GameKitSubmodules"),
         .executableTarget(name: "ble", dependencies: [
             "CoreBluetooth", "MultipeerConnectivity", "GameKit", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLESMP", "BLEWire",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -71,11 +77,19 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
-        .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams"]),
-        .target(name: "GameKit", dependencies: ["MultipeerConnectivity"]),
+        .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams", "MultipeerConnectivitySubmodules"]),
+        .target(name: "GameKit", dependencies: ["MultipeerConnectivity", "GameKitSubmodules"]),
+        // examples/gamekit-photo: the seed's GameKit view controller from Apple's Swift declarations (Swift 5 mode,
+        // as apps are); in no product; GameKitTests runs two of it in two network namespaces.
+        .executableTarget(name: "GameKitPhotoExample", dependencies: ["GameKit"], path: "examples/gamekit-photo",
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
         // Tests/TestSupport: what several test targets share (waiting without Task.sleep; see Pause.swift).
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
+        .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity", "GameKitPhotoExample"]),
+        // Code written only from Apple's declarations (api-audit rows, the seeds' view controllers): a renamed or
+        // missing symbol fails the build. Swift 5 mode, as most apps are.
+        .testTarget(name: "SourceCompatTests", dependencies: ["CoreBluetooth", "MultipeerConnectivity", "GameKit"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),
         .testTarget(name: "MultipeerConnectivityTests", dependencies: [
             "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",

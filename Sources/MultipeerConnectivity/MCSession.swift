@@ -29,6 +29,12 @@ open class MCSession: NSObject, @unchecked Sendable {
     var peers: [UInt64: PeerConnection] = [:]
     /// Our invitations in flight: the link once connected (nil while connecting).
     var pendingInvites: [UInt64: PeerLink?] = [:]
+    /// Mutual invitations (MCSession+Invitations.swift): peers whose invitation our app accepted and that we
+    /// are admitting; peers whose connection (through their invitation) moves to our own invitation's link,
+    /// `.connected` already reported; and our mesh from before we took an inviter's while ours was pending.
+    var accepting: Set<UInt64> = []
+    var movingToOurInvitation: Set<UInt64> = []
+    var meshBeforeAccepting: [UInt64: UInt64] = [:]
     /// Peers the app asked to connect with custom discovery data (they may connect to us).
     var expectedPeers: Set<UInt64> = []
     /// Joins from peers we did not expect (yet): held briefly for `connectPeer`.
