@@ -8,17 +8,12 @@ public enum MCSessionSendDataMode: Int, Sendable {
     case unreliable = 1
 }
 
-public enum MCSessionState: Int, Sendable, CustomStringConvertible {
+/// No CustomStringConvertible of ours (Apple's has none, and apps add their own): interpolation prints the
+/// case name.
+public enum MCSessionState: Int, Sendable {
     case notConnected = 0
     case connecting = 1
     case connected = 2
-    public var description: String {
-        switch self {
-        case .notConnected: return "notConnected"
-        case .connecting: return "connecting"
-        case .connected: return "connected"
-        }
-    }
 }
 
 public enum MCEncryptionPreference: Int, Sendable {

@@ -213,6 +213,14 @@ extension MCSession {
             return link.close()
         }
         admit(link, peer: peer) { [self] ok in
+            guard link.isOpen else {
+                // The inviter gave up (withdrew, timed out) before our app answered.
+                let otherwise = lock.withLock { () -> Bool in
+                    accepting.remove(peer.token)
+                    return peers[peer.token] != nil || pendingInvites[peer.token] != nil
+                }
+                return otherwise ? () : notify(peer, .notConnected)
+            }
             guard ok, let c = adopt(link, peer: peer, memberPort: port, bluetooth: bluetooth) else {
                 link.send(.inviteReply(id: inviteID, accepted: false))
                 link.close()

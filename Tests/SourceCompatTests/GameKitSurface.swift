@@ -135,3 +135,8 @@ enum GameKitSurface {
     ]
     static let domain: String = GKSessionErrorDomain + GKSessionError.errorDomain                            // 56, 58
 }
+
+// The same pattern for GameKit's states.
+extension GKPeerConnectionState: CustomStringConvertible {
+    public var description: String { "GKPeerConnectionState(\(rawValue))" }
+}

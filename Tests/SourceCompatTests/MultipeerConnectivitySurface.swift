@@ -183,3 +183,15 @@ enum MultipeerSurface {
         }
     }
 }
+
+// A common tutorial pattern: the app gives the state its own description (the package adds none to clash).
+extension MCSessionState: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .notConnected: return "Not Connected"
+        case .connecting: return "Connecting"
+        case .connected: return "Connected"
+        @unknown default: return "Unknown"
+        }
+    }
+}
