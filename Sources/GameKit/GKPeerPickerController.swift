@@ -6,7 +6,7 @@
 // and Apple's Swift `GKPeerPickerConnectionType` is an enumeration whose mask can only name one (`.nearby`).
 import Foundation
 
-public protocol GKPeerPickerControllerDelegate: AnyObject {
+public protocol GKPeerPickerControllerDelegate: NSObjectProtocol {
     func peerPickerController(_ picker: GKPeerPickerController, didSelect type: GKPeerPickerConnectionType)
     /// Return a session in .peer mode; without this method the picker makes its own.
     func peerPickerController(_ picker: GKPeerPickerController, sessionFor type: GKPeerPickerConnectionType) -> GKSession

@@ -7,7 +7,7 @@ import PeerSession
 import PeerTransport
 import PeerBluetooth
 
-public protocol MCNearbyServiceAdvertiserDelegate: AnyObject {
+public protocol MCNearbyServiceAdvertiserDelegate: NSObjectProtocol {
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
                     invitationHandler: @escaping (Bool, MCSession?) -> Void)
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didNotStartAdvertisingPeer error: any Error)

@@ -7,7 +7,7 @@ import PeerTransport
 import PeerSession
 import PeerBluetooth
 
-public protocol MCNearbyServiceBrowserDelegate: AnyObject {
+public protocol MCNearbyServiceBrowserDelegate: NSObjectProtocol {
     func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?)
     func browser(_ browser: MCNearbyServiceBrowser, lostPeer peerID: MCPeerID)
     func browser(_ browser: MCNearbyServiceBrowser, didNotStartBrowsingForPeers error: any Error)

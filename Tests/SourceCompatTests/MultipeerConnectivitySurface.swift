@@ -195,3 +195,12 @@ extension MCSessionState: CustomStringConvertible {
         }
     }
 }
+
+/// Row 10: a subclass's designated initializer calls Apple's designated initializer.
+final class AppSession: MCSession, @unchecked Sendable {   // restated: this package's MCSession is Sendable
+    let tag: String
+    init(tag: String, peer: MCPeerID) {
+        self.tag = tag
+        super.init(peer: peer, securityIdentity: nil, encryptionPreference: .optional)
+    }
+}

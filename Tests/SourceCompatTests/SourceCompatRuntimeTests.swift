@@ -49,6 +49,11 @@ import CoreBluetooth
         let delegate = AppSessionDelegate()
         let session = MultipeerSurface.session(me, delegate: delegate)
         #expect(session.delegate === delegate && session.connectedPeers.isEmpty)
+        let sub = AppSession(tag: "t", peer: me)
+        #expect(sub.encryptionPreference == .optional && sub.myPeerID == me && sub.tag == "t")
+        // The delegate protocols refine NSObjectProtocol, as Apple's do.
+        let existential: MCSessionDelegate? = session.delegate
+        #expect(existential?.isEqual(delegate) == true)
         // Row 21: the async form gives what the completion handler gives.
         let other = MCPeerID(displayName: "other")
         let data = try await MultipeerSurface.connectionData(session, for: other)
