@@ -64,9 +64,18 @@ let package = Package(
         // Apple-API façades: Apple's Swift names and semantics, delegates on the queue given.
         .target(name: "CoreBluetooth", dependencies: [
             "BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams", "StackLog", logging,
+            "CoreBluetoothSubmodules",
         ]),
-        .target(name: "MultipeerConnectivity", dependencies: ["PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams"]),
-        .target(name: "GameKit", dependencies: ["MultipeerConnectivity", "StackLog", logging]),
+        .target(name: "MultipeerConnectivity", dependencies: [
+            "PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams", "MultipeerConnectivitySubmodules",
+        ]),
+        .target(name: "GameKit", dependencies: ["MultipeerConnectivity", "StackLog", logging, "GameKitSubmodules"]),
+        // `import CoreBluetooth.CBPeripheral` and the like (issue 21): a Clang module map named after each Swift
+        // framework module, one submodule per Apple header; importing a submodule loads the Swift module as its
+        // overlay. The same for MultipeerConnectivity and GameKit.
+        .target(name: "CoreBluetoothSubmodules"),
+        .target(name: "MultipeerConnectivitySubmodules"),
+        .target(name: "GameKitSubmodules"),
 
         // Peer-to-peer: the pure mDNS/DNS-SD engine and session protocol, and their NIO and Bluetooth edges.
         .target(name: "DNSSD"),
@@ -105,6 +114,10 @@ let package = Package(
         ]),
         .executableTarget(name: "dnssd-tool", dependencies: ["DNSSDNIO", "DNSSD"]),
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", crypto], path: "examples/firmware-update", exclude: ["README.md"]),
+        // examples/gamekit-photo: the seed's GameKit view controller from Apple's Swift declarations (Swift 5 mode,
+        // as apps are); in no product; GameKitTests runs two of it in two network namespaces.
+        .executableTarget(name: "GameKitPhotoExample", dependencies: ["GameKit"], path: "examples/gamekit-photo",
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
 
         // Tests, mirroring the layers (Tests/TestSupport: what several test targets share, e.g. waiting without Task.sleep).
         .target(name: "TestSupport", path: "Tests/TestSupport"),
@@ -126,7 +139,11 @@ let package = Package(
         .testTarget(name: "MultipeerConnectivityTests", dependencies: [
             "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",
         ]),
-        .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity"]),
+        .testTarget(name: "GameKitTests", dependencies: ["GameKit", "MultipeerConnectivity", "GameKitPhotoExample"]),
+        // Code written only from Apple's declarations (api-audit rows, the seeds' view controllers): a renamed or
+        // missing symbol fails the build. Swift 5 mode, as most apps are.
+        .testTarget(name: "SourceCompatTests", dependencies: ["CoreBluetooth", "MultipeerConnectivity", "GameKit"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD"]),
         .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD", "dnssd-tool"]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),

@@ -6,7 +6,7 @@
 // the seed's handler compiles with only its `@objc` removed and the conformance added. A closure form exists too.
 import Foundation
 
-public protocol GKSessionDelegate: AnyObject {
+public protocol GKSessionDelegate: NSObjectProtocol {
     func session(_ session: GKSession, peer peerID: String, didChange state: GKPeerConnectionState)
     func session(_ session: GKSession, didReceiveConnectionRequestFromPeer peerID: String)
     func session(_ session: GKSession, connectionWithPeerFailed peerID: String, withError error: any Error)

@@ -4,7 +4,7 @@
 // around each decision, as on iOS.
 import Foundation
 
-public protocol MCAdvertiserAssistantDelegate: AnyObject {
+public protocol MCAdvertiserAssistantDelegate: NSObjectProtocol {
     func advertiserAssistantWillPresentInvitation(_ advertiserAssistant: MCAdvertiserAssistant)
     func advertiserAssistantDidDismissInvitation(_ advertiserAssistant: MCAdvertiserAssistant)
 }

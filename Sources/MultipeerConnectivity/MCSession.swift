@@ -29,6 +29,12 @@ open class MCSession: NSObject, @unchecked Sendable {
     var peers: [UInt64: PeerConnection] = [:]
     /// Our invitations in flight: the link once connected (nil while connecting).
     var pendingInvites: [UInt64: PeerLink?] = [:]
+    /// Mutual invitations (MCSession+Invitations.swift): peers whose invitation our app accepted and that we
+    /// are admitting; peers whose connection (through their invitation) moves to our own invitation's link,
+    /// `.connected` already reported; and our mesh from before we took an inviter's while ours was pending.
+    var accepting: Set<UInt64> = []
+    var movingToOurInvitation: Set<UInt64> = []
+    var meshBeforeAccepting: [UInt64: UInt64] = [:]
     /// Peers the app asked to connect with custom discovery data (they may connect to us).
     var expectedPeers: Set<UInt64> = []
     /// Joins from peers we did not expect (yet): held briefly for `connectPeer`.
@@ -58,8 +64,19 @@ open class MCSession: NSObject, @unchecked Sendable {
         self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .required)
     }
 
-    public convenience init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
-        self.init(peer: myPeerID, securityIdentity: identity, encryptionPreference: encryptionPreference, transports: .default)
+    /// Apple's designated initializer (a subclass's init may call it); the transports are `MCTransports.default`.
+    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        let setup = Setup(peer: myPeerID, identity: identity, encryptionPreference: encryptionPreference)
+        self.myPeerID = myPeerID
+        self.transports = .default
+        self.securityIdentity = identity
+        self.encryptionPreference = encryptionPreference
+        self.delegateQueue = setup.queue
+        self.delegateCalls = DelegateCalls(queue: setup.queue)
+        self.mesh = setup.mesh
+        self.tls = setup.tls
+        super.init()
+        openTransports()
     }
 
     /// `identity`: on Linux a `PeerTLSIdentity` as its first element (Apple's SecIdentity does not exist
@@ -67,21 +84,38 @@ open class MCSession: NSObject, @unchecked Sendable {
     /// reached.
     public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
                 transports: MCTransports) {
+        let setup = Setup(peer: myPeerID, identity: identity, encryptionPreference: encryptionPreference)
         self.myPeerID = myPeerID
         self.transports = transports
         self.securityIdentity = identity
         self.encryptionPreference = encryptionPreference
-        self.delegateQueue = DispatchQueue(label: "MCSession \(myPeerID.displayName)")
-        self.delegateCalls = DelegateCalls(queue: delegateQueue)
-        var m: UInt64 = 0
-        while m == 0 { m = UInt64.random(in: 1...UInt64.max) }
-        self.mesh = m
-        if let given = identity?.first as? PeerTLSIdentity {
-            tls = given
-        } else {
-            tls = encryptionPreference == .none ? nil : TLSIdentities.identity(for: myPeerID)
-        }
+        self.delegateQueue = setup.queue
+        self.delegateCalls = DelegateCalls(queue: setup.queue)
+        self.mesh = setup.mesh
+        self.tls = setup.tls
         super.init()
+        openTransports()
+    }
+
+    /// What both designated initializers compute.
+    private struct Setup {
+        let queue: DispatchQueue
+        let mesh: UInt64
+        let tls: PeerTLSIdentity?
+        init(peer: MCPeerID, identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+            queue = DispatchQueue(label: "MCSession \(peer.displayName)")
+            var m: UInt64 = 0
+            while m == 0 { m = UInt64.random(in: 1...UInt64.max) }
+            mesh = m
+            if let given = identity?.first as? PeerTLSIdentity {
+                tls = given
+            } else {
+                tls = encryptionPreference == .none ? nil : TLSIdentities.identity(for: peer)
+            }
+        }
+    }
+
+    private func openTransports() {
         if transports.contains(.network) { openListener() } else { startKeepAlive() }
         if transports.contains(.bluetooth) { openBluetoothListener() }
     }
