@@ -46,6 +46,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     private var storedAutoReconnect = false
     /// The peer's Service Changed value handle, once found.
     package var serviceChangedHandle: UInt16 = 0
+    /// This peripheral's place among the users of its link (SharedLink).
+    package var linkUserID: UInt64 = 0
     /// Async listeners of notifications and indications.
     let valueListeners = ValueListeners()
     /// Notifications and indications waiting for the delegate queue.
@@ -55,6 +57,16 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         self.manager = manager
         self.storedDeviceAddress = address
         super.init(identifier: identifier)
+    }
+
+    /// Releasing a peripheral cancels its connection, pending or made (CBCentralManager.h: "Pending attempts
+    /// are cancelled automatically upon deallocation of peripheral"; iOS disconnects a connected one too,
+    /// with the same warning), unless another manager's peripheral still uses the link.
+    deinit {
+        let s = lock.withLock { storedState }
+        guard s != .disconnected, let m = manager else { return }
+        CBLog.misuse("Cancelling connection for unused peripheral <CBPeripheral: identifier = \(identifier.uuidString), state = \(s)>, Did you forget to keep a reference to it?")
+        m.peripheralReleased()
     }
 
     /// A new connect (or a cancel) supersedes the previous attempt; returns the new attempt's number.
