@@ -59,9 +59,13 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         super.init(identifier: identifier)
     }
 
-    /// Releasing a peripheral cancels its connection, pending or made (CBCentralManager.h: "Pending attempts
-    /// are cancelled automatically upon deallocation of peripheral"; iOS disconnects a connected one too,
-    /// with the same warning), unless another manager's peripheral still uses the link.
+    /// Releasing a peripheral cancels its connection, pending or made, unless another manager's peripheral
+    /// still uses the link. CBCentralManager.h says "Pending attempts are cancelled automatically upon
+    /// deallocation of peripheral", and Apple's page for connect(_:options:) "Deallocating peripheral also
+    /// implicitly calls cancelPeripheralConnection(_:)", which disconnects a connected one: iOS logs this
+    /// warning, then bluetoothd disconnects the device (device logs show "Disconnecting device" right after
+    /// it, for peripherals apps forgot to keep after didConnect). This stack then calls no delegate method
+    /// for it: the app no longer has the object it would name.
     deinit {
         let s = lock.withLock { storedState }
         guard s != .disconnected, let m = manager else { return }

@@ -168,6 +168,45 @@ final class LinkUser: NSObject, CBPeripheralDelegate, @unchecked Sendable {
         #expect(one.queue.sync { one.disconnected[1].1 != nil } && two.queue.sync { two.disconnected[0].1 != nil })
     }
 
+    /// A manager that goes away lets go of its share only: the other keeps the link (and its values); when
+    /// the other's peripheral is released too, the link drops.
+    @Test func aReleasedManagerLetsGoOfItsShareOnly() async throws {
+        let air = TestAir()
+        let per = try await NotifyingPeripheral.start(air, name: "KEPT")
+        let host = try air.host("phone")
+        var one: RecordingCentral? = RecordingCentral()
+        let two = RecordingCentral()
+        try await one!.start(on: host)
+        try await two.start(on: host)
+        weak var weakP2: CBPeripheral?
+        let u2 = LinkUser()
+        do {
+            let p1 = try #require(try await one!.find(["KEPT"]).first)
+            let p2 = try #require(try await two.find(["KEPT"]).first)
+            one!.queue.sync { one!.manager.connect(p1) }
+            two.queue.sync { two.manager.connect(p2) }
+            try await waitUntil("both connected") { one!.queue.sync { one!.connected.count } == 1 && two.queue.sync { two.connected.count } == 1 }
+            #expect(centralLinks(host) == 1)
+            two.queue.sync { p2.delegate = u2; p2.discoverServices(nil) }
+            try await waitUntil("discovered") { two.queue.sync { u2.notifying != nil } }
+            two.queue.sync { p2.setNotifyValue(true, for: u2.notifying!) }
+            try await waitUntil("subscribed") { per.queue.sync { per.subscribed } == 1 }
+            weakP2 = p2
+            // The first manager goes away (its peripheral object outlives it).
+            one!.queue.sync { one!.manager = nil }
+            one = nil
+            try await pause(nanoseconds: 300_000_000)
+            #expect(centralLinks(host) == 1)
+            #expect(p2.state == .connected && two.queue.sync { two.disconnected.isEmpty })
+            per.send(9)
+            try await waitUntil("value") { two.queue.sync { u2.values } == [Data([9])] }
+            _ = p1
+        }
+        two.queue.sync { two.byName.removeAll() }
+        try await waitUntil("released") { weakP2 == nil }
+        try await waitUntil("link dropped") { centralLinks(host) == 0 }
+    }
+
     /// Releasing a peripheral whose connection is pending cancels it (CBCentralManager.h: "Pending attempts
     /// are cancelled automatically upon deallocation of peripheral"); releasing a connected one drops its
     /// link, as iOS does (both with its "API MISUSE: Cancelling connection for unused peripheral").
