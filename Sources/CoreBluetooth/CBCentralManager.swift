@@ -435,7 +435,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let address = connection.peerAddress
         let asked = connectingPeripherals.removeValue(forKey: address)?.value
         guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else { return .notMine }
-        if cancelledConnects.remove(address) != nil || p.state != .connecting { return .cancelled(p) }
+        // Cancelled on the loop, or by the app before the loop heard of it (the state changes at the call). An
+        // automatic reconnection may still read `.connected` here: its `.connecting` is set on the delegate
+        // queue, with the didDisconnect before it.
+        if cancelledConnects.remove(address) != nil || p.state == .disconnected || p.state == .disconnecting { return .cancelled(p) }
         attach(p, to: connection)
         return .claimed
     }
