@@ -341,12 +341,14 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         host.loop.execute { [self] in
             let start = { [self] in
                 guard peripheral.isCurrentConnectAttempt(attempt), peripheral.state == .connecting else { return }
-                if let link = hub?.centralLink(to: peripheral.deviceAddress) {
+                let link = hub?.centralLink(to: peripheral.deviceAddress)
+                if let link, !SharedLink.of(link).isClosing {
                     // Another manager's link to this device: share it.
                     return attach(peripheral, to: link)
                 }
                 connectingPeripherals[peripheral.deviceAddress] = WeakPeripheral(peripheral)
-                host.connect(to: peripheral.deviceAddress)
+                // A link closing as its last user let go: connected anew once it is gone (HostHub).
+                if link == nil { host.connect(to: peripheral.deviceAddress) }
             }
             if delay > 0 { host.loop.schedule(after: .seconds(delay), start) } else { start() }
         }
@@ -371,7 +373,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
                     announceDisconnect(peripheral, error: nil)
                 } else {
                     peripheral.localCancel = true
-                    c.disconnect()
+                    SharedLink.close(c)
                 }
             } else if connectingPeripherals[address]?.value === peripheral {
                 if hub?.isConnecting(to: address, besides: self) == true {
@@ -411,7 +413,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             }
         }
         for c in host.connections.values where c.role == .central {
-            if let link = SharedLink.existing(c), link.sweep() { c.disconnect() }
+            if let link = SharedLink.existing(c), link.sweep() { SharedLink.close(c) }
         }
     }
 
@@ -450,7 +452,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         p.connection = connection
         p.announcedConnected = false
         p.localCancel = true
-        connection.disconnect()
+        SharedLink.close(connection)
     }
 
     /// A link this manager cancelled while it was being made, which another manager keeps: this one only

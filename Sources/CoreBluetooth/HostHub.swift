@@ -52,7 +52,7 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
         centralsSnapshot.withLock { $0 = centralManagers }
         // The links of a manager that is gone are let go of (the others' stay).
         for c in (host?.connections ?? [:]).values where c.role == .central {
-            if let link = SharedLink.existing(c), link.sweep() { c.disconnect() }
+            if let link = SharedLink.existing(c), link.sweep() { SharedLink.close(c) }
         }
         let live = Set(centrals.map(ObjectIdentifier.init))
         scanners.formIntersection(live)
@@ -108,7 +108,7 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
             for (c, p) in cancelled { c.closeCancelled(p, on: connection) }
         } else {
             // Asked for by a manager or a peripheral that is gone since.
-            connection.disconnect()
+            SharedLink.close(connection)
         }
     }
 
@@ -121,6 +121,9 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
             for p in peripherals { p.host(host, didDisconnect: connection, reason: reason) }
         } else {
             for c in centrals { c.host(host, didDisconnect: connection, reason: reason) }
+            // A connect made while the link was closing waited for it to go: it starts now.
+            let address = connection.peerAddress
+            if centrals.contains(where: { $0.isConnecting(to: address) }) { host.connect(to: address) }
         }
     }
 

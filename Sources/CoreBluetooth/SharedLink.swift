@@ -35,6 +35,8 @@ final class SharedLink {
     private var subscriptions: [UInt16: Subscription] = [:]
     private var watchingServiceChanged = false
     private(set) var serviceChangedHandle: UInt16 = 0
+    /// The last user let go and the link is being closed: a new connect waits for it to close, then connects anew.
+    private(set) var isClosing = false
     /// The primary services found when the link was set up (nil until then).
     var systemServices: Set<CBUUID>?
 
@@ -63,6 +65,12 @@ final class SharedLink {
         p.linkUserID = nextUserID
         p.serviceChangedHandle = serviceChangedHandle
         users.append(User(peripheral: p, id: nextUserID))
+    }
+
+    /// Closes the link, which nobody uses any more.
+    static func close(_ c: HostConnection) {
+        of(c).isClosing = true
+        c.disconnect()
     }
 
     /// Whether a user other than `p` still holds the link.

@@ -168,6 +168,32 @@ final class LinkUser: NSObject, CBPeripheralDelegate, @unchecked Sendable {
         #expect(one.queue.sync { one.disconnected[1].1 != nil } && two.queue.sync { two.disconnected[0].1 != nil })
     }
 
+    /// A connect that arrives while the last user's cancel is closing the link waits for the link to go,
+    /// then connects anew: it never joins a link that is going away.
+    @Test func aConnectDuringTheLastCancelGetsANewLink() async throws {
+        let air = TestAir()
+        let per = try await NotifyingPeripheral.start(air, name: "AGAIN")
+        let host = try air.host("phone")
+        let one = RecordingCentral(), two = RecordingCentral()
+        try await one.start(on: host)
+        try await two.start(on: host)
+        let p1 = try #require(try await one.find(["AGAIN"]).first)
+        let p2 = try #require(try await two.find(["AGAIN"]).first)
+        one.queue.sync { one.manager.connect(p1) }
+        try await waitUntil("first connected") { one.queue.sync { one.connected.count } == 1 }
+        let firstLink = host.loop.sync { host.connections.values.first { $0.role == .central }?.handle }
+        // Both calls reach the host loop before the controller has closed the link.
+        one.queue.sync { one.manager.cancelPeripheralConnection(p1) }
+        two.queue.sync { two.manager.connect(p2) }
+        try await waitUntil("second connected") { two.queue.sync { two.connected.count } == 1 || !two.queue.sync { two.failed.isEmpty } }
+        #expect(two.queue.sync { two.failed.isEmpty })
+        #expect(one.queue.sync { one.disconnected.count } == 1)
+        let secondLink = host.loop.sync { host.connections.values.first { $0.role == .central }?.handle }
+        #expect(secondLink != nil && secondLink != firstLink)
+        #expect(p2.state == .connected && p1.state == .disconnected)
+        _ = per
+    }
+
     /// A manager that goes away lets go of its share only: the other keeps the link (and its values); when
     /// the other's peripheral is released too, the link drops.
     @Test func aReleasedManagerLetsGoOfItsShareOnly() async throws {
