@@ -396,6 +396,16 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         connectingPeripherals[address]?.value != nil && !cancelledConnects.contains(address)
     }
 
+    /// Loop: the connects that waited for `connection` (closing when they were made) start.
+    func resumeConnects(afterClosing connection: HostConnection) {
+        guard let host = leHost else { return }
+        for (address, w) in connectingPeripherals where w.value != nil && !cancelledConnects.contains(address) {
+            if address == connection.peerAddress || host.identity(of: address) == connection.identityAddress {
+                host.connect(to: address)
+            }
+        }
+    }
+
     /// A peripheral of this manager was released (any thread): its pending connection is cancelled and its
     /// link let go, on the loop.
     func peripheralReleased() {

@@ -122,8 +122,7 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
         } else {
             for c in centrals { c.host(host, didDisconnect: connection, reason: reason) }
             // A connect made while the link was closing waited for it to go: it starts now.
-            let address = connection.peerAddress
-            if centrals.contains(where: { $0.isConnecting(to: address) }) { host.connect(to: address) }
+            for c in centrals { c.resumeConnects(afterClosing: connection) }
         }
     }
 
