@@ -19,7 +19,7 @@ extension HCICommand {
         case .reset, .readLocalVersionInformation, .readBDADDR, .readLocalSupportedCommands, .readLocalSupportedFeatures,
              .readBufferSize, .leReadBufferSize, .leReadLocalSupportedFeatures, .leReadAdvertisingPhysicalChannelTxPower,
              .leCreateConnectionCancel, .leReadSuggestedDefaultDataLength, .leReadMaximumDataLength, .leRand,
-             .leClearFilterAcceptList:
+             .leReadFilterAcceptListSize, .leClearFilterAcceptList:
             break
         case let .leAddDeviceToFilterAcceptList(a), let .leRemoveDeviceFromFilterAcceptList(a):
             w.write(UInt8(a.type.isRandom ? 1 : 0)); w.write(a)
@@ -135,6 +135,7 @@ extension HCICommand {
                 connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(), maxLatency: try r.readUInt16(),
                 supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
+        case .leReadFilterAcceptListSize: return .leReadFilterAcceptListSize
         case .leClearFilterAcceptList: return .leClearFilterAcceptList
         case .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
             _ = try r.readUInt8()

@@ -26,7 +26,8 @@ public enum HCICommand: Sendable, Equatable {
     case leSetScanEnable(enable: Bool, filterDuplicates: Bool)
     case leCreateConnection(LECreateConnection)
     case leCreateConnectionCancel
-    /// The filter accept list (§7.8.15–7.8.17): the devices an initiator with filter policy 1 connects to.
+    /// The filter accept list (§7.8.14–7.8.17): the devices an initiator with filter policy 1 connects to.
+    case leReadFilterAcceptListSize
     case leClearFilterAcceptList
     /// Address type from the address (public 0x00, random 0x01).
     case leAddDeviceToFilterAcceptList(BluetoothAddress)
@@ -74,6 +75,7 @@ public enum HCICommand: Sendable, Equatable {
         case .leSetScanEnable: return .leSetScanEnable
         case .leCreateConnection: return .leCreateConnection
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
+        case .leReadFilterAcceptListSize: return .leReadFilterAcceptListSize
         case .leClearFilterAcceptList: return .leClearFilterAcceptList
         case .leAddDeviceToFilterAcceptList: return .leAddDeviceToFilterAcceptList
         case .leRemoveDeviceFromFilterAcceptList: return .leRemoveDeviceFromFilterAcceptList

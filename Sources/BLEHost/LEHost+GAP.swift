@@ -123,8 +123,11 @@ extension LEHost {
     // Create Connection with filter policy 1 connects whichever is seen first (Vol 6 Part B §4.3.1, Vol 4
     // Part E §7.8.12); a change to the set (a new connect, a cancel) stops that initiation and starts the
     // next one with the new list, as the list may not change while it is used. One pending connection is
-    // initiated directly. A controller whose accept list fails is used by turns instead: each address gets
-    // the controller for `connectRotationInterval`, then goes to the back of the queue.
+    // initiated directly. The list holds what the controller says it holds (LE Read Filter Accept List Size,
+    // asked before the first initiation that needs it; 8 assumed when it does not say; less when an add
+    // finds it full sooner). More pending connections than that take turns by groups: each group has the
+    // controller for `connectRotationInterval`, then goes to the back of the queue. A controller whose
+    // accept list fails is used by turns of one address each the same way.
 
     /// Connects to a device; the outcome arrives through the central delegate. Never times out by itself.
     public func connect(to address: BluetoothAddress) {
@@ -135,7 +138,42 @@ extension LEHost {
         guard !initiatingFor.contains(address), !pendingConnects.contains(address) else { return }
         pendingConnects.append(address)
         if initiatingFor.isEmpty { return startNextConnect() }
-        if filterAcceptListUsable { regroupConnects() } else { scheduleConnectRotation() }
+        // A full list keeps its initiation; the new address waits for the next group's turn.
+        if filterAcceptListUsable && initiatingFor.count < acceptListCapacity { regroupConnects() } else { scheduleConnectRotation() }
+    }
+
+    enum AcceptListSizeQuery { case notAsked, asking, answered }
+
+    /// The accept list size assumed of a controller that does not report it (Zephyr and NimBLE default to 8).
+    public static let assumedFilterAcceptListSize = 8
+
+    /// How many devices the next initiation puts on the accept list.
+    var acceptListCapacity: Int {
+        max(1, min(filterAcceptListLimit ?? .max, filterAcceptListSize ?? Self.assumedFilterAcceptListSize))
+    }
+
+    /// A new controller is asked again (called when the controller goes away).
+    func forgetFilterAcceptListSize() {
+        filterAcceptListSize = nil
+        filterAcceptListSizeQuery = .notAsked
+        filterAcceptListUsable = true
+    }
+
+    /// LE Read Filter Accept List Size (Vol 4 Part E §7.8.14), once per controller; then the waiting
+    /// connections start.
+    private func askFilterAcceptListSize() {
+        filterAcceptListSizeQuery = .asking
+        command(.leReadFilterAcceptListSize) { [self] r in
+            if case .failure(.transportClosed) = r { return }   // controllerLost forgot the question
+            filterAcceptListSizeQuery = .answered
+            if case let .success(.complete(p)) = r, let v = try? LEReadFilterAcceptListSizeReturn(decoding: p), v.status == .success {
+                filterAcceptListSize = Int(v.size)
+                if v.size == 0 { filterAcceptListUsable = false }
+            } else {
+                log("the controller does not report its accept list size; assuming \(Self.assumedFilterAcceptListSize)")
+            }
+            startNextConnect()
+        }
     }
 
     /// The addresses with a connection pending: those being initiated first, then those waiting.
@@ -179,7 +217,14 @@ extension LEHost {
     func startNextConnect() {
         guard initiatingFor.isEmpty, !pendingConnects.isEmpty, powerState == .on else { return }
         if pendingConnects.count > 1 && filterAcceptListUsable {
-            let targets = Array(pendingConnects.prefix(max(1, filterAcceptListLimit)))
+            if filterAcceptListSize == nil {
+                switch filterAcceptListSizeQuery {
+                case .notAsked: return askFilterAcceptListSize()
+                case .asking: return   // the answer starts the initiation
+                case .answered: break
+                }
+            }
+            let targets = Array(pendingConnects.prefix(acceptListCapacity))
             pendingConnects.removeFirst(targets.count)
             initiatingFor = targets
             initiationGeneration &+= 1
@@ -187,7 +232,15 @@ extension LEHost {
             fillAcceptList(targets) { [self] outcome in
                 // A controller lost meanwhile ended this initiation (and failed its commands).
                 guard outcome != .abandoned, generation == initiationGeneration, !initiatingFor.isEmpty, powerState == .on else { return }
-                if outcome == .refused {
+                if case let .full(held) = outcome, held > 0 {
+                    // The list is full sooner than the controller said (or than assumed): it holds `held`.
+                    log("filter accept list full at \(held) devices")
+                    filterAcceptListSize = held
+                    if !connectRegroupRequested {
+                        pendingConnects.insert(contentsOf: initiatingFor.dropFirst(held), at: 0)
+                        initiatingFor = Array(initiatingFor.prefix(held))
+                    }
+                } else if outcome != .filled {
                     // No usable accept list on this controller: take turns instead.
                     loggers.gap.notice("filter accept list unusable; pending connections take turns")
                     filterAcceptListUsable = false
@@ -204,6 +257,8 @@ extension LEHost {
                     return startNextConnect()
                 }
                 createConnection(to: nil)
+                // More waiting than the list holds: the next group gets its turn after a while.
+                scheduleConnectRotation()
             }
         } else {
             let address = pendingConnects.removeFirst()
@@ -214,25 +269,29 @@ extension LEHost {
         }
     }
 
-    enum AcceptListFill { case filled, refused, abandoned }
+    enum AcceptListFill: Equatable { case filled, full(Int), refused, abandoned }
 
-    /// Clear, then add each address: `.refused` when the controller refuses a step, `.abandoned` when it
-    /// went away meanwhile.
+    /// Clear, then add each address: `.full(n)` when the controller's list was full after `n` of them
+    /// (Memory Capacity Exceeded), `.refused` when the controller refuses a step, `.abandoned` when it went
+    /// away meanwhile.
     private func fillAcceptList(_ addresses: [BluetoothAddress], done: @escaping (AcceptListFill) -> Void) {
-        func outcome(_ e: HostError?) -> AcceptListFill? {
+        func outcome(_ e: HostError?, added: Int) -> AcceptListFill? {
             switch e {
             case nil: return nil
             case .transportClosed?: return .abandoned
+            case .commandFailed(_, .memoryCapacityExceeded)?: return .full(added)
             default: return .refused
             }
         }
         commandExpectingSuccess(.leClearFilterAcceptList) { [self] e in
-            if let o = outcome(e) { return done(o) }
+            if let o = outcome(e, added: 0) { return done(o == .full(0) ? .refused : o) }
             var rest = addresses[...]
+            var added = 0
             func next() {
                 guard let a = rest.popFirst() else { return done(.filled) }
                 commandExpectingSuccess(.leAddDeviceToFilterAcceptList(a)) { e in
-                    if let o = outcome(e) { return done(o) }
+                    if let o = outcome(e, added: added) { return done(o) }
+                    added += 1
                     next()
                 }
             }
@@ -284,10 +343,10 @@ extension LEHost {
         connectRotationTimer = nil
     }
 
-    /// Without an accept list, the one address being initiated gives up its turn after
-    /// `connectRotationInterval` while others wait.
+    /// While others wait (no usable accept list, or more pending than it holds), the address or group being
+    /// initiated gives up its turn after `connectRotationInterval`.
     func scheduleConnectRotation() {
-        guard connectRotationTimer == nil, initiatingFor.count == 1, !pendingConnects.isEmpty else { return }
+        guard connectRotationTimer == nil, !initiatingFor.isEmpty, !pendingConnects.isEmpty else { return }
         let current = initiatingFor
         connectRotationTimer = loop.schedule(after: connectRotationInterval) { [weak self] in
             guard let self else { return }

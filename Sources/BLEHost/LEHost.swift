@@ -91,8 +91,13 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var connectRegroupRequested = false
     /// Whether the controller takes an accept list to wait for several devices at once; false once it failed.
     public internal(set) var filterAcceptListUsable = true
-    /// How many devices one initiation puts on the accept list (controllers hold at least this many).
-    public var filterAcceptListLimit = 8
+    /// How many devices the controller's accept list holds (LE Read Filter Accept List Size, read before the
+    /// first initiation that needs it; lowered when the controller says its list is full sooner). Nil until read,
+    /// or when the controller does not say: `assumedFilterAcceptListSize` is used then.
+    public internal(set) var filterAcceptListSize: Int?
+    var filterAcceptListSizeQuery = AcceptListSizeQuery.notAsked
+    /// At most this many devices on the accept list per initiation (nil: as many as the controller holds).
+    public var filterAcceptListLimit: Int?
     /// Set while the current LE Create Connection is being cancelled to give the next address its turn.
     var connectRotationRequested = false
     var connectRotationTimer: LoopTimer?
@@ -331,6 +336,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         let pending = initiatingFor + pendingConnects
         pendingConnects.removeAll()
         resetInitiation()
+        forgetFilterAcceptListSize()
         for (_, c) in connections.sorted(by: { $0.key < $1.key }) {
             connectionClosed(c, reason: .connectionTimeout)
         }

@@ -111,6 +111,9 @@ extension VirtualController {
             scanning = on
             filterDuplicates = dup
             complete(op)
+        case .leReadFilterAcceptListSize:
+            guard reportsFilterAcceptListSize else { return complete(op, .unknownCommand) }
+            complete(op, LEReadFilterAcceptListSizeReturn(status: .success, size: UInt8(clamping: filterAcceptListCapacity)))
         case .leClearFilterAcceptList:
             // The list may not change while an initiator uses it (Vol 4 Part E §7.8.15).
             guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
@@ -119,7 +122,7 @@ extension VirtualController {
         case let .leAddDeviceToFilterAcceptList(a):
             guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
             if !filterAcceptList.contains(where: { $0.bytes == a.bytes && $0.type.isRandom == a.type.isRandom }) {
-                guard filterAcceptList.count < Self.filterAcceptListCapacity else { return complete(op, .memoryCapacityExceeded) }
+                guard filterAcceptList.count < filterAcceptListCapacity else { return complete(op, .memoryCapacityExceeded) }
                 filterAcceptList.append(a)
             }
             complete(op)
