@@ -419,6 +419,9 @@ open class MCSession: NSObject, @unchecked Sendable {
         }
         for c in dead {
             PeerLog.write("\(c.peer.displayName) silent for \(timeout) s: disconnected")
+            // Reported now: closing a TLS link waits up to 5 s for the peer's close_notify, which a peer
+            // that fell silent never sends.
+            linkClosed(c, error: nil)
             c.link.close()
         }
         for c in ping { c.link.send(.ping) }

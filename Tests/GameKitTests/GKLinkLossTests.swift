@@ -8,6 +8,11 @@ import Testing
 @testable import GameKit
 @testable import MultipeerConnectivity
 
+/// GKPeerConnectionState by Apple's raw values (its Swift case names have changed over the API's life).
+private let stateAvailable = GKPeerConnectionState(rawValue: 0)!
+private let stateConnected = GKPeerConnectionState(rawValue: 2)!
+private let stateDisconnected = GKPeerConnectionState(rawValue: 3)!
+
 @Suite(.serialized, .enabled(if: isolated, "needs a private network namespace: run scripts/test"), .timeLimit(.minutes(2)))
 struct GKLinkLossTests {
     init() { _ = mainQueueKey }
@@ -15,34 +20,35 @@ struct GKLinkLossTests {
 
     @Test func silentPeerIsDisconnectedWithinTheTimeoutAndCanBeJoinedAgain() throws {
         let ra = GKRecorder(), rb = GKRecorder()
-        let a = makeSession(id, "A", .peer, ra), b = makeSession(id, "B", .peer, rb)
+        let a: GKSession = makeSession(id, "A", .peer, ra), b: GKSession = makeSession(id, "B", .peer, rb)
+        let idA: String = a.peerID, idB: String = b.peerID
         a.disconnectTimeout = 1
         b.disconnectTimeout = 600   // B pings rarely: when it stops reading, A hears nothing from it
         for s in [a, b] { s.isAvailable = true }
         defer { for s in [a, b] { s.disconnectFromAllPeers(); s.isAvailable = false } }
-        try until("found") { ra.has(b.peerID, .available) }
-        a.connect(toPeer: b.peerID, withTimeout: 10)
-        try until("connected") { ra.has(b.peerID, .connected) && rb.has(a.peerID, .connected) }
+        try until("found") { ra.has(idB, stateAvailable) }
+        a.connect(toPeer: idB, withTimeout: 10)
+        try until("connected") { ra.has(idB, stateConnected) && rb.has(idA, stateConnected) }
         // A healthy link outlives a short timeout many times over (keep-alives go every third of it).
         Thread.sleep(forTimeInterval: 3)
-        #expect(!ra.has(b.peerID, .disconnected) && a.peers(with: .connected) == [b.peerID], "a healthy link was dropped")
+        #expect(!ra.has(idB, stateDisconnected) && a.mc.connectedPeers.count == 1, "a healthy link was dropped")
 
         // B falls silent.
-        let link = try #require(b.mc.lock.withLock { b.mc.peers[UInt64(a.peerID)!]?.link })
+        let link = try #require(b.mc.lock.withLock { b.mc.peers[UInt64(idA)!]?.link })
         let silent = Date()
         link.pauseReading()
-        try until("A reports B disconnected", 5) { ra.has(b.peerID, .disconnected) }
+        try until("A reports B disconnected", 5) { ra.has(idB, stateDisconnected) }
         let after = Date().timeIntervalSince(silent)
         print("MEASURED silent peer reported disconnected after \(Int(after * 1000)) ms (timeout 1000 ms)")
         #expect(after <= 1.25 + 0.5, "reported after \(after) s with a 1 s timeout")
-        #expect(a.peers(with: .connected).isEmpty)
+        #expect(a.mc.connectedPeers.isEmpty)
         // B hears the close once it reads again; then A joins it again.
         link.resumeReading()
-        try until("B sees A gone") { rb.has(a.peerID, .disconnected) }
+        try until("B sees A gone") { rb.has(idA, stateDisconnected) }
         let before = ra.lock.withLock { ra.states.count }
-        a.connect(toPeer: b.peerID, withTimeout: 10)
-        try until("connected again") { ra.lock.withLock { ra.states.dropFirst(before).contains { $0.0 == b.peerID && $0.1 == .connected } } }
-        try a.sendData(Data("again".utf8), toPeers: [b.peerID], with: .reliable)
+        a.connect(toPeer: idB, withTimeout: 10)
+        try until("connected again") { ra.lock.withLock { ra.states.dropFirst(before).contains { $0.0 == idB && $0.1 == stateConnected } } }
+        try a.mc.send(Data("again".utf8), toPeers: a.mc.connectedPeers, with: .reliable)
         try until("data after rejoining") { rb.lock.withLock { rb.data.contains { $0.0 == Data("again".utf8) } } }
     }
 }
