@@ -6,6 +6,12 @@
 // (RFC 6762 §15: one responder per host is the model; we share port 5353 with avahi-daemon via
 // SO_REUSEADDR/SO_REUSEPORT).
 //
+// The responder follows the machine's network (MDNSSockets.swift): interfaces and addresses that appear,
+// disappear or change are noticed through netlink; records are announced again on an interface gained, the
+// addresses we lost are withdrawn (TTL 0), and services learnt through an interface that went away are
+// reported lost. A send that fails is reported once through `log`, never closes anything, and the interfaces
+// are enumerated again. Starting with no usable interface is not an error: the service waits for one.
+//
 // Threading contract: every method may be called from any thread. Event callbacks run on the service's
 // event-loop thread, one at a time, in order; they must not block. Sockets open lazily on the first
 // `register` or `browse`; if port 5353 cannot be opened the handle's callback gets `.failed(.socketUnavailable)`.
@@ -17,7 +23,7 @@ public typealias BonjourServiceType = DNSSD.BonjourServiceType
 
 /// Errors reported through `RegistrationEvent.failed` and `BrowseEvent.failed`.
 public enum MDNSError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// UDP port 5353 could not be opened or no multicast group could be joined. `reason` says why.
+    /// UDP port 5353 could not be bound in any family. `reason` says why.
     case socketUnavailable(reason: String)
     /// The service type is not `_name._tcp` / `_name._udp` with a valid name.
     case invalidServiceType(String)

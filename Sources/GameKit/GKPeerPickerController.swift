@@ -27,7 +27,13 @@ open class GKPeerPickerController: NSObject, @unchecked Sendable {
     /// The allowed connection type: `.nearby` (the default), the one iOS requires and the one Linux has.
     open var connectionTypesMask: GKPeerPickerConnectionType = .nearby
     open weak var delegate: (any GKPeerPickerControllerDelegate)?
-    open private(set) var isVisible = false
+    /// Read from any thread (the delegate's calls come on the main queue): behind a lock.
+    open private(set) var isVisible: Bool {
+        get { visibleLock.withLock { visible } }
+        set { visibleLock.withLock { visible = newValue } }
+    }
+    private let visibleLock = NSLock()
+    private var visible = false
     /// Picks a peer among those shown (ID → display name); nil waits for more. Runs on the session's queue.
     public var chooser: ([String: String]) -> String? = { $0.keys.sorted().first }
     /// Answers a connection request from the peer with this display name (the remote side's alert).

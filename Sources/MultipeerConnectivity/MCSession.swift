@@ -47,9 +47,19 @@ open class MCSession: NSObject, @unchecked Sendable {
     var parkedJoins: [UInt64: ParkedJoin] = [:]
     let tls: PeerTLSIdentity?
     private var listener: PeerListener?
-    private var keepAlive: DispatchSourceTimer?
-    /// How long a silent peer stays connected (keep-alive pings go every third of it).
-    package var livenessTimeout: TimeInterval = 10
+    private var keepAlive: DispatchSourceTimer?   // guarded by `lock`
+    /// How long a silent peer stays connected (GKSession's disconnectTimeout sets it). Keep-alive pings go
+    /// every third of it, and silence is checked four times per timeout (at least once a second), so a peer
+    /// whose link broke is reported disconnected within the timeout and a quarter of it at most (a second).
+    package var livenessTimeout: TimeInterval {
+        get { lock.withLock { storedLivenessTimeout } }
+        set {
+            lock.withLock { storedLivenessTimeout = max(0.2, newValue) }
+            restartKeepAlive()
+        }
+    }
+    private var storedLivenessTimeout: TimeInterval = 10   // guarded by `lock`
+    private var lastPing = Date.distantPast               // guarded by `lock`
 
     /// The transports this session accepts and makes links on (Linux addition; `MCTransports.default`).
     public let transports: MCTransports
@@ -121,7 +131,7 @@ open class MCSession: NSObject, @unchecked Sendable {
     }
 
     deinit {
-        keepAlive?.cancel()
+        lock.withLock { keepAlive }?.cancel()
         listener?.close()
         for (_, c) in peers { c.link.close() }
         if let bluetooth {
@@ -412,26 +422,43 @@ open class MCSession: NSObject, @unchecked Sendable {
     // MARK: Keep-alive
 
     private func startKeepAlive() {
-        guard keepAlive == nil else { return }
-        let t = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
-        let period = max(0.2, livenessTimeout / 3)
-        t.schedule(deadline: .now() + period, repeating: period)
-        t.setEventHandler { [weak self] in self?.checkLiveness() }
-        t.resume()
-        keepAlive = t
+        lock.withLock {
+            guard keepAlive == nil else { return }
+            let t = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
+            let period = min(1, storedLivenessTimeout / 4)
+            t.schedule(deadline: .now() + period, repeating: period)
+            t.setEventHandler { [weak self] in self?.checkLiveness() }
+            t.resume()
+            keepAlive = t
+        }
+    }
+
+    /// The timeout changed: check at the new pace (a timer made for 10 s would notice a 1 s timeout late).
+    private func restartKeepAlive() {
+        let old = lock.withLock { () -> DispatchSourceTimer? in defer { keepAlive = nil }; return keepAlive }
+        guard let old else { return }
+        old.cancel()
+        startKeepAlive()
     }
 
     private func checkLiveness() {
         let now = Date()
-        let (quiet, dead) = lock.withLock { () -> ([PeerConnection], [PeerConnection]) in
+        let (ping, dead, timeout) = lock.withLock { () -> ([PeerConnection], [PeerConnection], TimeInterval) in
+            let timeout = storedLivenessTimeout
             let connected = peers.values.filter(\.connected)
-            return (connected, connected.filter { now.timeIntervalSince($0.lastHeard) > livenessTimeout })
+            let dead = connected.filter { now.timeIntervalSince($0.lastHeard) > timeout }
+            guard now.timeIntervalSince(lastPing) >= timeout / 3 else { return ([], dead, timeout) }
+            lastPing = now
+            return (connected.filter { c in !dead.contains { $0 === c } }, dead, timeout)
         }
         for c in dead {
-            PeerLog.write("\(c.peer.displayName) silent for \(livenessTimeout) s: disconnected")
+            PeerLog.write("\(c.peer.displayName) silent for \(timeout) s: disconnected")
+            // Reported now: closing a TLS link waits up to 5 s for the peer's close_notify, which a peer
+            // that fell silent never sends.
+            linkClosed(c, error: nil)
             c.link.close()
         }
-        for c in quiet where !dead.contains(where: { $0 === c }) { c.link.send(.ping) }
+        for c in ping { c.link.send(.ping) }
     }
 }
 
