@@ -20,7 +20,7 @@ enum KernelGuest {
     static let scenarios = [
         "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
-        "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish",
+        "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish", "manager-vanish",
     ]
 
     struct Run {
@@ -98,6 +98,38 @@ struct KernelInteropTests {
     @Test("passkey entry both ways between ble pair and bluetoothctl's agent")
     func passkeyBothWays() throws { try KernelGuest.expectPassed("pair-passkey") }
 
-    @Test("LE legacy pairing started by us is accepted by the kernel")
+    @Test("ble pair with no IO (legacy, then SC) against BlueZ with a KeyboardDisplay agent: Just Works, no MITM flag to refuse")
     func legacyPairing() throws { try KernelGuest.expectPassed("pair-legacy") }
+
+    // MARK: The kernel's rules for the user channel
+
+    @Test("an adapter bluetoothd holds: ble says who holds it and how to release it (exit 1); released, it works; bluetoothd takes it back after")
+    func adapterBusy() throws {
+        try KernelGuest.expectPassed("rule-busy")
+        #expect(try KernelGuest.log("rule-busy").contains("Error: hci-socket:1: could not connect: hci1 is in use by the kernel's Bluetooth stack (bluetoothd). Release it with `sudo systemctl stop bluetooth`"))
+    }
+
+    @Test("no CAP_NET_ADMIN: ble names the capability and setcap (exit 1)")
+    func noCapability() throws {
+        try KernelGuest.expectPassed("rule-no-cap")
+        #expect(try KernelGuest.log("rule-no-cap").contains("The HCI user channel needs CAP_NET_ADMIN: run as root or `sudo setcap cap_net_admin+ep <your binary>`."))
+    }
+
+    @Test("an rfkill-blocked adapter: ble says so and gives `rfkill unblock bluetooth` (exit 1); unblocked, it works")
+    func rfkillBlocked() throws {
+        try KernelGuest.expectPassed("rule-rfkill")
+        #expect(try KernelGuest.log("rule-rfkill").contains("hci1 is blocked by rfkill (its radio is switched off in software). Unblock it with `rfkill unblock bluetooth`"))
+    }
+
+    @Test("an adapter that vanishes: a running scan says so, waits and scans again when it is back; a finite one exits 1")
+    func adapterVanishes() throws {
+        try KernelGuest.expectPassed("rule-vanish")
+        let log = try KernelGuest.log("rule-vanish")
+        #expect(log.contains("hci-socket:1: the adapter went away (unplugged, powered down or removed by its driver); waiting for it to come back"))
+        #expect(log.contains("hci-socket:1: the adapter is back"))
+        #expect(log.contains("Error: hci-socket:1: the adapter went away (unplugged, powered down or removed by its driver); stopping."))
+    }
+
+    @Test("a CBCentralManager follows its adapter: .poweredOff and the link fails when it vanishes, .poweredOn when it is back")
+    func managerFollowsAdapter() throws { try KernelGuest.expectPassed("manager-vanish") }
 }
