@@ -108,9 +108,10 @@ extension LEHost {
                 startPairing(c, mitm: mitm)
             }
         case .peripheral:
-            var auth: AuthRequirements = [.secureConnections]
-            if securityConfiguration.bondable { auth.insert(.bonding) }
-            if mitm || securityConfiguration.mitm || securityConfiguration.requireMITM { auth.insert(.mitm) }
+            // The same AuthReq as our Pairing Response will carry (MITM only when we can take part in an
+            // authenticated method or insist on one: see SMPConfiguration.authRequirements).
+            var auth = smpConfiguration(mitm: mitm).authRequirements
+            auth.insert(.secureConnections)
             c.mitmRequested = mitm
             sendSMP(.securityRequest(auth), on: c)
         }

@@ -58,10 +58,20 @@ public struct SMPConfiguration: Sendable {
         self.peerOOB = peerOOB
     }
 
-    var authRequirements: AuthRequirements {
+    /// The AuthReq of our Pairing Request or Response (Vol 3 Part H §3.5.1).
+    ///
+    /// The MITM flag asks for protection that only the IO capabilities (or OOB data) can give. A device with
+    /// no input and no output cannot give it, and saying it wants it makes strict responders refuse: Linux
+    /// (net/bluetooth/smp.c, smp_cmd_pairing_req) raises the pairing's required level to "high" when the flag
+    /// is set and, when its own agent has any IO and the methods come out as Just Works, fails the pairing with
+    /// Authentication Requirements. So, as an iPhone does (it sets MITM because it has a display and yes/no,
+    /// and can compare numbers), we set it only when we can take part in an authenticated method, when OOB
+    /// data is at hand, or when the caller insists on MITM (`requireMITM`).
+    public var authRequirements: AuthRequirements {
         var a: AuthRequirements = []
         if bondable { a.insert(.bonding) }
-        if mitm { a.insert(.mitm) }
+        let canAuthenticate = ioCapability != .noInputNoOutput || legacyOOBKey != nil || localOOB != nil || peerOOB != nil
+        if mitm && (canAuthenticate || requireMITM) { a.insert(.mitm) }
         if secureConnections { a.insert(.secureConnections) }
         return a
     }

@@ -68,6 +68,14 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                 + "`sudo setcap cap_net_admin+ep <your binary>`."
         case ENODEV:
             return "hci\(index): no such adapter (see `ls /sys/class/bluetooth`)."
+        case ERFKILL:
+            return "hci\(index) is blocked by rfkill (its radio is switched off in software). Unblock it with "
+                + "`rfkill unblock bluetooth` (`sudo` if you are not root; `rfkill list` shows every block), then try again."
+        case EUSERS:
+            return "hci\(index) is already open on the HCI user channel by another program (another `ble`, Bumble, "
+                + "a btstack or Zephyr host): only one program at a time can have it."
+        case EALREADY:
+            return "hci\(index) is still being set up by the kernel: try again in a moment."
         default:
             return "hci\(index): bind(HCI_CHANNEL_USER): \(String(cString: strerror(e)))"
         }

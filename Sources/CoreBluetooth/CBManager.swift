@@ -52,10 +52,17 @@ open class CBManager: NSObject, @unchecked Sendable {
             return
         }
         let me = ObjectIdentifier(self)
+        final class Announced: @unchecked Sendable { var state: CBManagerState? }
+        let announced = Announced()
         // On the loop: a controller the operating system refused reads as .unauthorized, not .unsupported.
         let observe: @Sendable (HostPowerState) -> Void = { s in
             var state = s.managerState
             if case .unsupported = s, host.controllerAccessDenied { state = .unauthorized }
+            // A controller that went away (a dongle pulled out) is retried every second: each attempt
+            // (.starting) and each failure (.off again) is no news. As on iOS, the app hears .poweredOff once,
+            // then .poweredOn when the controller is back.
+            if announced.state == .poweredOff, state == .unknown || state == .poweredOff { return }
+            announced.state = state
             if state == .unauthorized {
                 _ = CBManager.unauthorizedManagers.withLock { $0.insert(me) }
             } else {

@@ -111,7 +111,7 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
         if let failure { throw BenchError(failure) }
         let cpu = cpuSeconds() - cpuStart
         usleep(200_000)
-        host.loop.sync { host.powerOff() }
+        Controller.close(host)
         let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
         return BenchResult(mode: "\(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
                            packets: max(sent, received), seconds: end - start, cpuSeconds: cpu, rtts: rtts)

@@ -106,7 +106,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         let cpu = cpuSeconds() - cpuStart
         // Let the last ACK (or the channel's last K-frames) leave before switching off.
         usleep(200_000)
-        host.loop.sync { host.powerOff() }
+        Controller.close(host)
         let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
         return BenchResult(mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
                            packets: max(sent, received), seconds: end - start, cpuSeconds: cpu, rtts: rtts)

@@ -143,7 +143,7 @@ struct PairCommand: ParsableCommand {
             for c in host.connections.values { c.disconnect() }
         }
         for _ in 0..<100 where host.loop.sync({ !host.connections.isEmpty }) { usleep(10_000) }
-        host.loop.sync { host.powerOff() }
+        Controller.close(host)
         if outcome.code != 0 { throw ExitCode(outcome.code) }
     }
 }
@@ -180,7 +180,7 @@ struct BondsCommand: ParsableCommand {
 
     func run() throws {
         let host = try Controller.open(name: "bonds", identity: identity)
-        defer { host.loop.sync { host.powerOff() } }
+        defer { Controller.close(host) }
         if let remove {
             let a = BluetoothAddress(string: remove)!
             let removed = host.loop.sync { host.removeBond(a) || host.removeBond(BluetoothAddress(bytes: a.bytes, type: a.type.isRandom ? .public : .random)) }

@@ -43,6 +43,11 @@ struct ScanCommand: ParsableCommand {
         let filter = ScanFilter(name: name, service: service.flatMap { BluetoothUUID(string: $0) }, rssi: rssi)
         let mode: ScanPrinter.Mode = json ? .json : (Terminal.isTerminal && !duplicates ? .table : .lines)
         let printer = ScanPrinter(mode: mode, filter: filter, duplicates: duplicates, expectsScanResponse: !passive)
+        // Scanning until interrupted waits for an adapter that goes away and scans again when it is back.
+        let active = !passive
+        if duration == 0 {
+            AdapterWatch.keepRunning { host in host.startScanning(active: active, filterDuplicates: false) { _ in } }
+        }
         let link = try DeviceLink(io: .none, yes: false)
         link.onReport = { r in printer.report(r) }
         try link.startScanning(active: !passive)

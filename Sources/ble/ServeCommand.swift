@@ -57,6 +57,7 @@ struct ServeCommand: ParsableCommand {
         let agent = TerminalAgent(io.capability, autoAccept: yes || io == .none)
         final class Holder: @unchecked Sendable { var server: Server? }
         let holder = Holder()
+        AdapterWatch.keepRunning()   // and advertises again when the adapter is back (below)
         let host = try Controller.open(name: "serve", identity: identity) { host in
             let server = Server(host: host, database: database)
             holder.server = server

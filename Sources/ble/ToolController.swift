@@ -81,6 +81,7 @@ enum Controller {
         }
         if let why = outcome.lock.withLock({ outcome.failure }) { throw ToolError("\(spec): \(why)") }
         if let identityPlan { try identityPlan.apply(host) }
+        if !waitsForPeer && spec != .virtual { AdapterWatch.install(host, spec: spec) }
         return host
     }
 
@@ -95,6 +96,7 @@ enum Controller {
 
     /// Powers the host off on its loop (links are dropped, the transport closed).
     static func close(_ host: LEHost) {
+        AdapterWatch.closing(host)
         host.loop.sync { host.powerOff() }
     }
 }

@@ -1,0 +1,187 @@
+// Runs inside the kernel test guest only (scripts/kernel/scenarios/manager-vanish.sh sets OCB_KERNEL_GUEST=1):
+// a CBCentralManager on the HCI user channel (BLE_TRANSPORT=hci-socket:1) whose adapter is removed while it is
+// connected to BlueZ (the vhci bridge killed, as a dongle pulled out) and then comes back at the same index.
+// What iOS does when the radio goes away is what the app must see: the state goes to .poweredOff, the link in
+// flight ends with an error, and once the adapter is back the same manager reports .poweredOn and can scan
+// and connect again, with no new manager and no restart.
+import Foundation
+import Testing
+import CoreBluetooth
+import BLEWire
+import BLEHCI
+import BLEHost
+import BLEL2CAP
+import TestSupport
+import BLETransport
+
+final class VanishCentral: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
+    let log = Recorder()
+    let queue = DispatchQueue(label: "kernel.vanish.central")
+    var manager: CBCentralManager!
+    let target: String
+    var found: CBPeripheral?
+    init(target: String) { self.target = target }
+
+    func centralManagerDidUpdateState(_ c: CBCentralManager) { log.add("state:\(c.state.rawValue)") }
+    func centralManager(_ c: CBCentralManager, didDiscover p: CBPeripheral, advertisementData: [String: Any], rssi: NSNumber) {
+        guard advertisementData[CBAdvertisementDataLocalNameKey] as? String == target else { return }
+        if found == nil { found = p }
+        log.add("discovered")
+    }
+    func centralManager(_ c: CBCentralManager, didConnect p: CBPeripheral) { log.add("connected") }
+    func centralManager(_ c: CBCentralManager, didFailToConnect p: CBPeripheral, error: Error?) { log.add("failed:\(error.map { "\($0)" } ?? "nil")") }
+    func centralManager(_ c: CBCentralManager, didDisconnectPeripheral p: CBPeripheral, error: Error?) {
+        log.add("disconnected:\(error.map { "\($0)" } ?? "nil")")
+    }
+}
+
+/// Runs a helper of scripts/kernel/lib.sh (remove_controller 1, add_controller, release 1) in the guest.
+private func guestShell(_ command: String) throws -> String {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/bin/bash")
+    p.arguments = ["-c", "source \"$OCB_REPO/scripts/kernel/lib.sh\"; \(command)"]
+    let out = Pipe()
+    p.standardOutput = out
+    try p.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    guard p.terminationStatus == 0 else { throw InteropError("guest: `\(command)` exited \(p.terminationStatus)") }
+    return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+@Suite("Inside the kernel guest", .enabled(if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
+                                            "runs only inside the kernel test guest (scripts/kernel/run manager-vanish)"))
+struct KernelGuestTests {
+    @Test("a manager whose adapter vanishes goes .poweredOff, its link fails, and it is .poweredOn again when the adapter is back")
+    func managerFollowsTheAdapter() async throws {
+        let target = ProcessInfo.processInfo.environment["OCB_PEER_NAME"] ?? "KernelPeer"
+        let central = VanishCentral(target: target)
+        central.manager = CBCentralManager(delegate: central, queue: central.queue)
+        let on = "state:\(CBManagerState.poweredOn.rawValue)", off = "state:\(CBManagerState.poweredOff.rawValue)"
+        try await waitFor("poweredOn", seconds: 60) { central.log.has(on) }
+        central.queue.sync { central.manager.scanForPeripherals(withServices: nil) }
+        try await waitFor("BlueZ's advertisement", seconds: 30) { central.log.has("discovered") }
+        let peripheral = try #require(central.queue.sync { central.found })
+        central.queue.sync { central.manager.stopScan(); central.manager.connect(peripheral) }
+        try await waitFor("the connection", seconds: 30) { central.log.has("connected") }
+
+        _ = try guestShell("remove_controller 1")
+        try await waitFor("poweredOff", seconds: 20) { central.log.has(off) }
+        try await waitFor("the link's end", seconds: 20) { central.log.count(prefix: "disconnected:") > 0 }
+        let ended = central.log.all.first { $0.hasPrefix("disconnected:") }!
+        #expect(ended != "disconnected:nil", "the link that vanished must end with an error")
+        #expect(central.queue.sync { central.manager.state } == .poweredOff)
+        // While the host retries every second, the manager does not flap between .unknown and .poweredOff.
+        try await pause(nanoseconds: 3_000_000_000)
+        #expect(central.queue.sync { central.manager.state } == .poweredOff)
+        let states = central.log.all.filter { $0.hasPrefix("state:") }
+        #expect(states.last == off && states.filter { $0 == off }.count == 1, "states heard: \(states)")
+        #expect(central.queue.sync { peripheral.state } == .disconnected)
+
+        // The adapter comes back at the same index; bluetoothd grabs new adapters, so it is released for us.
+        let index = try guestShell("add_controller")
+        #expect(index == "1")
+        _ = try? guestShell("for i in 1 2 3 4 5 6 7 8 9 10; do release 1; sleep 0.5; done")
+        try await waitFor("poweredOn again", seconds: 40) { central.log.count(prefix: on) >= 2 }
+        let before = central.log.count(prefix: "discovered")
+        central.queue.sync { central.manager.scanForPeripherals(withServices: nil) }
+        try await waitFor("BlueZ found again", seconds: 30) { central.log.count(prefix: "discovered") > before }
+        central.queue.sync { central.manager.stopScan(); central.manager.connect(peripheral) }
+        try await waitFor("a new connection", seconds: 30) { central.log.count(prefix: "connected") >= 2 }
+        central.queue.sync { central.manager.cancelPeripheralConnection(peripheral) }
+        try await waitFor("the disconnection", seconds: 20) { central.log.count(prefix: "disconnected:") >= 2 }
+    }
+}
+
+/// A Bluetooth test tool of BlueZ run in the guest, its output (standard error: l2test logs there) collected.
+final class GuestTool: @unchecked Sendable {
+    let process = Process()
+    private let lock = NSLock()
+    private var text = ""
+    init(_ path: String, _ arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = out
+        out.fileHandleForReading.readabilityHandler = { [weak self] h in
+            let d = h.availableData
+            guard let self, !d.isEmpty else { h.readabilityHandler = nil; return }
+            self.lock.withLock { self.text += String(decoding: d, as: UTF8.self) }
+        }
+        try process.run()
+    }
+    var output: String { lock.withLock { text } }
+    func stop() { if process.isRunning { process.terminate() } }
+}
+
+/// Our side of the channel tests on hci-socket:1, through the host API.
+final class GuestChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+    let host: LEHost
+    private let lock = NSLock()
+    private var _links: [HostConnection] = []
+    private var _received = 0
+    var links: [HostConnection] { lock.withLock { _links } }
+    var received: Int { lock.withLock { _received } }
+    init(index: Int) throws {
+        host = try HostFactory.makeHost(spec: .hciSocket(index: index), name: "l2cap")
+        host.loop.sync { host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn() }
+    }
+    func count(_ ch: HostL2CAPChannel) {
+        ch.onReceive = { [unowned self] sdu in lock.withLock { _received += sdu.count }; ch.consumed(sdu.count) }
+    }
+    func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
+    func host(_ host: LEHost, didConnect connection: HostConnection) { lock.withLock { _links.append(connection) } }
+    func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {}
+    func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {}
+    func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {}
+    func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {}
+    func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {}
+    func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
+}
+
+@Suite("L2CAP with l2test inside the kernel guest", .enabled(if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
+                                                          "runs only inside the kernel test guest (scripts/kernel/run l2cap-l2test)"))
+struct KernelGuestL2CAPTests {
+    @Test("1 MB each way over an LE credit-based channel between our host on hci-socket:1 and BlueZ's l2test")
+    func oneMegabyteEachWay() async throws {
+        let megabyte = 1 << 20
+        let peerAddress = try #require(ProcessInfo.processInfo.environment["OCB_PEER_ADDRESS"])
+        let bluez = try #require(BluetoothAddress(string: peerAddress).map { BluetoothAddress(bytes: $0.bytes, type: .public) })
+        // BlueZ receives on SPSM 128 (basic mode on an LE address is an LE credit-based channel).
+        let receiver = try GuestTool("/usr/bin/l2test", ["-r", "-i", "hci0", "-V", "le_public", "-P", "128", "-b", String(megabyte)])
+        defer { receiver.stop() }
+        let ours = try GuestChannelPeer(index: 1)
+        defer { ours.host.loop.sync { ours.host.powerOff() } }
+        try await waitFor("powered on", seconds: 60) { ours.host.loop.sync { ours.host.powerState == .on } }
+        ours.host.loop.sync { ours.host.connect(to: bluez) }
+        try await waitFor("the connection to BlueZ", seconds: 30) { !ours.links.isEmpty }
+        let link = ours.links[0]
+        var opened: Result<[HostL2CAPChannel], L2CAPOpenError>?
+        ours.host.loop.sync { link.openL2CAPChannel(psm: 128) { opened = $0 } }
+        try await waitFor("the channel to l2test", seconds: 20) { ours.host.loop.sync { opened != nil } }
+        let out = try #require(try ours.host.loop.sync { opened }?.get().first)
+        let data = (0..<megabyte).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 7) }
+        let sender = ChannelSender(channel: out, data: data)
+        let start = Date()
+        ours.host.loop.sync { sender.start() }
+        try await waitFor("l2test to receive 1 MB", seconds: 240) { receiver.output.contains("\(megabyte) bytes in") }
+        FileHandle.standardError.write(Data("us → BlueZ: 1 MB in \(String(format: "%.1f", Date().timeIntervalSince(start))) s\n".utf8))
+        ours.host.loop.sync { out.close() }
+
+        // BlueZ sends: l2test connects to the SPSM we publish (over the same link) and sends 1024 × 1 KB.
+        let psm = try #require(ours.host.loop.sync { () -> UInt16? in
+            ours.host.publishL2CAP(parameters: L2CAPChannelParameters(mtu: 2048, mps: 247, window: 64 * 1024)) { [ours] ch in ours.count(ch) }
+        })
+        let ourAddress = ours.host.loop.sync { ours.host.localAddress }
+        let back = Date()
+        let sending = try GuestTool("/usr/bin/l2test", ["-s", "-i", "hci0", "-V", "le_public", "-P", String(psm), "-b", "1024", "-N", "1024",
+                                                        ourAddress.string])
+        defer { sending.stop() }
+        try await waitFor("1 MB from l2test", seconds: 240) { ours.received >= megabyte }
+        FileHandle.standardError.write(Data("BlueZ → us: 1 MB in \(String(format: "%.1f", Date().timeIntervalSince(back))) s\n".utf8))
+        #expect(ours.received == megabyte, "l2test: \(sending.output)")
+    }
+}
+

@@ -1,0 +1,135 @@
+// Linux's own Bluetooth as the peer (issue 27): Debian's kernel booted in QEMU with software emulation, its
+// virtual HCI driver (hci_vhci) giving controllers that scripts/kernel/vhci-bridge joins to one rootcanal, and
+// BlueZ (bluetoothd, bluetoothctl, btmgmt) on one adapter while `ble` runs on another over the HCI user channel
+// (`hci-socket:N`), the path a Raspberry Pi or a USB dongle takes.
+//
+// The scenarios are shell scripts in scripts/kernel/scenarios, each asserting what it checks and exiting
+// non-zero with the reason; scripts/kernel/run boots the guest once and runs all of them one after the other
+// (the boot and BlueZ's start take most of a minute under emulation). Each test here is one row of the matrix:
+// it reads its scenario's exit status and log, and checks the messages a user sees where that is the point.
+//
+// The group runs in its own step of scripts/test (OCB_KERNEL_TESTS=1, after the main run) so that the emulated
+// machine does not compete with the other suites for the two cores.
+import Foundation
+import Testing
+
+enum KernelGuest {
+    static let enabled = ProcessInfo.processInfo.environment["OCB_KERNEL_TESTS"] == "1"
+
+    /// Every scenario, in the order the guest runs them (those that remove adapters last).
+    static let scenarios = [
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server",
+        "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
+        "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish", "manager-vanish",
+    ]
+
+    struct Run {
+        let directory: URL
+        let seconds: Double
+    }
+
+    /// One boot for the whole group; the results stay until the test process ends (OCB_KERNEL_LOGS=DIR keeps them).
+    static let group: Result<Run, InteropError> = {
+        let keep = ProcessInfo.processInfo.environment["OCB_KERNEL_LOGS"]
+        let dir = URL(fileURLWithPath: keep ?? NSTemporaryDirectory() + "ocb-kernel-\(getpid())")
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        if keep == nil { atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-kernel-\(getpid())") } }
+        let p = Process()
+        p.executableURL = Interop.root.appendingPathComponent("scripts/kernel/run")
+        p.arguments = ["--timeout", "900", "--out", dir.path] + scenarios
+        p.standardOutput = FileHandle.standardError
+        p.standardError = FileHandle.standardError
+        let start = Date()
+        do { try p.run() } catch { return .failure(InteropError("cannot run scripts/kernel/run: \(error)")) }
+        p.waitUntilExit()
+        let seconds = Date().timeIntervalSince(start)
+        FileHandle.standardError.write(Data("kernel group: the guest and its \(scenarios.count) scenarios took \(Int(seconds)) s\n".utf8))
+        guard p.terminationStatus == 0 else {
+            let guest = (try? String(contentsOf: dir.appendingPathComponent("guest.log"), encoding: .utf8)) ?? ""
+            let console = (try? String(contentsOf: dir.appendingPathComponent("console.log"), encoding: .utf8)) ?? ""
+            return .failure(InteropError("scripts/kernel/run failed (\(p.terminationStatus))\n\(guest)\n\(console.suffix(3000))"))
+        }
+        return .success(Run(directory: dir, seconds: seconds))
+    }()
+
+    /// A scenario's log and the log of `ble` or a peer it wrote beside it (NAME.SUFFIX).
+    static func log(_ name: String, _ suffix: String = "log") throws -> String {
+        let run = try group.get()
+        return (try? String(contentsOf: run.directory.appendingPathComponent("\(name).\(suffix)"), encoding: .utf8)) ?? ""
+    }
+
+    /// Fails unless the scenario exited 0; the failure carries its log.
+    static func expectPassed(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let run = try group.get()
+        let rc = (try? String(contentsOf: run.directory.appendingPathComponent("\(name).rc"), encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let text = try log(name)
+        #expect(rc == "0", "scenario \(name) exited \(rc ?? "without a status")\n\(text)", sourceLocation: sourceLocation)
+    }
+}
+
+@Suite("Linux kernel and BlueZ on the HCI user channel", .serialized,
+       .enabled(if: KernelGuest.enabled, "the kernel group runs in its own step of scripts/test (OCB_KERNEL_TESTS=1)"))
+struct KernelInteropTests {
+    // MARK: Advertising and scanning
+
+    @Test("ble scan on hci-socket finds BlueZ's advertisement: name and service")
+    func scanFindsBlueZ() throws { try KernelGuest.expectPassed("scan-bluez") }
+
+    @Test("bluetoothctl finds ble serve advertising on hci-socket: name and service")
+    func blueZFindsOurAdvertisement() throws { try KernelGuest.expectPassed("bluez-scans") }
+
+    // MARK: GATT
+
+    @Test("bluetoothctl as GATT client of ble serve: discovery, short and long reads, a write, notifications")
+    func blueZReadsOurServer() throws { try KernelGuest.expectPassed("gatt-bluez-client") }
+
+    @Test("ble gatt and ble read against BlueZ's own GATT server")
+    func weReadBlueZServer() throws { try KernelGuest.expectPassed("gatt-bluez-server") }
+
+    // MARK: Pairing
+
+    @Test("BlueZ pairs with ble serve (SC Just Works, bonded) and reconnects on the stored keys")
+    func blueZPairsWithUs() throws { try KernelGuest.expectPassed("pair-bluez-initiates") }
+
+    @Test("ble pair with BlueZ: SC numeric comparison through bluetoothctl's agent, then the bond reused")
+    func wePairWithBlueZ() throws { try KernelGuest.expectPassed("pair-we-initiate") }
+
+    @Test("passkey entry both ways between ble pair and bluetoothctl's agent")
+    func passkeyBothWays() throws { try KernelGuest.expectPassed("pair-passkey") }
+
+    @Test("ble pair with no IO (legacy, then SC) against BlueZ with a KeyboardDisplay agent: Just Works, no MITM flag to refuse")
+    func legacyPairing() throws { try KernelGuest.expectPassed("pair-legacy") }
+
+    // MARK: The kernel's rules for the user channel
+
+    @Test("an adapter bluetoothd holds: ble says who holds it and how to release it (exit 1); released, it works; bluetoothd takes it back after")
+    func adapterBusy() throws {
+        try KernelGuest.expectPassed("rule-busy")
+        #expect(try KernelGuest.log("rule-busy").contains("Error: hci-socket:1: could not connect: hci1 is in use by the kernel's Bluetooth stack (bluetoothd). Release it with `sudo systemctl stop bluetooth`"))
+    }
+
+    @Test("no CAP_NET_ADMIN: ble names the capability and setcap (exit 1)")
+    func noCapability() throws {
+        try KernelGuest.expectPassed("rule-no-cap")
+        #expect(try KernelGuest.log("rule-no-cap").contains("The HCI user channel needs CAP_NET_ADMIN: run as root or `sudo setcap cap_net_admin+ep <your binary>`."))
+    }
+
+    @Test("an rfkill-blocked adapter: ble says so and gives `rfkill unblock bluetooth` (exit 1); unblocked, it works")
+    func rfkillBlocked() throws {
+        try KernelGuest.expectPassed("rule-rfkill")
+        #expect(try KernelGuest.log("rule-rfkill").contains("hci1 is blocked by rfkill (its radio is switched off in software). Unblock it with `rfkill unblock bluetooth`"))
+    }
+
+    @Test("an adapter that vanishes: a running scan says so, waits and scans again when it is back; a finite one exits 1")
+    func adapterVanishes() throws {
+        try KernelGuest.expectPassed("rule-vanish")
+        let log = try KernelGuest.log("rule-vanish")
+        #expect(log.contains("hci-socket:1: the adapter went away (unplugged, powered down or removed by its driver); waiting for it to come back"))
+        #expect(log.contains("hci-socket:1: the adapter is back"))
+        #expect(log.contains("Error: hci-socket:1: the adapter went away (unplugged, powered down or removed by its driver); stopping."))
+    }
+
+    @Test("a CBCentralManager follows its adapter: .poweredOff and the link fails when it vanishes, .poweredOn when it is back")
+    func managerFollowsAdapter() throws { try KernelGuest.expectPassed("manager-vanish") }
+}

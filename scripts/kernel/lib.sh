@@ -1,0 +1,192 @@
+# Helpers for the kernel test guest (sourced by scripts/kernel/guest and by every scenario).
+# Environment: OCB_REPO (the repository, on the host's root shared read-only), OCB_CACHE (scripts/kernel/prepare's
+# output), OCB_OUT (the results share), OCB_SCENARIO (the scenario's name), OCB_RC_PORT (rootcanal's port for the
+# vhci bridges), OCB_STATE_DIR (our stack's state, one per scenario).
+OCB_BLE="$OCB_REPO/.build/debug/ble"
+OCB_RUN=/run/ocb
+mkdir -p "$OCB_RUN"
+
+log() { echo "[$(cut -d" " -f1 /proc/uptime)] $*" >&2; }
+fail() { log "FAIL: $*"; exit 1; }
+
+# wait_for FILE REGEX [SECONDS]: until a line of FILE matches the extended regular expression.
+wait_for() {
+    local file=$1 re=$2 limit=${3:-30} start=$SECONDS
+    until grep -Eq -- "$re" "$file" 2>/dev/null; do
+        [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for /$re/ in $(basename "$file")"; return 1; }
+        sleep 0.2
+    done
+}
+
+# wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE (with ANSI colours and prompts taken out) match.
+wait_for_count() {
+    local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS
+    until [ "$(sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$file" 2>/dev/null | tr '\r' '\n' | grep -Ec -- "$re")" -ge "$n" ]; do
+        [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for $n lines /$re/ in $(basename "$file")"; return 1; }
+        sleep 0.2
+    done
+}
+
+# wait_exit PID [SECONDS]: waits for a background job of this shell; its exit status, or 124 on timeout (then killed).
+wait_exit() {
+    local pid=$1 limit=${2:-30} start=$SECONDS
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ $((SECONDS - start)) -ge "$limit" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 124; fi
+        sleep 0.2
+    done
+    wait "$pid"
+}
+
+start_rootcanal() {
+    local bin
+    bin=$(ls "$OCB_REPO"/.venv/lib/*/site-packages/rootcanal/bin/linux-x86_64/rootcanal 2>/dev/null | head -1)
+    [ -x "$bin" ] || { log "rootcanal not found in $OCB_REPO/.venv (scripts/setup-venv.sh installs it)"; return 1; }
+    "$bin" --hci_port=6402 --test_port=6401 --link_port=6403 --link_ble_port=6404 \
+        "-configuration=tcp_server { tcp_port: $OCB_RC_PORT configuration { strict: false } }" \
+        > "$OCB_OUT/rootcanal.log" 2>&1 &
+    echo $! > "$OCB_RUN/rootcanal.pid"
+}
+
+# add_controller: one more vhci controller on rootcanal; prints its index once the kernel has set it up.
+add_controller() {
+    local out idx pid start=$SECONDS
+    out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
+    "$OCB_CACHE/vhci-bridge" 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
+    pid=$!
+    until grep -q '^hci' "$out"; do
+        kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; return 1; }
+        [ $((SECONDS - start)) -lt 30 ] || { log "no adapter from vhci-bridge"; return 1; }
+        sleep 0.1
+    done
+    idx=$(sed -n 's/^hci//p' "$out" | head -1)
+    rm -f "$out"
+    echo "$pid" > "$OCB_RUN/hci$idx.pid"
+    # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
+    # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
+    until hciconfig "hci$idx" 2>/dev/null | grep -q 'DOWN'; do
+        [ $((SECONDS - start)) -lt 30 ] || { log "hci$idx never finished its set-up"; hciconfig "hci$idx" >&2; return 1; }
+        sleep 0.2
+    done
+    echo "$idx"
+}
+
+# remove_controller N: closes hciN's /dev/vhci, as unplugging a dongle removes it.
+remove_controller() {
+    local pid
+    pid=$(cat "$OCB_RUN/hci$1.pid" 2>/dev/null) || return 1
+    kill "$pid" 2>/dev/null
+    rm -f "$OCB_RUN/hci$1.pid"
+    while [ -e "/sys/class/bluetooth/hci$1" ]; do sleep 0.1; done
+}
+
+# restore_controllers: the guest's hci0 … hci(N-1) again after a scenario removed some.
+restore_controllers() {
+    local i
+    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
+        if ! kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null; then add_controller > /dev/null; fi
+    done
+    rfkill unblock bluetooth 2>/dev/null
+}
+
+# start_bluez [MAIN.CONF]: the system bus and bluetoothd (which powers every adapter it sees on), unless they
+# run already: the guest starts them once for every scenario (bluetoothd takes seconds to start here).
+start_bluez() {
+    local start=$SECONDS
+    mkdir -p /run/dbus
+    if ! kill -0 "$(cat "$OCB_RUN/dbus.pid" 2>/dev/null)" 2>/dev/null; then
+        rm -f /run/dbus/system_bus_socket
+        dbus-daemon --system --nofork --nopidfile >> "$OCB_OUT/dbus.log" 2>&1 &
+        echo $! > "$OCB_RUN/dbus.pid"
+        until [ -S /run/dbus/system_bus_socket ]; do
+            [ $((SECONDS - start)) -lt 20 ] || { log "dbus-daemon did not start"; return 1; }
+            sleep 0.1
+        done
+    fi
+    if ! kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null; then
+        bluetoothd -n -d ${1:+-f "$1"} >> "$OCB_OUT/bluetoothd.log" 2>&1 &
+        echo $! > "$OCB_RUN/bluetoothd.pid"
+    fi
+    until bluetoothctl list 2>/dev/null | grep -q '^Controller'; do
+        [ $((SECONDS - start)) -lt 30 ] || { log "bluetoothd shows no controller"; return 1; }
+        sleep 0.3
+    done
+}
+
+# stop_bluez: ends bluetoothd (the system bus stays).
+stop_bluez() {
+    local pid
+    pid=$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null) || return 0
+    kill "$pid" 2>/dev/null
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    rm -f "$OCB_RUN/bluetoothd.pid"
+}
+
+# reset_bluez: between scenarios, BlueZ forgets every device it stored (bonds) and hci0 is powered again.
+reset_bluez() {
+    kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null || return 0
+    local dir adapter dev idx
+    for dir in /var/lib/bluetooth/*/*:*; do
+        [ -d "$dir" ] || continue
+        adapter=$(basename "$(dirname "$dir")"); dev=$(basename "$dir")
+        for idx in /sys/class/bluetooth/hci*; do
+            [ "$(address "${idx##*hci}")" = "$adapter" ] || continue
+            dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci${idx##*hci}" org.bluez.Adapter1.RemoveDevice \
+                "objpath:/org/bluez/hci${idx##*hci}/dev_${dev//:/_}" > /dev/null 2>&1
+        done
+    done
+    bluez_power 0 true
+}
+
+# bluez_power N true|false: hciN powered on or off through bluetoothd (org.bluez.Adapter1.Powered).
+bluez_power() {
+    dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci$1" org.freedesktop.DBus.Properties.Set \
+        string:org.bluez.Adapter1 string:Powered "variant:boolean:$2" > /dev/null
+}
+
+# release N: takes hciN away from bluetoothd (powered off), so that the HCI user channel can bind it.
+release() { hciconfig "hci$1" down; }
+
+# btctl_start: a long-lived bluetoothctl fed through a FIFO (btctl COMMAND…); its output in $BTCTL_LOG.
+btctl_start() {
+    BTCTL_LOG="$OCB_OUT/$OCB_SCENARIO.bluetoothctl.log"
+    rm -f "$OCB_RUN/btctl.in"
+    mkfifo "$OCB_RUN/btctl.in"
+    bluetoothctl < "$OCB_RUN/btctl.in" > "$BTCTL_LOG" 2>&1 &
+    BTCTL_PID=$!
+    exec 7> "$OCB_RUN/btctl.in"
+}
+btctl() { log "bluetoothctl> $*"; echo "$*" >&7; }
+
+# btctl_agent CAPABILITY: bluetoothctl's agent with that I/O capability (NoInputNoOutput, DisplayOnly,
+# DisplayYesNo, KeyboardOnly, KeyboardDisplay) as the default agent.
+btctl_agent() {
+    btctl "agent off"
+    btctl "agent $1"
+    wait_for_count "$BTCTL_LOG" "Agent registered" 2 10 || return 1
+    btctl "default-agent"
+    wait_for "$BTCTL_LOG" "Default agent request successful" 10
+}
+
+# btctl_answer_yes: in the background, answers "yes" to each of the agent's (yes/no) questions.
+btctl_answer_yes() {
+    (
+        answered=0
+        while kill -0 "$BTCTL_PID" 2>/dev/null; do
+            n=$(grep -c "(yes/no)" "$BTCTL_LOG" 2>/dev/null)
+            if [ "${n:-0}" -gt "$answered" ]; then echo yes >&7; answered=$((answered + 1)); log "bluetoothctl agent: answered yes"; fi
+            sleep 0.2
+        done
+    ) &
+}
+
+# peer_of_ours: the address `ble serve` prints ("advertising "NAME" as ADDRESS/P on …") in FILE.
+served_address() { sed -n 's/^advertising "[^"]*" as \([0-9A-F:]*\).*/\1/p' "$1" | head -1; }
+
+# clean FILE: FILE without ANSI colours, prompts' carriage returns as new lines.
+clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1" | tr '\r' '\n'; }
+
+# ble ARGS…: our tool on the HCI user channel of hci$OUR_HCI (1 unless set).
+ble() { BLE_TRANSPORT="hci-socket:${OUR_HCI:-1}" "$OCB_BLE" "$@"; }
+
+# address N: hciN's public address.
+address() { hciconfig "hci$1" | awk '/BD Address:/ { print $3; exit }'; }

@@ -1,0 +1,45 @@
+# BlueZ with privacy on (`Privacy = device`: it advertises and connects from resolvable private addresses):
+# `ble pair` finds it by name and bonds, receiving its identity key; after BlueZ's address changes (a power
+# cycle makes a new one), a second `ble pair` resolves the new address with that key and encrypts with the
+# bond, without pairing again.
+printf '[General]\nPrivacy = device\n' > "$OCB_RUN/privacy.conf"
+stop_bluez
+start_bluez "$OCB_RUN/privacy.conf" || fail "BlueZ (privacy) did not start"
+release 1
+btctl_start
+btctl "select $(address 0)"
+btctl_agent NoInputNoOutput || fail "no agent"
+btctl_answer_yes
+btctl "system-alias PrivatePeer"
+btctl "advertise.name on"
+btctl "advertise on"
+wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
+ble scan --duration 5 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "ble scan failed"
+cat "$OCB_OUT/$OCB_SCENARIO.scan1.json"
+grep -q '"address_type":"random private' "$OCB_OUT/$OCB_SCENARIO.scan1.json" || grep -q 'resolvable' "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "BlueZ does not advertise from a private address"
+first=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$OCB_OUT/$OCB_SCENARIO.scan1.json" | head -1)
+release 1
+rc=0; ble pair PrivatePeer --io none --yes > "$OCB_OUT/$OCB_SCENARIO.pair1.log" 2>&1 || rc=$?
+cat "$OCB_OUT/$OCB_SCENARIO.pair1.log"
+[ $rc -eq 0 ] || fail "ble pair exited $rc"
+grep -q "bonded with $(address 0)/P" "$OCB_OUT/$OCB_SCENARIO.pair1.log" || fail "the bond does not name BlueZ's identity address"
+# A new private address: the kernel makes one when the adapter is powered again.
+bluez_power 0 false; sleep 1; bluez_power 0 true
+btctl "advertise off"
+btctl "advertise on"
+release 1
+ble scan --duration 5 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan2.json" || fail "ble scan failed"
+cat "$OCB_OUT/$OCB_SCENARIO.scan2.json"
+second=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$OCB_OUT/$OCB_SCENARIO.scan2.json" | head -1)
+log "private addresses: $first then $second"
+[ -n "$second" ] && [ "$first" != "$second" ] || fail "BlueZ did not change its private address"
+release 1
+rc=0; ble pair PrivatePeer --io none --yes > "$OCB_OUT/$OCB_SCENARIO.pair2.log" 2>&1 || rc=$?
+cat "$OCB_OUT/$OCB_SCENARIO.pair2.log"
+[ $rc -eq 0 ] || fail "the second ble pair exited $rc"
+grep -q "^secured: encrypted" "$OCB_OUT/$OCB_SCENARIO.pair2.log" || fail "not encrypted"
+grep -q "bonded with $(address 0)/P" "$OCB_OUT/$OCB_SCENARIO.pair2.log" || fail "the new address was not resolved to the bond"
+[ "$(grep -c "Confirm\|Accept pairing" "$BTCTL_LOG")" -le 1 ] || fail "BlueZ was asked to pair again"
+stop_bluez
+start_bluez || fail "BlueZ did not start again"
+log "ok"

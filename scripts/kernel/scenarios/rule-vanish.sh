@@ -1,0 +1,63 @@
+# An adapter that vanishes mid-operation (its /dev/vhci closed, as a dongle pulled out) and comes back at the
+# same index. A command that keeps running (`ble scan --duration 0`) says the adapter went away, waits, says
+# when it is back and finds devices again; a command with an end (`ble scan --duration 60`) says the adapter
+# went away and exits 1 at once; a command on an adapter that is not there says so and exits 1.
+start_bluez || fail "BlueZ did not start"
+btctl_start
+btctl "select $(address 0)"
+btctl "advertise.name on"
+btctl "advertise on"
+wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
+peer=$(address 0)
+scanlog="$OCB_OUT/$OCB_SCENARIO.scan.log"
+
+# bring_back: a new controller (hci1 again), taken from bluetoothd (which grabs every new adapter) until ours.
+bring_back() {
+    local idx start=$SECONDS
+    idx=$(add_controller) || fail "no new controller"
+    [ "$idx" = 1 ] || fail "the new controller is hci$idx, not hci1"
+    until grep -q "$1" "$2"; do
+        [ $((SECONDS - start)) -lt 40 ] || fail "not back after 40 s"
+        release 1 2>/dev/null
+        sleep 0.5
+    done
+}
+
+release 1
+ble scan --duration 0 --duplicates > "$scanlog" 2>&1 &
+scan=$!
+wait_for "$scanlog" "^$peer" 30 || fail "the scan found nothing"
+remove_controller 1
+log "hci1 removed"
+wait_for "$scanlog" "^hci-socket:1: the adapter went away .*waiting for it to come back" 15 || fail "ble scan did not say the adapter went away"
+sleep 3
+kill -0 $scan 2>/dev/null || fail "ble scan --duration 0 stopped instead of waiting"
+lines=$(grep -c "^$peer" "$scanlog")
+bring_back "^hci-socket:1: the adapter is back" "$scanlog"
+log "hci1 is back"
+start=$SECONDS
+until [ "$(grep -c "^$peer" "$scanlog")" -gt "$lines" ]; do
+    [ $((SECONDS - start)) -lt 30 ] || fail "ble scan did not scan again after the adapter came back"
+    sleep 0.3
+done
+kill -INT $scan
+rc=0; wait_exit $scan 20 || rc=$?
+[ $rc -eq 0 ] || fail "ble scan ended with $rc after Ctrl-C"
+grep -v "^$peer" "$scanlog"
+
+release 1
+ble scan --duration 60 > "$OCB_OUT/$OCB_SCENARIO.scan2.log" 2>&1 &
+scan=$!
+wait_for "$OCB_OUT/$OCB_SCENARIO.scan2.log" "^$peer" 30 || fail "the second scan found nothing"
+remove_controller 1
+rc=0; wait_exit $scan 20 || rc=$?
+cat "$OCB_OUT/$OCB_SCENARIO.scan2.log"
+[ $rc -eq 1 ] || fail "ble scan --duration 60 exited $rc (not 1) when its adapter went away"
+grep -q "^Error: hci-socket:1: the adapter went away" "$OCB_OUT/$OCB_SCENARIO.scan2.log" || fail "no message"
+
+rc=0; ble read "$peer/P" 2A00 > "$OCB_OUT/$OCB_SCENARIO.read.log" 2>&1 || rc=$?
+cat "$OCB_OUT/$OCB_SCENARIO.read.log"
+[ $rc -eq 1 ] || fail "ble read on a missing adapter exited $rc"
+grep -q "hci1: no such adapter" "$OCB_OUT/$OCB_SCENARIO.read.log" || fail "no 'no such adapter' message"
+add_controller > /dev/null
+log "ok"

@@ -1,0 +1,105 @@
+/*
+ * vhci-bridge: one Linux virtual HCI controller (/dev/vhci, driver hci_vhci) whose far end is a controller
+ * reached over TCP in H4 framing (rootcanal's HCI port). Runs inside the kernel test guest
+ * (scripts/kernel/guest); standard C and POSIX only.
+ *
+ *   vhci-bridge HOST PORT      prints "hciN" on standard output once the kernel has made the adapter
+ *
+ * /dev/vhci takes exactly one whole H4 packet per write and returns one per read. The first packet this
+ * program writes is the vendor packet 0xff 0x00, which creates a primary (BR/EDR+LE) controller at once
+ * instead of after the driver's one-second timeout; the kernel answers with a vendor packet
+ * 0xff OPCODE INDEX_LO INDEX_HI that names the new index and must not reach the controller.
+ * Closing /dev/vhci (this program ending, for any reason) unregisters the adapter, as unplugging a dongle does.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) { if (errno == EINTR) continue; return -1; }
+        p += w; n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Length of the complete H4 packet at the start of buf (type byte included), 0 if more bytes are needed,
+ * -1 for an unknown packet type. */
+static long h4_length(const unsigned char *buf, size_t have) {
+    if (have < 1) return 0;
+    switch (buf[0]) {
+    case 0x01: return have < 4 ? 0 : 4L + buf[3];                              /* command */
+    case 0x02: return have < 5 ? 0 : 5L + (buf[3] | (buf[4] << 8));             /* ACL */
+    case 0x03: return have < 4 ? 0 : 4L + buf[3];                              /* SCO */
+    case 0x04: return have < 3 ? 0 : 3L + buf[2];                              /* event */
+    case 0x05: return have < 5 ? 0 : 5L + ((buf[3] | (buf[4] << 8)) & 0x3fff); /* ISO */
+    default: return -1;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) { fprintf(stderr, "usage: vhci-bridge HOST PORT\n"); return 64; }
+    signal(SIGPIPE, SIG_IGN);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((unsigned short)atoi(argv[2]));
+    if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1) { fprintf(stderr, "vhci-bridge: bad address %s\n", argv[1]); return 64; }
+    int tcp = -1;
+    for (int attempt = 0; attempt < 300; attempt++) {   /* rootcanal may still be starting: up to 30 s */
+        tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (tcp < 0) { perror("vhci-bridge: socket"); return 1; }
+        if (connect(tcp, (struct sockaddr *)&sa, sizeof sa) == 0) break;
+        close(tcp); tcp = -1;
+        usleep(100000);
+    }
+    if (tcp < 0) { fprintf(stderr, "vhci-bridge: cannot connect to %s:%s\n", argv[1], argv[2]); return 1; }
+    int one = 1;
+    setsockopt(tcp, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+    int vhci = open("/dev/vhci", O_RDWR | O_CLOEXEC);
+    if (vhci < 0) { perror("vhci-bridge: /dev/vhci"); return 1; }
+    const unsigned char create[2] = { 0xff, 0x00 };
+    if (write_all(vhci, create, sizeof create) < 0) { perror("vhci-bridge: create"); return 1; }
+
+    static unsigned char in[65536 + 8], out[65536 + 8];
+    size_t have = 0;
+    struct pollfd fds[2] = { { vhci, POLLIN, 0 }, { tcp, POLLIN, 0 } };
+    for (;;) {
+        if (poll(fds, 2, -1) < 0) { if (errno == EINTR) continue; perror("vhci-bridge: poll"); return 1; }
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = read(vhci, out, sizeof out);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) { fprintf(stderr, "vhci-bridge: /dev/vhci closed\n"); return 1; }
+            if (out[0] == 0xff) {                      /* the driver's own vendor packet: names the index */
+                if (n >= 4) { printf("hci%d\n", out[2] | (out[3] << 8)); fflush(stdout); }
+                continue;
+            }
+            if (write_all(tcp, out, (size_t)n) < 0) { fprintf(stderr, "vhci-bridge: controller connection lost\n"); return 1; }
+        }
+        if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = read(tcp, in + have, sizeof in - have);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) { fprintf(stderr, "vhci-bridge: controller closed the connection\n"); return 1; }
+            have += (size_t)n;
+            for (;;) {
+                long len = h4_length(in, have);
+                if (len < 0) { fprintf(stderr, "vhci-bridge: unknown H4 packet type 0x%02x\n", in[0]); return 1; }
+                if (len == 0 || (size_t)len > have) break;
+                if (write_all(vhci, in, (size_t)len) < 0) { perror("vhci-bridge: write /dev/vhci"); return 1; }
+                memmove(in, in + len, have - (size_t)len);
+                have -= (size_t)len;
+            }
+        }
+    }
+}
