@@ -15,17 +15,23 @@ extension LEHost {
         loop.assertInLoop()
         guard powerState == .on else { return completion(.notPoweredOn) }
         privacyInterval = interval
-        staticIdentityAddress = nil
+        // On a controller without a public address, the static address stays our identity (key distribution).
+        staticIdentityAddress = controllerStaticAddress
         rotatePrivateAddress(completion: completion)
     }
 
-    /// Back to the public address.
+    /// Back to the identity address: the public one, or on a controller without one the static address
+    /// the host uses for it.
     public func disablePrivacy() {
         loop.assertInLoop()
         loop.cancel(privacyTimer)
         privacyTimer = nil
         privacyInterval = nil
         staticIdentityAddress = nil
+        if let s = controllerStaticAddress {
+            if currentPrivateAddress != s { setStaticRandomAddress(s) }
+            return
+        }
         guard currentPrivateAddress != nil else { return }
         currentPrivateAddress = nil
         if let want = wantsAdvertising { startAdvertising(want) }
@@ -45,8 +51,8 @@ extension LEHost {
         let wasScanning = isScanning
         // Advertising off whatever `isAdvertising` says (an enable may still be in flight): the controller refuses
         // LE Set Random Address while it advertises.
-        if isAdvertising || wantsAdvertising != nil { command(.leSetAdvertisingEnable(false)); isAdvertising = false }
-        if wasScanning { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
+        if isAdvertising || wantsAdvertising != nil { command(advertisingEnableCommand(false)); isAdvertising = false }
+        if wasScanning { command(scanEnableCommand(false)) }
         commandExpectingSuccess(.leSetRandomAddress(rpa)) { [self] e in
             if e == nil {
                 currentPrivateAddress = rpa
