@@ -116,7 +116,7 @@ extension LEHost {
             let m = try LEReadNumberOfSupportedAdvertisingSetsReturn(decoding: p)
             if m.status == .success { h.startupInfo.advertisingSets = m.count }
         }),
-        StartupStep(name: "LE Clear Advertising Sets", when: { $0.startupInfo.supportsExtendedAdvertising }, command: { _ in .leClearAdvertisingSets }),
+        StartupStep(name: "LE Clear Advertising Sets", when: { $0.startupInfo.supportsExtendedAdvertising && $0.startupInfo.supports(.leClearAdvertisingSets) }, command: { _ in .leClearAdvertisingSets }),
         // Zephyr's host asks for the vendor commands when the controller has no public address and speaks
         // HCI 5.0 or later (hci_core.c, CONFIG_BT_HCI_VS_EXT_DETECT); a 13-octet answer is Zephyr's.
         StartupStep(name: "Zephyr Read Version Information", when: { h in
