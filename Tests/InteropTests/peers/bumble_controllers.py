@@ -30,7 +30,7 @@ import sys
 
 from bumble import hci, ll
 from bumble.controller import Controller
-from bumble.core import AdvertisingData
+from bumble.core import AdvertisingData, PhysicalTransport
 from bumble.device import AdvertisingEventProperties, AdvertisingParameters, Device, Peer
 from bumble.gatt import Characteristic, CharacteristicValue, Service
 from bumble.hci import Address
@@ -68,6 +68,20 @@ F = hci.LeFeatureMask
 
 def emit(**fields):
     print(json.dumps(fields), flush=True)
+
+
+class FaithfulLink(LocalLink):
+    """Bumble's LocalLink labels every LE ACL packet with the sender's random address, so that a device using
+    its public address never gets an answer; here a packet carries the address the sender's link uses."""
+
+    def send_acl_data(self, sender_controller, destination_address, transport, data):
+        if transport != PhysicalTransport.LE:
+            return super().send_acl_data(sender_controller, destination_address, transport, data)
+        connection = sender_controller.le_connections.get(destination_address)
+        source = connection.self_address if connection is not None else sender_controller.random_address
+        destination = self.find_le_controller(destination_address)
+        if destination is not None:
+            asyncio.get_running_loop().call_soon(destination.on_link_acl_data, source, transport, data)
 
 
 class Sink:
@@ -137,7 +151,7 @@ class ProfileController(Controller):
 
     def to_host(self, packet: bytes):
         # In order with what Controller.send_hci_packet schedules.
-        asyncio.get_running_loop().call_soon(self.writer, packet)
+        asyncio.get_running_loop().call_soon(self.host.on_packet, packet)
 
     def complete(self, op, params: bytes):
         self.to_host(bytes([hci.HCI_EVENT_PACKET, 0x0E, 3 + len(params), 1]) + op.to_bytes(2, 'little') + params)
@@ -192,6 +206,7 @@ class ProfileController(Controller):
         # The buffer is freed once the packet is "on the air".
         asyncio.get_running_loop().call_later(self.completion_delay, self.free, packet.connection_handle)
         if self.args.drop_after_acl and self.acl_from_host == self.args.drop_after_acl:
+            self.args.drop_after_acl = 0   # once: the controller that comes back stays
             emit(event='vanishing', acl=self.acl_from_host)
             asyncio.get_running_loop().call_soon(self.args.vanish)
 
@@ -238,6 +253,10 @@ async def make_peer(args, link):
     # The peer's controller speaks extended advertising when asked to use it, legacy otherwise.
     if args.peer_extended:
         controller.supported_commands = set(Controller.supported_commands) | EXTENDED_GAP
+    else:
+        # Bumble's Device advertises through advertising sets (extended PDUs on its link) whenever the
+        # controller has the feature: without it, legacy ADV_IND that every scanner receives.
+        controller.le_features = controller.le_features & ~F.LE_EXTENDED_ADVERTISING
     device = Device.with_hci(args.peer_name, Address(args.peer_address), controller, controller)
     if args.peer == 'peripheral':
         def on_write(connection, value):
@@ -253,18 +272,20 @@ async def make_peer(args, link):
                                         c.on('disconnection', lambda r: emit(event='peer_disconnected', reason=r))))
     if args.peer == 'peripheral':
         name = AdvertisingData([(AdvertisingData.COMPLETE_LOCAL_NAME, args.peer_name.encode()),
-                                (AdvertisingData.FLAGS, bytes([0x06]))])
+                                (AdvertisingData.FLAGS, bytes([0x06])),
+                                (AdvertisingData.MANUFACTURER_SPECIFIC_DATA, bytes([0xFF, 0xFF, 0x01, 0x02]))])
         if args.peer_extended:
             # Extended PDUs only, with more data than a legacy advertisement holds: 4.x scanners never see it.
-            data = bytes(name) + bytes(AdvertisingData([(AdvertisingData.MANUFACTURER_SPECIFIC_DATA, bytes([0xFF, 0xFF]) + bytes(range(40)))]))
+            data = bytes(name) + bytes(AdvertisingData([(AdvertisingData.SERVICE_DATA_16_BIT_UUID, bytes([0x0D, 0x18]) + bytes(range(40)))]))
             await device.create_advertising_set(
                 advertising_parameters=AdvertisingParameters(
                     advertising_event_properties=AdvertisingEventProperties(is_connectable=True, is_legacy=False),
-                    own_address_type=hci.OwnAddressType.PUBLIC),
+                    own_address_type=hci.OwnAddressType.PUBLIC, primary_advertising_interval_min=100, primary_advertising_interval_max=100),
                 advertising_data=data, auto_restart=True)
         else:
             device.advertising_data = bytes(name)
-            await device.start_advertising(auto_restart=True, own_address_type=hci.OwnAddressType.PUBLIC)
+            await device.start_advertising(auto_restart=True, own_address_type=hci.OwnAddressType.PUBLIC,
+                                           advertising_interval_min=100, advertising_interval_max=100)
         emit(event='advertising', name=args.peer_name, extended=args.peer_extended)
     elif args.peer == 'central':
         async def central():
@@ -290,7 +311,7 @@ async def make_peer(args, link):
                         for c in s.characteristics:
                             if c.properties & Characteristic.Properties.READ:
                                 v = await c.read_value()
-                                emit(event='read', uuid=str(c.uuid), value=bytes(v).hex())
+                                emit(event='read', uuid=c.uuid.to_hex_str(), value=bytes(v).hex())
                     await connection.disconnect()
                     emit(event='central_done')
                     return
@@ -374,7 +395,7 @@ async def serve_pty(args, link):
 
 
 async def run(args):
-    link = LocalLink()
+    link = FaithfulLink()
     keep = await (serve_pty(args, link) if args.pty else serve_tcp(args, link))
     await make_peer(args, link)
     await asyncio.sleep(args.duration)
