@@ -29,7 +29,8 @@ extension LEHost {
         privacyInterval = nil
         staticIdentityAddress = nil
         if let s = controllerStaticAddress {
-            if currentPrivateAddress != s { setStaticRandomAddress(s) }
+            // Queued after any LE Set Random Address of the privacy just ended, so it is the last one.
+            setStaticRandomAddress(s)
             return
         }
         guard currentPrivateAddress != nil else { return }
@@ -54,7 +55,8 @@ extension LEHost {
         if isAdvertising || wantsAdvertising != nil { command(advertisingEnableCommand(false)); isAdvertising = false }
         if wasScanning { command(scanEnableCommand(false)) }
         commandExpectingSuccess(.leSetRandomAddress(rpa)) { [self] e in
-            if e == nil {
+            // Unless privacy was turned off meanwhile (disablePrivacy decided the address since).
+            if e == nil && privacyInterval != nil {
                 currentPrivateAddress = rpa
                 log("private address now \(rpa)")
             }

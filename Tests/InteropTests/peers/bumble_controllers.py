@@ -294,7 +294,8 @@ async def make_peer(args, link):
                     found = asyncio.get_running_loop().create_future()
 
                     def on_adv(a):
-                        if not found.done() and a.data.get(AdvertisingData.COMPLETE_LOCAL_NAME) == args.target_name.encode():
+                        name = a.data.get(AdvertisingData.COMPLETE_LOCAL_NAME)
+                        if not found.done() and name in (args.target_name, args.target_name.encode()):
                             found.set_result(a.address)
                     device.on('advertisement', on_adv)
                     await device.start_scanning()
