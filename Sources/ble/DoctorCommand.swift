@@ -189,7 +189,7 @@ struct DoctorSystem {
             case (false?, _):
                 lines.append(DoctorLine(text: "down: free for BLE_TRANSPORT=hci-socket:\(index)"))
             case (nil, _):
-                lines.append(DoctorLine(text: "up/down: unknown (no Bluetooth sockets here)" + (daemons.isEmpty ? "" : "; bluetoothd holds it when it is up")))
+                lines.append(DoctorLine(text: "up/down: unknown (the kernel could not be asked: no Bluetooth sockets, or not the real /sys)" + (daemons.isEmpty ? "" : "; bluetoothd holds it when it is up")))
             }
             // Firmware: the family's need, the firmware directory, and the kernel's own complaints.
             let complaints = (log ?? []).filter { l in
