@@ -119,6 +119,9 @@ public struct H4Framer: Sendable {
 
     public mutating func nextPacket() throws -> HCIPacket? {
         if awaitingSynchronization && !synchronize() { return nil }
+        // Zero octets between packets are padding (a host resynchronising a UART writes 258 of them before its
+        // first command, see SerialTransport); 0x00 is no packet indicator, so nothing is lost by skipping them.
+        while start < buffer.count && buffer[start] == 0 { start += 1; discardedCount += 1 }
         let available = buffer.count - start
         guard available >= 1 else { return nil }
         guard let type = HCIPacketType(rawValue: buffer[start]) else {

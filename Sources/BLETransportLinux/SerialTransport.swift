@@ -7,7 +7,10 @@
 // - A port opened mid-stream (the controller was sending, or the line carried power-up noise): the framer
 //   discards bytes until the controller's answer to the host's first command, HCI_Reset, then frames exactly
 //   (H4Framer `synchronizesOnReset`). A framing error later closes the port; the host opens it again and
-//   resynchronises the same way.
+//   resynchronises the same way. The other direction too: a controller whose own parser is mid-packet (a host
+//   died halfway through a command) would swallow our Reset, so 258 zero octets go first, enough to complete
+//   the longest command (3 + 255 octets); a controller in step reads them as invalid indicators and drops them
+//   (btstack's and Zephyr's H4 parsers do, byte by byte), as Bumble's serial transport does with its `resync` option.
 // - Hardware flow control: RTS/CTS is on by default for on-board UARTs and USB-serial bridges (ttyAMA*, ttyS*,
 //   ttyTHS*, ttymxc*, ttyUSB*: HCI UART modules wire RTS/CTS, and Zephyr's hci_uart and the Pi's Broadcom
 //   chip run with it), off for USB CDC ACM ports (ttyACM*: USB does the flow control) and pseudo-terminals.
@@ -102,6 +105,9 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
 
     public var deliversOnReaderThread: Bool { true }
 
+    /// Zero octets written on open before anything else: 3 + 255, the longest HCI command.
+    public static let resynchronizationPadding = 258
+
     public func open(sink: any HCITransportSink) throws {
         close()
         let fd = try SerialPort.open(path: path, baud: baud, flowControl: flowControl)
@@ -110,6 +116,7 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         let generation = state.withLock { s -> Int in s.fd = fd; s.generation += 1; return s.generation }
         discarded.withLock { $0 = 0 }
+        write([UInt8](repeating: 0, count: Self.resynchronizationPadding))
         let thread = Thread { [self] in readLoop(fd: fd, generation: generation, sink: sink) }
         thread.name = name
         thread.start()

@@ -48,7 +48,8 @@ struct DoctorLine {
     var text: String
     var fix: String?
     func render(indent: String) -> [String] {
-        [indent + text] + (fix.map { [indent + "  → " + $0] } ?? [])
+        let lead = String(text.prefix { $0 == " " })
+        return [indent + text] + (fix.map { [indent + lead + "  → " + $0] } ?? [])
     }
 }
 

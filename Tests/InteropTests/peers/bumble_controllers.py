@@ -226,6 +226,7 @@ class H4Reader:
     """Frames H4 packets from a byte stream (the host's commands and ACL data)."""
 
     def __init__(self, on_packet):
+        self.padding = 0
         self.buffer = bytearray()
         self.on_packet = on_packet
 
@@ -235,9 +236,14 @@ class H4Reader:
             t = self.buffer[0]
             header = {1: 3, 2: 4}.get(t)
             if header is None:
-                emit(event='error', error=f'bad H4 indicator {t:#x} from the host')
-                self.buffer.clear()
-                return
+                # As btstack's and Zephyr's H4 parsers do: drop the byte and look for a packet type again.
+                # Zeros are the padding a host sends to resynchronise; anything else is an error.
+                if t != 0:
+                    emit(event='error', error=f'bad H4 indicator {t:#x} from the host')
+                else:
+                    self.padding += 1
+                del self.buffer[:1]
+                continue
             if len(self.buffer) < 1 + header:
                 return
             length = self.buffer[3] if t == 1 else int.from_bytes(self.buffer[3:5], 'little')
