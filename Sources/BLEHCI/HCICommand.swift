@@ -50,6 +50,20 @@ public enum HCICommand: Sendable, Equatable {
     case leLongTermKeyRequestNegativeReply(handle: UInt16)
     case readRSSI(handle: UInt16)
     case readRemoteVersionInformation(handle: UInt16)
+    // Extended advertising, scanning and initiating (§7.8.52–§7.8.66); see HCIExtendedAdvertising.swift.
+    case leSetAdvertisingSetRandomAddress(handle: UInt8, address: BluetoothAddress)
+    case leSetExtendedAdvertisingParameters(LESetExtendedAdvertisingParameters)
+    case leSetExtendedAdvertisingData(LESetExtendedAdvertisingData)
+    case leSetExtendedScanResponseData(LESetExtendedAdvertisingData)
+    case leSetExtendedAdvertisingEnable(enable: Bool, sets: [LEExtendedAdvertisingSet])
+    case leReadMaximumAdvertisingDataLength
+    case leReadNumberOfSupportedAdvertisingSets
+    case leRemoveAdvertisingSet(UInt8)
+    case leClearAdvertisingSets
+    case leSetExtendedScanParameters(LESetExtendedScanParameters)
+    /// Filter_Duplicates 0 off, 1 on, 2 reset each period; duration in 10 ms and period in 1.28 s units, 0 = continuous.
+    case leSetExtendedScanEnable(enable: Bool, filterDuplicates: UInt8, duration: UInt16, period: UInt16)
+    case leExtendedCreateConnection(LEExtendedCreateConnection)
     case unknown(opcode: HCIOpcode, parameters: [UInt8])
 
     public var opcode: HCIOpcode {
@@ -96,6 +110,18 @@ public enum HCICommand: Sendable, Equatable {
         case .leLongTermKeyRequestNegativeReply: return .leLongTermKeyRequestNegativeReply
         case .readRSSI: return .readRSSI
         case .readRemoteVersionInformation: return .readRemoteVersionInformation
+        case .leSetAdvertisingSetRandomAddress: return .leSetAdvertisingSetRandomAddress
+        case .leSetExtendedAdvertisingParameters: return .leSetExtendedAdvertisingParameters
+        case .leSetExtendedAdvertisingData: return .leSetExtendedAdvertisingData
+        case .leSetExtendedScanResponseData: return .leSetExtendedScanResponseData
+        case .leSetExtendedAdvertisingEnable: return .leSetExtendedAdvertisingEnable
+        case .leReadMaximumAdvertisingDataLength: return .leReadMaximumAdvertisingDataLength
+        case .leReadNumberOfSupportedAdvertisingSets: return .leReadNumberOfSupportedAdvertisingSets
+        case .leRemoveAdvertisingSet: return .leRemoveAdvertisingSet
+        case .leClearAdvertisingSets: return .leClearAdvertisingSets
+        case .leSetExtendedScanParameters: return .leSetExtendedScanParameters
+        case .leSetExtendedScanEnable: return .leSetExtendedScanEnable
+        case .leExtendedCreateConnection: return .leExtendedCreateConnection
         case let .unknown(op, _): return op
         }
     }

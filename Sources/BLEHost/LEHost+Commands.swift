@@ -8,8 +8,8 @@ import BLETransport
 extension LEHost {
     /// Queues an HCI command; `completion` runs on the loop with Command Complete's return parameters or
     /// Command Status's status.
-    func command(_ command: HCICommand, completion: @escaping (Result<CommandOutcome, HostError>) -> Void = { _ in }) {
-        commandQueue.append(PendingCommand(command: command, completion: completion))
+    func command(_ command: HCICommand, timeout: LoopTime? = nil, completion: @escaping (Result<CommandOutcome, HostError>) -> Void = { _ in }) {
+        commandQueue.append(PendingCommand(command: command, timeout: timeout, completion: completion))
         pumpCommands()
     }
 
@@ -39,7 +39,7 @@ extension LEHost {
             }
             commandCredits -= 1
             let op = next.command.opcode
-            let timer = loop.schedule(after: commandTimeout) { [weak self] in self?.commandTimedOut(op) }
+            let timer = loop.schedule(after: next.timeout ?? commandTimeout) { [weak self] in self?.commandTimedOut(op) }
             outstandingCommand = (op, next, timer)
             if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(op)"]) }
             transport.send(next.command.encode())

@@ -66,6 +66,13 @@ extension LEHost {
                 c.rxPHY = rx
                 loggers.gap.debug("PHY changed", metadata: ["connection": "\(c)", "tx": "\(tx)", "rx": "\(rx)"])
             }
+        case let .extendedAdvertisingReport(reports):
+            handleExtendedReports(reports)
+        case let .advertisingSetTerminated(e):
+            // The set stopped: a connection was made (its LE Connection Complete came first and resumes
+            // advertising if still wanted) or it ended by itself.
+            if e.connectionHandle == 0 || connections[e.connectionHandle] == nil { isAdvertising = false }
+            log("advertising set \(e.advertisingHandle) terminated (\(e.status))")
         case let .longTermKeyRequest(handle, random, ediv):
             if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) }
             else { command(.leLongTermKeyRequestNegativeReply(handle: handle)) }
@@ -146,12 +153,14 @@ extension LEHost {
     /// Data Length Extension to 251 octets and LE 2M, when this controller supports them (the peer's
     /// controller negotiates: an older peer keeps 27 octets or LE 1M). Vol 4 Part E §7.8.33, §7.8.49.
     func requestFastLink(_ c: HostConnection) {
-        let features = LEFeatures(rawValue: leFeatures)
-        if features.contains(.dataPacketLengthExtension) {
-            setDataLength(handle: c.handle, octets: 251) { [self] e in if let e { loggers.gap.debug("data length not raised", metadata: ["connection": "\(c)", "error": "\(e)"]) } }
+        // Gated on the feature bit and the supported-commands bit both: a 4.0 or 4.1 controller has neither.
+        guard let info = controllerInfo else { return }
+        if info.supportsDataLengthExtension {
+            let octets = min(251, max(27, info.maxTxOctets ?? 251))
+            setDataLength(handle: c.handle, octets: octets) { [self] e in if let e { log("data length not raised on \(c): \(e)") } }
         }
-        if features.contains(.le2MPHY) {
-            setPHY(handle: c.handle, phys: 0x02) { [self] e in if let e { loggers.gap.debug("LE 2M not set", metadata: ["connection": "\(c)", "error": "\(e)"]) } }
+        if info.supportsLE2M {
+            setPHY(handle: c.handle, phys: 0x02) { [self] e in if let e { log("LE 2M not set on \(c): \(e)") } }
         }
     }
 

@@ -33,12 +33,10 @@ extension LEHost {
         loggers.gap.debug("scanning", metadata: ["active": "\(active)", "filter-duplicates": "\(filterDuplicates)"])
         let restart = isScanning
         isScanning = true
-        if restart { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
-        let params = LESetScanParameters(scanType: active ? .active : .passive, scanInterval: interval, scanWindow: window,
-                                         ownAddressType: ownAddressType, scanningFilterPolicy: 0)
-        commandExpectingSuccess(.leSetScanParameters(params)) { [self] e in
+        if restart { command(scanEnableCommand(false)) }
+        commandExpectingSuccess(scanParametersCommand(active: active, interval: interval, window: window)) { [self] e in
             if let e { isScanning = false; return completion(e) }
-            commandExpectingSuccess(.leSetScanEnable(enable: true, filterDuplicates: filterDuplicates)) { [self] e in
+            commandExpectingSuccess(scanEnableCommand(true, filterDuplicates: filterDuplicates)) { [self] e in
                 if e != nil { isScanning = false }
                 completion(e)
             }
@@ -56,42 +54,39 @@ extension LEHost {
         guard isScanning else { return completion(nil) }
         isScanning = false
         loggers.gap.debug("scanning stopped")
-        commandExpectingSuccess(.leSetScanEnable(enable: false, filterDuplicates: false), completion: completion)
+        advertisingReassembly.removeAll()
+        commandExpectingSuccess(scanEnableCommand(false), completion: completion)
     }
 
     // MARK: Advertising
 
-    /// Starts (or restarts with new data) legacy advertising.
+    /// Starts (or restarts with new data) advertising: legacy PDUs (up to 31 bytes of data), or on a controller
+    /// with extended advertising, extended PDUs for longer data (up to `maximumAdvertisingDataLength`).
     public func startAdvertising(_ config: AdvertisingConfiguration, completion: @escaping (HostError?) -> Void = { _ in }) {
         guard powerState == .on else { return completion(.notPoweredOn) }
-        guard config.data.count <= 31, config.scanResponse.count <= 31 else {
-            return completion(.invalidParameters("legacy advertising data is limited to 31 bytes"))
+        let setup: [HCICommand]
+        switch advertisingSetupCommands(config) {
+        case let .failure(e): return completion(e)
+        case let .success(c): setup = c
         }
         wantsAdvertising = config
         loggers.gap.debug("advertising", metadata: ["connectable": "\(config.connectable)", "interval": "\(config.interval)"])
         isAdvertising = false
-        let params = LESetAdvertisingParameters(
-            advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
-            advertisingType: config.connectable ? .connectableUndirected : (config.scanResponse.isEmpty ? .nonConnectableUndirected : .scannableUndirected),
-            ownAddressType: ownAddressType, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
-            advertisingChannelMap: 0x07, advertisingFilterPolicy: 0)
         // The whole sequence is queued at once, so it runs without another start, a resume after a disconnection
         // or an address rotation between its commands (commands run in order). It begins with a disable whatever
         // `isAdvertising` says: an enable queued earlier may have the controller advertising, and a controller
         // refuses new parameters while it advertises (Command Disallowed). Disabling what is off is no error.
         var failure: HostError?
-        command(.leSetAdvertisingEnable(false))
-        commandExpectingSuccess(.leSetAdvertisingParameters(params)) { e in if failure == nil { failure = e } }
-        commandExpectingSuccess(.leSetAdvertisingData(config.data)) { e in if failure == nil { failure = e } }
-        commandExpectingSuccess(.leSetScanResponseData(config.scanResponse)) { e in if failure == nil { failure = e } }
-        commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+        command(advertisingEnableCommand(false))
+        for c in setup { commandExpectingSuccess(c) { e in if failure == nil { failure = e } } }
+        commandExpectingSuccess(advertisingEnableCommand(true)) { [self] e in
             let error = failure ?? e
             let current = wantsAdvertising == config
             if error == nil {
                 // Unless a later start or a stop has been queued since, which decides the state itself.
                 if current { isAdvertising = true }
             } else {
-                if failure != nil && e == nil && current { command(.leSetAdvertisingEnable(false)) }
+                if failure != nil && e == nil && current { command(advertisingEnableCommand(false)) }
                 if current { wantsAdvertising = nil }
             }
             completion(error)
@@ -103,14 +98,14 @@ extension LEHost {
         wantsAdvertising = nil
         isAdvertising = false
         // Whatever `isAdvertising` said: an enable may still be queued, and this disable comes after it.
-        commandExpectingSuccess(.leSetAdvertisingEnable(false), completion: completion)
+        commandExpectingSuccess(advertisingEnableCommand(false), completion: completion)
     }
 
     /// Legacy advertising stops when a connection is made as peripheral; start it again if still wanted.
     func resumeAdvertisingIfWanted() {
         guard powerState == .on, let want = wantsAdvertising, !isAdvertising else { return }
         isAdvertising = true
-        commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+        commandExpectingSuccess(advertisingEnableCommand(true)) { [self] e in
             if e != nil { isAdvertising = false }
             _ = want
         }
@@ -309,7 +304,7 @@ extension LEHost {
             connectionIntervalMin: 0x0018, connectionIntervalMax: 0x0028, maxLatency: 0,
             supervisionTimeout: 0x01F4, minCELength: 0, maxCELength: 0)
         let generation = initiationGeneration
-        command(.leCreateConnection(params)) { [self] r in
+        command(createConnectionCommand(params)) { [self] r in
             var failed: HCIStatus?
             switch r {
             case let .success(.status(s)) where s != .success: failed = s
@@ -403,6 +398,9 @@ extension LEHost {
     /// `codedOptions` 1 prefers S=2, 2 prefers S=8.
     public func setPHY(handle: UInt16, phys: UInt8, codedOptions: UInt16 = 0, completion: @escaping (HostError?) -> Void = { _ in }) {
         guard connections[handle] != nil else { return completion(.invalidState("no such connection")) }
+        guard controllerInfo?.supports(.leSetPHY) ?? false else {
+            return completion(.commandFailed(opcode: HCIOpcode.leSetPHY, status: .unknownCommand))
+        }
         command(.leSetPHY(LESetPHY(connectionHandle: handle, allPHYs: 0, txPHYs: phys, rxPHYs: phys, phyOptions: codedOptions))) { r in
             if case let .success(.status(s)) = r, s != .success { return completion(.commandFailed(opcode: HCIOpcode.leSetPHY, status: s)) }
             if case let .failure(e) = r { return completion(e) }
@@ -413,6 +411,9 @@ extension LEHost {
     /// Asks the controller for a larger LL data PDU payload on a link (HCI LE Set Data Length), 27…251 octets.
     public func setDataLength(handle: UInt16, octets: UInt16, completion: @escaping (HostError?) -> Void = { _ in }) {
         guard connections[handle] != nil else { return completion(.invalidState("no such connection")) }
+        guard controllerInfo?.supports(.leSetDataLength) ?? false else {
+            return completion(.commandFailed(opcode: HCIOpcode.leSetDataLength, status: .unknownCommand))
+        }
         let time = UInt16(min(17040, (Int(octets) + 14) * 8))   // the LE 1M time for that many octets
         commandExpectingSuccess(.leSetDataLength(handle: handle, txOctets: octets, txTime: max(328, time)), completion: completion)
     }

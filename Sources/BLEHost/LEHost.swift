@@ -38,21 +38,37 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// True between powerOn and powerOff: a lost controller is then retried.
     private var wantsPower = false
     /// Set once a controller has been initialised.
-    private var hadController = false
+    var hadController = false
     private var reconnectTimer: LoopTimer?
     /// How often a lost or unreachable controller is retried; nil never retries.
     public var reconnectInterval: LoopTime? = .seconds(1)
 
     // Controller facts, read during start-up.
-    public private(set) var localAddress = BluetoothAddress.zero
-    public private(set) var controllerVersion: ReadLocalVersionReturn?
-    public private(set) var aclBufferSize = 27
-    public private(set) var aclBufferCount = 1
-    public private(set) var leFeatures: UInt64 = 0
+    /// Our identity address: the controller's public address, or the static random one the host uses when
+    /// the controller has none (see LEHost+Startup.swift).
+    public internal(set) var localAddress = BluetoothAddress.zero
+    public internal(set) var controllerVersion: ReadLocalVersionReturn?
+    public internal(set) var aclBufferSize = 27
+    public internal(set) var aclBufferCount = 1
+    public internal(set) var leFeatures: UInt64 = 0
+    /// What start-up is learning about the controller (loop only); `controllerInfo` is the finished copy.
+    var startupInfo = ControllerInfo()
+    let controllerInfoSnapshot = Locked<ControllerInfo?>(nil)
+    var zephyrCommands: [UInt8]?
+    var zephyrStaticAddress: BluetoothAddress?
+    /// The static random address that is our identity on a controller without a public address.
+    public internal(set) var controllerStaticAddress: BluetoothAddress?
+    /// Extended advertising, scanning and initiating commands are used on this controller (decided at
+    /// start-up from its features and supported commands; never mixed with the legacy ones).
+    public internal(set) var usesExtendedAdvertising = false
+    /// How long HCI_Reset may take: some controllers answer only after seconds (the Linux kernel waits 10 s).
+    public var resetTimeout: LoopTime = .seconds(10)
 
     // HCI command flow (Vol 4 Part E §4.4): credits granted by Num_HCI_Command_Packets.
     struct PendingCommand {
         var command: HCICommand
+        /// nil: `commandTimeout`.
+        var timeout: LoopTime? = nil
         var completion: (Result<CommandOutcome, HostError>) -> Void
     }
     enum CommandOutcome {
@@ -78,6 +94,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public internal(set) var isScanning = false
     public internal(set) var isAdvertising = false
     var wantsAdvertising: AdvertisingConfiguration?
+    /// Extended advertising data arriving in several reports, per advertiser (LEHost+ExtendedGAP.swift).
+    var advertisingReassembly: [String: [UInt8]] = [:]
     var pendingConnects: [BluetoothAddress] = []
     /// The addresses the current LE Create Connection waits for: one (direct), or several (filter accept list).
     var initiatingFor: [BluetoothAddress] = []
@@ -239,70 +257,12 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         }
     }
 
-    private func runInitialisation() {
-        // Vol 6 Part D §2 (sample start-up): reset, then read what the controller is, then unmask LE events.
-        let mask: UInt64 = 0x2000_9FFF_FFFF_FFFF   // classic defaults plus bit 61 (LE Meta)
-        // LE subevents: conn complete, adv report, conn update, remote features, LTK request, remote conn
-        // param request, data length change, enhanced connection complete, PHY update complete.
-        let leMask: UInt64 = 0x0000_0000_0000_0A7F | (1 << 9) | (1 << 11)
-        command(.reset) { [self] r in
-            guard case .success = r else { return initFailed(r) }
-            command(.readLocalVersionInformation) { [self] r in
-                if stopsInitialisation(r) { return }
-                if case let .success(.complete(p)) = r { controllerVersion = try? ReadLocalVersionReturn(decoding: p) }
-                command(.readBDADDR) { [self] r in
-                    if stopsInitialisation(r) { return }
-                    if case let .success(.complete(p)) = r, let v = try? ReadBDADDRReturn(decoding: p) {
-                        localAddress = BluetoothAddress(bytes: v.address.bytes, type: .public)
-                    }
-                    command(.setEventMask(mask)) { [self] r in
-                        if stopsInitialisation(r) { return }
-                        command(.leSetEventMask(leMask)) { [self] r in
-                            if stopsInitialisation(r) { return }
-                            command(.leReadBufferSize) { [self] r in
-                                guard case let .success(.complete(p)) = r, let b = try? LEReadBufferSizeReturn(decoding: p),
-                                      b.status == .success else { return initFailed(r) }
-                                if b.aclDataPacketLength > 0 && b.totalNumACLDataPackets > 0 {
-                                    aclBufferSize = Int(b.aclDataPacketLength)
-                                    aclBufferCount = Int(b.totalNumACLDataPackets)
-                                }
-                                aclCredits = aclBufferCount
-                                command(.leReadLocalSupportedFeatures) { [self] r in
-                                    if stopsInitialisation(r) { return }
-                                    if case let .success(.complete(p)) = r, let f = try? LEReadLocalSupportedFeaturesReturn(decoding: p) {
-                                        leFeatures = f.features
-                                    }
-                                    hadController = true
-                                    loggers.hci.info("controller ready", metadata: ["address": "\(localAddress)", "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)"])
-                                    openBondStoreIfNeeded()
-                                    setPowerState(.on)
-                                    if privacyInterval != nil { rotatePrivateAddress() }
-                                    else if let s = staticIdentityAddress { setStaticRandomAddress(s) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+    /// A procedure-level line at debug on `opencorebluetooth.host` (the message is built only when the level is on).
+    func log(_ message: @autoclosure () -> String) {
+        loggers.host.debug("\(message())")
     }
 
-    /// A start-up step whose answer the host may ignore (an unsupported command) still ends start-up when
-    /// the controller went away (already handled: the chain must not queue more commands for the next
-    /// controller, found by FuzzHost) or did not answer (start-up failed).
-    private func stopsInitialisation(_ r: Result<CommandOutcome, HostError>) -> Bool {
-        guard case let .failure(e) = r else { return false }
-        if e != .transportClosed { initFailed(r) }
-        return true
-    }
-
-    private func initFailed(_ r: Result<CommandOutcome, HostError>) {
-        let why: String
-        switch r {
-        case let .failure(e): why = "\(e)"
-        case let .success(.status(s)): why = "\(s)"
-        case .success: why = "unexpected answer during start-up"
-        }
+    func initFailed(why: String) {
         loggers.hci.warning("controller start-up failed", metadata: ["error": "\(why)"])
         transport.close()
         controllerLost(error: nil, finalState: hadController ? .off : .unsupported(why))
@@ -331,6 +291,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         wantsAdvertising = nil
         // A new controller has no random address until the host sets one again.
         currentPrivateAddress = nil
+        controllerInfoSnapshot.withLock { $0 = nil }
+        advertisingReassembly.removeAll()
         loop.cancel(privacyTimer)
         privacyTimer = nil
         let pending = initiatingFor + pendingConnects

@@ -261,7 +261,11 @@ extension VirtualController {
                 return complete(op, LEEncryptReturn(status: .invalidParameters, encryptedData: [UInt8](repeating: 0, count: 16)))
             }
             complete(op, LEEncryptReturn(status: .success, encryptedData: out.reversed()))
-        case .setEventMaskPage2, .unknown:
+        case .setEventMaskPage2, .unknown, .leSetAdvertisingSetRandomAddress, .leSetExtendedAdvertisingParameters,
+             .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable,
+             .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet,
+             .leClearAdvertisingSets, .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection:
+            // A legacy-advertising controller: the extended commands are not in its supported-commands map.
             complete(op, .unknownCommand)
         }
     }

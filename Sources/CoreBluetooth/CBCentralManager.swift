@@ -147,9 +147,19 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    /// Whether this platform supports a feature.
+    /// Whether the controller supports a feature: `.extendedScanAndConnect` when it reports LE Extended
+    /// Advertising and the extended scanning and connection commands, which the host then uses. Answered
+    /// from the controllers this process has powered on (a manager in `.poweredOn`); before any, or on the
+    /// virtual radio, which advertises the legacy way, it is false.
     @discardableResult
-    open class func supports(_ features: Feature) -> Bool { features.isEmpty }
+    open class func supports(_ features: Feature) -> Bool {
+        if features.isEmpty { return true }
+        let running = LEHost.runningControllers
+        guard !running.isEmpty else { return false }
+        var have: Feature = []
+        if running.allSatisfy(\.supportsExtendedAdvertising) { have.insert(.extendedScanAndConnect) }
+        return have.isSuperset(of: features)
+    }
 
     open var isScanning: Bool { managerLock.withLock { storedIsScanning } }
 

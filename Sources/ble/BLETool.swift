@@ -28,7 +28,8 @@ struct BLETool: ParsableCommand {
         version: version,
         subcommands: [ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self, ShellCommand.self,
                       PairCommand.self, BondsCommand.self, ServeCommand.self, RadioCommand.self, SnoopCommand.self,
-                      DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self])
+                      DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self,
+                      DoctorCommand.self])
 
     /// As ArgumentParser's, except that a ValidationError raised once a subcommand runs shows that
     /// subcommand's usage, not the top-level one (ArgumentParser only knows the subcommand while parsing).
