@@ -358,11 +358,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                 log("dropping malformed event \(packet.bytes.hexString): \(error)")
             }
         case .acl:
-            do {
-                handle(acl: try ACLPacket.decode(packet))
-            } catch {
-                log("dropping malformed ACL packet: \(error)")
-            }
+            handleACL(packet)
         default:
             log("ignoring \(packet.type) packet from the controller")
         }

@@ -1,8 +1,17 @@
 // Minimal POSIX stream sockets for H4-over-TCP/UNIX transports and the radio server.
 //
-// A `StreamConnection` owns a file descriptor, reads on its own thread, frames H4 packets and hands them to
-// a callback; writes are whole-packet and serialised by a lock. TCP connections set TCP_NODELAY and re-arm
-// TCP_QUICKACK after every read, so small HCI events are not held back by delayed ACKs.
+// A `StreamConnection` owns a file descriptor and reads it on its own thread: each read takes everything the
+// socket holds (up to 64 KB), every H4 packet in it is framed and the whole batch goes to the callback at
+// once (the host handles it in one hop onto its loop). Writes are serialised by a lock; what is written
+// during a loop turn (see `LoopTurn`) is gathered and leaves in one system call when the turn ends, so the
+// packets a host sends in answer to one read, or in one burst of work, cost one write.
+//
+// TCP: TCP_NODELAY is set. Delayed ACKs are a problem only in Linux's "ping-pong" mode, which a socket enters
+// when it sends data soon after receiving; the peer (a controller with Nagle on) may then hold its next small
+// segment until our ACK, up to 40 ms. An answer written while handling a read carries the ACK; so the reader
+// re-arms TCP_QUICKACK (which also leaves ping-pong mode) only after a read that wrote nothing, and only if
+// something was written since the last time it did — a bulk receiver never pays for it, a ping-pong pays
+// once per round trip. OCB_TCP_QUICKACK=0 turns it off and =always re-arms after every read (measurements).
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -18,20 +27,38 @@ public final class StreamConnection: @unchecked Sendable {
     /// A socket (TCP or UNIX) rather than a serial port or pipe: written with MSG_NOSIGNAL, so a peer that
     /// went away gives EPIPE instead of a SIGPIPE that would kill a program that never ignored it.
     private let isSocket: Bool
-    /// Guards writes; while the reader thread handles one read's packets, what it writes is gathered in
-    /// `pending` and leaves in one system call after the last packet (other threads flush it first).
     private let writeLock = Locked(WriteState())
     struct WriteState {
+        /// Bytes gathered during a loop turn, written when it ends.
         var pending: [UInt8] = []
-        var gathering = false
-        var reader: pthread_t?
-        /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
-        var writes = 0
+        var flushScheduled = false
+        /// A write failed (the peer left): later writes fail at once.
+        var failed = false
+        /// Counts calls to write (the reader uses it to know whether handling a read wrote an answer).
+        var generation = 0
+        /// Data left since the reader last re-armed quick-ACK.
+        var wroteSinceQuickAck = false
+        var statistics = TransportStatistics()
     }
+    /// Counts of the reader thread, published once per read.
+    private let readStatistics = Locked(TransportStatistics())
     private let state = Locked<(closed: Bool, started: Bool)>((false, false))
     public let label: String
-    /// Re-arm TCP_QUICKACK after each read (OCB_TCP_QUICKACK=0 turns it off, for measurements).
-    let quickAckEnabled = ProcessInfo.processInfo.environment["OCB_TCP_QUICKACK"] != "0"
+
+    enum QuickAckPolicy { case never, afterAnswerlessReads, always }
+    let quickAck: QuickAckPolicy = {
+        switch ProcessInfo.processInfo.environment["OCB_TCP_QUICKACK"] {
+        case "0": return .never
+        case "always": return .always
+        default: return .afterAnswerlessReads
+        }
+    }()
+
+    /// More than this many bytes gathered in a turn are written at once rather than at its end.
+    static let gatherLimit = 64 * 1024
+
+    /// Made once: registering it at the end of a turn allocates nothing.
+    private var flushHook: () -> Void = {}
 
     public init(fd: Int32, isTCP: Bool, label: String) {
         self.fd = fd
@@ -40,6 +67,7 @@ public final class StreamConnection: @unchecked Sendable {
         isSocket = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFSOCK
         self.label = label
         if isTCP { Self.setNoDelay(fd) }
+        flushHook = { [weak self] in self?.flush() }
     }
 
     static func setNoDelay(_ fd: Int32) {
@@ -47,13 +75,31 @@ public final class StreamConnection: @unchecked Sendable {
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    static func quickAck(_ fd: Int32) {
+    static func setQuickAck(_ fd: Int32) {
         var one: Int32 = 1
         _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
+    /// What this connection has done so far.
+    public var statistics: TransportStatistics {
+        var s = readStatistics.withLock { $0 }
+        let w = writeLock.withLock { $0.statistics }
+        s.writes = w.writes
+        s.other += w.other
+        s.packetsOut = w.packetsOut
+        s.bytesOut = w.bytesOut
+        return s
+    }
+
     /// Starts the reader thread. `onPacket` gets each framed packet; `onClose` is called once at the end.
     public func start(onPacket: @escaping @Sendable (HCIPacket) -> Void,
+                      onClose: @escaping @Sendable ((any Error)?) -> Void) {
+        start(onPackets: { for p in $0 { onPacket(p) } }, onClose: onClose)
+    }
+
+    /// Starts the reader thread. `onPackets` gets the packets framed from each read, in order (never empty);
+    /// `onClose` is called once at the end.
+    public func start(onPackets: @escaping @Sendable ([HCIPacket]) -> Void,
                       onClose: @escaping @Sendable ((any Error)?) -> Void) {
         let go = state.withLock { s -> Bool in
             if s.started || s.closed { return false }
@@ -62,36 +108,7 @@ public final class StreamConnection: @unchecked Sendable {
         }
         guard go else { return }
         let thread = Thread { [self] in
-            writeLock.withLock { $0.reader = pthread_self() }
-            var framer = H4Framer()
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            var closeError: (any Error)?
-            readLoop: while true {
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    if !isClosed { closeError = TransportError.io(String(cString: strerror(errno))) }
-                    break
-                }
-                if n == 0 { break }
-                framer.append(buffer[0..<n])
-                let writesBefore = writeLock.withLock { w -> Int in w.gathering = true; return w.writes }
-                do {
-                    while let p = try framer.nextPacket() { onPacket(p) }
-                } catch {
-                    closeError = error
-                    break readLoop
-                }
-                let wrote = writeLock.withLock { w -> Bool in
-                    w.gathering = false
-                    if !w.pending.isEmpty { _ = writeAll(w.pending); w.pending.removeAll(keepingCapacity: true) }
-                    return w.writes != writesBefore
-                }
-                // A delayed ACK would stall the peer's next segment (Nagle) by 40 ms. When handling what we
-                // read made us write, that write carried the ACK; otherwise re-arm quick-ACK mode. (The host
-                // handles packets in place when its loop is idle, so its answer is known here.)
-                if isTCP && quickAckEnabled && !wrote { Self.quickAck(fd) }
-            }
+            let closeError = readLoop(onPackets)
             close()
             onClose(closeError)
         }
@@ -99,39 +116,137 @@ public final class StreamConnection: @unchecked Sendable {
         thread.start()
     }
 
-    private var isClosed: Bool { state.withLock { $0.closed } }
-
-    /// Writes one packet in full. Returns false if the connection is closed or the write failed.
-    @discardableResult
-    public func write(_ bytes: [UInt8]) -> Bool {
-        writeLock.withLock { w in
-            w.writes &+= 1
-            if w.gathering, let r = w.reader, pthread_equal(r, pthread_self()) != 0 {
-                w.pending.append(contentsOf: bytes)
-                return true
+    /// Reads until end of file, an error or `close`; returns the error to report, if any.
+    private func readLoop(_ onPackets: ([HCIPacket]) -> Void) -> (any Error)? {
+        var framer = H4Framer()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var packets: [HCIPacket] = []
+        var stats = TransportStatistics()
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            stats.reads += 1
+            if n < 0 {
+                if errno == EINTR { continue }
+                return isClosed ? nil : TransportError.io(String(cString: strerror(errno)))
             }
-            if !w.pending.isEmpty {
-                guard writeAll(w.pending) else { return false }
-                w.pending.removeAll(keepingCapacity: true)
+            if n == 0 { return nil }
+            framer.append(buffer[0..<n])
+            packets.removeAll(keepingCapacity: true)
+            var framingError: (any Error)?
+            do {
+                while let p = try framer.nextPacket() { packets.append(p) }
+            } catch {
+                framingError = error
             }
-            return writeAll(bytes)
+            stats.packetsIn += packets.count
+            stats.bytesIn += n
+            let published = stats
+            readStatistics.withLock { $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn }
+            if !packets.isEmpty {
+                let before = writeLock.withLock { $0.generation }
+                onPackets(packets)
+                if isTCP { afterHandlingRead(wrote: writeLock.withLock { $0.generation } != before) }
+            }
+            if let framingError { return framingError }
         }
     }
 
+    /// Quick-ACK policy after the packets of one read were handled (see the file's header).
+    private func afterHandlingRead(wrote: Bool) {
+        switch quickAck {
+        case .never: return
+        case .always: if wrote { return }
+        case .afterAnswerlessReads:
+            if wrote { return }
+            let due = writeLock.withLock { w -> Bool in
+                defer { w.wroteSinceQuickAck = false }
+                return w.wroteSinceQuickAck
+            }
+            if !due { return }
+        }
+        Self.setQuickAck(fd)
+        readStatistics.withLock { $0.other += 1 }
+    }
+
+    private var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Writes H4 bytes (one packet, or several whole ones). Returns false if the connection is closed or
+    /// the write failed. Within a loop turn the bytes are gathered and written when the turn ends (true
+    /// then means accepted).
+    @discardableResult
+    public func write(_ bytes: [UInt8]) -> Bool {
+        submit(packets: 1) { $0.append(contentsOf: bytes) }
+    }
+
+    /// Writes one packet with its H4 indicator, without building an intermediate array.
+    @discardableResult
+    public func write(packet: HCIPacket) -> Bool {
+        submit(packets: 1) { b in
+            b.append(packet.type.rawValue)
+            b.append(contentsOf: packet.bytes)
+        }
+    }
+
+    /// Writes several packets in order.
+    @discardableResult
+    public func write(packets: [HCIPacket]) -> Bool {
+        submit(packets: packets.count) { b in
+            for p in packets {
+                b.append(p.type.rawValue)
+                b.append(contentsOf: p.bytes)
+            }
+        }
+    }
+
+    private func submit(packets: Int, _ append: (inout [UInt8]) -> Void) -> Bool {
+        let inTurn = LoopTurn.inProgress
+        var scheduleFlush = false
+        let ok = writeLock.withLock { w -> Bool in
+            guard !w.failed else { return false }
+            w.generation &+= 1
+            w.statistics.packetsOut += packets
+            append(&w.pending)
+            if inTurn && w.pending.count < Self.gatherLimit {
+                if !w.flushScheduled { w.flushScheduled = true; scheduleFlush = true }
+                return true
+            }
+            return flushLocked(&w)
+        }
+        if scheduleFlush, !LoopTurn.atEnd(flushHook) { flush() }
+        return ok
+    }
+
+    /// Writes what was gathered.
+    @discardableResult
+    public func flush() -> Bool {
+        writeLock.withLock { w in flushLocked(&w) }
+    }
+
+    private func flushLocked(_ w: inout WriteState) -> Bool {
+        w.flushScheduled = false
+        guard !w.pending.isEmpty else { return !w.failed }
+        let ok = !w.failed && writeAll(w.pending, &w.statistics)
+        w.pending.removeAll(keepingCapacity: true)
+        if ok { w.wroteSinceQuickAck = true } else { w.failed = true }
+        return ok
+    }
+
     /// Call with the write lock held.
-    private func writeAll(_ bytes: [UInt8]) -> Bool {
+    private func writeAll(_ bytes: [UInt8], _ stats: inout TransportStatistics) -> Bool {
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { b in
                 isSocket ? Glibc.send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
                          : Glibc.write(fd, b.baseAddress! + off, b.count - off)
             }
+            stats.writes += 1
             if n < 0 {
                 if errno == EINTR { continue }
                 return false
             }
             off += n
         }
+        stats.bytesOut += off
         return true
     }
 
@@ -142,7 +257,13 @@ public final class StreamConnection: @unchecked Sendable {
             return true
         }
         if doClose {
+            // Shut down first: it ends a write blocked on a full socket, which holds the write lock.
             _ = shutdown(fd, Int32(SHUT_RDWR))
+            // No write after this point: the descriptor's number may soon belong to another file.
+            writeLock.withLock { w in
+                w.failed = true
+                w.pending.removeAll()
+            }
             _ = Glibc.close(fd)
         }
     }
