@@ -21,10 +21,13 @@ extension LEHost {
 
     /// Everything one read from the controller held, handled in one hop onto the loop (or in place).
     public func transport(didReceivePackets packets: [HCIPacket]) {
-        if loop.isInLoop {
+        if loop.isInTurn {
             for p in packets { handle(p) }
         } else if transport.deliversOnReaderThread {
+            // A reader thread is never the loop outside a turn: no need to ask libdispatch.
             loop.runWaiting { for p in packets { handle(p) } }
+        } else if loop.isInLoop {
+            for p in packets { handle(p) }
         } else {
             loop.execute { [self] in for p in packets { handle(p) } }
         }
@@ -235,6 +238,7 @@ extension LEHost {
             aclInFlight[handle, default: 0] += 1
             transport.send(packet)
         } else {
+            if aclWaitingHead == aclWaiting.count { transport.hostBacklogChanged(true) }
             aclWaiting.append((handle, packet))
         }
     }
@@ -289,6 +293,7 @@ extension LEHost {
             aclInFlight[handle, default: 0] += 1
             batch.append(packet)
         } else {
+            if aclWaitingHead == aclWaiting.count { transport.hostBacklogChanged(true) }
             aclWaiting.append((handle, packet))
         }
     }
@@ -308,6 +313,7 @@ extension LEHost {
 
     /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.
     func aclCreditsFreed() {
+        let hadBacklog = aclWaitingHead < aclWaiting.count
         var batch: [HCIPacket] = []
         while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
             let (h, p) = aclWaiting[aclWaitingHead]
@@ -320,6 +326,7 @@ extension LEHost {
         if aclWaitingHead == aclWaiting.count {
             aclWaiting.removeAll(keepingCapacity: true)
             aclWaitingHead = 0
+            if hadBacklog { transport.hostBacklogChanged(false) }
         }
         mirrorWaitingPackets()
         guard hasRoomForUnacknowledgedData else { return }
@@ -335,8 +342,10 @@ extension LEHost {
     }
 
     func removeWaitingACL(for handle: UInt16) {
+        let hadBacklog = aclWaitingHead < aclWaiting.count
         let rest = aclWaiting[aclWaitingHead...].filter { $0.handle != handle }
         aclWaiting = Array(rest)
         aclWaitingHead = 0
+        if hadBacklog && aclWaiting.isEmpty { transport.hostBacklogChanged(false) }
     }
 }

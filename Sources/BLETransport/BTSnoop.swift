@@ -89,6 +89,8 @@ public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked
 
     public var statistics: TransportStatistics? { inner.statistics }
 
+    public func hostBacklogChanged(_ hasBacklog: Bool) { inner.hostBacklogChanged(hasBacklog) }
+
     public func transportDidClose(error: (any Error)?) { sink?.transportDidClose(error: error) }
 }
 

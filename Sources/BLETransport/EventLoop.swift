@@ -139,6 +139,9 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
+    /// True while this thread runs one of the loop's turns (a thread-local read, no call into libdispatch).
+    public var isInTurn: Bool { LoopTurn.isCurrent(turn) }
+
     /// True on the loop. A turn in progress on this thread answers without asking libdispatch; work that
     /// reached the queue some other way (a dispatch source on `queue`) is still recognised.
     public var isInLoop: Bool {

@@ -32,6 +32,10 @@ public protocol HCITransport: AnyObject, Sendable {
     var name: String { get }
     /// What the transport has done so far (system calls, packets), for benchmarks; nil when it does not count.
     var statistics: TransportStatistics? { get }
+    /// The host tells when it starts (true) and stops (false) holding packets that wait for controller
+    /// buffers: while it does, every buffer the controller frees is answered at once with a write. A TCP
+    /// transport then leaves acknowledgement to those writes instead of forcing quick ACKs. Call on the loop.
+    func hostBacklogChanged(_ hasBacklog: Bool)
 }
 
 extension HCITransport {
@@ -40,6 +44,7 @@ extension HCITransport {
     }
     public var deliversOnReaderThread: Bool { false }
     public var statistics: TransportStatistics? { nil }
+    public func hostBacklogChanged(_ hasBacklog: Bool) {}
 }
 
 extension HCITransportSink {

@@ -38,6 +38,8 @@ public final class StreamConnection: @unchecked Sendable {
         var generation = 0
         /// Data left since the reader last re-armed quick-ACK.
         var wroteSinceQuickAck = false
+        /// The host holds packets waiting for controller buffers (see `hostBacklogChanged`).
+        var hostBacklog = false
         var statistics = TransportStatistics()
     }
     /// Counts of the reader thread, published once per read.
@@ -78,6 +80,11 @@ public final class StreamConnection: @unchecked Sendable {
     static func setQuickAck(_ fd: Int32) {
         var one: Int32 = 1
         _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// The host started or stopped holding packets that wait for controller buffers.
+    public func hostBacklogChanged(_ hasBacklog: Bool) {
+        writeLock.withLock { $0.hostBacklog = hasBacklog }
     }
 
     /// What this connection has done so far.
@@ -130,7 +137,7 @@ public final class StreamConnection: @unchecked Sendable {
                 return isClosed ? nil : TransportError.io(String(cString: strerror(errno)))
             }
             if n == 0 { return nil }
-            framer.append(buffer[0..<n])
+            buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             packets.removeAll(keepingCapacity: true)
             var framingError: (any Error)?
             do {
@@ -146,19 +153,28 @@ public final class StreamConnection: @unchecked Sendable {
                 let before = writeLock.withLock { $0.generation }
                 onPackets(packets)
                 if isTCP { afterHandlingRead(wrote: writeLock.withLock { $0.generation } != before) }
+            } else if isTCP {
+                // Part of a packet (controllers write an H4 indicator and the rest separately): the rest may
+                // be held back by the peer's Nagle until this segment is ACKed, so the same rule applies.
+                afterHandlingRead(wrote: false, partial: true)
             }
             if let framingError { return framingError }
         }
     }
 
-    /// Quick-ACK policy after the packets of one read were handled (see the file's header).
-    private func afterHandlingRead(wrote: Bool) {
+    /// Quick-ACK policy after a read was handled (see the file's header). `partial`: the read ended inside
+    /// a packet and delivered none.
+    private func afterHandlingRead(wrote: Bool, partial: Bool = false) {
+        if wrote { return }
         switch quickAck {
         case .never: return
-        case .always: if wrote { return }
+        case .always: break
         case .afterAnswerlessReads:
-            if wrote { return }
             let due = writeLock.withLock { w -> Bool in
+                // A partial read while the host holds a backlog: the write that answers the next buffer
+                // completion carries the ACK (forcing one here splits the controller's stream into more
+                // segments, each a read).
+                if partial && w.hostBacklog { return false }
                 defer { w.wroteSinceQuickAck = false }
                 return w.wroteSinceQuickAck
             }

@@ -40,6 +40,8 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
 
     public var statistics: TransportStatistics? { connection.withLock { $0 }?.statistics }
 
+    public func hostBacklogChanged(_ hasBacklog: Bool) { connection.withLock { $0 }?.hostBacklogChanged(hasBacklog) }
+
     public func close() {
         connection.withLock { c in c?.close(); c = nil }
     }

@@ -52,6 +52,8 @@ public final class TCPServerTransport: HCITransport, @unchecked Sendable {
 
     public var statistics: TransportStatistics? { state.withLock { $0.connection }?.statistics }
 
+    public func hostBacklogChanged(_ hasBacklog: Bool) { state.withLock { $0.connection }?.hostBacklogChanged(hasBacklog) }
+
     public func close() {
         let (l, c) = state.withLock { s in (s.listener, s.connection) }
         l?.close()
