@@ -43,7 +43,8 @@ run() {
   BLE_TRANSPORT=$T bash -c "$server" >"$out/$name-p.out" 2>"$out/$name-p.err" &
   local P=$!
   sleep 2.5
-  BLE_TRANSPORT=$T timeout 300 bash -c "$client" >"$out/$name-c.out" 2>"$out/$name-c.err" || echo "($name: the sender failed, see $out/$name-c.err)" >&2
+  # (bumble-bench 0.0.236 ends its central with an AttributeError after the transfer: its exit status says nothing.)
+  BLE_TRANSPORT=$T timeout 300 bash -c "$client" >"$out/$name-c.out" 2>"$out/$name-c.err" || true
   # A receiver reports once the last packet is in; give it a moment, then stop what is left.
   for _ in $(seq 50); do kill -0 $P 2>/dev/null || break; sleep 0.1; done
   stop $P $RCPID

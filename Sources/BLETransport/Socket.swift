@@ -56,6 +56,9 @@ public final class StreamConnection: @unchecked Sendable {
         }
     }()
 
+    /// Delayed ACKs during bulk reception (OCB_TCP_BULK_ACKS=0 turns it off, for measurements).
+    let delayedAcksInBulk = ProcessInfo.processInfo.environment["OCB_TCP_BULK_ACKS"] != "0"
+
     /// More than this many bytes gathered in a turn are written at once rather than at its end.
     static let gatherLimit = 64 * 1024
 
@@ -77,9 +80,10 @@ public final class StreamConnection: @unchecked Sendable {
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    static func setQuickAck(_ fd: Int32) {
-        var one: Int32 = 1
-        _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &one, socklen_t(MemoryLayout<Int32>.size))
+    /// TCP_QUICKACK: on sends pending ACKs now and leaves Linux's ping-pong mode; off enters it (ACKs delayed).
+    static func setQuickAck(_ fd: Int32, on: Bool = true) {
+        var value: Int32 = on ? 1 : 0
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &value, socklen_t(MemoryLayout<Int32>.size))
     }
 
     /// The host started or stopped holding packets that wait for controller buffers.
@@ -129,6 +133,7 @@ public final class StreamConnection: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var packets: [HCIPacket] = []
         var stats = TransportStatistics()
+        var bulk = BulkReception()
         while true {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             stats.reads += 1
@@ -149,16 +154,72 @@ public final class StreamConnection: @unchecked Sendable {
             stats.bytesIn += n
             let published = stats
             readStatistics.withLock { $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn }
-            if !packets.isEmpty {
-                let before = writeLock.withLock { $0.generation }
-                onPackets(packets)
-                if isTCP { afterHandlingRead(wrote: writeLock.withLock { $0.generation } != before) }
-            } else if isTCP {
-                // Part of a packet (controllers write an H4 indicator and the rest separately): the rest may
-                // be held back by the peer's Nagle until this segment is ACKed, so the same rule applies.
-                afterHandlingRead(wrote: false, partial: true)
+            let before = writeLock.withLock { $0.generation }
+            if !packets.isEmpty { onPackets(packets) }
+            if isTCP {
+                let after = writeLock.withLock { $0.generation }
+                if !bulk.afterRead(wroteSinceLastRead: after != bulk.lastGeneration, fd: fd, enabled: delayedAcksInBulk) {
+                    // Part of a packet (controllers write an H4 indicator and the rest separately): the rest
+                    // may be held back by the peer's Nagle until this segment is ACKed, so the rule applies too.
+                    afterHandlingRead(wrote: after != before, partial: packets.isEmpty)
+                }
+                bulk.lastGeneration = after
+                if bulk.setsockopts != 0 {
+                    let n = bulk.setsockopts
+                    bulk.setsockopts = 0
+                    readStatistics.withLock { $0.other += n }
+                }
             }
             if let framingError { return framingError }
+        }
+    }
+
+    /// Bulk reception over TCP (see the file's header): when the peer streams to us and we answer nothing,
+    /// delay our ACKs (TCP_QUICKACK 0, Linux's ping-pong mode) so that a peer with Nagle on gathers what it
+    /// sends meanwhile into one segment, read at once, instead of one wake-up per H4 fragment. A write, or a
+    /// pause, ends it. Reader-thread state.
+    struct BulkReception {
+        /// Answerless reads in a row that start a bulk run, and the time they must fit in.
+        static let runLength = 64
+        static let runWindow: UInt64 = 250_000_000
+        /// Without a read for this long the run is over (longer than a delayed ACK, 40 ms).
+        static let pause: UInt64 = 250_000_000
+        /// The kernel leaves ping-pong mode when a delayed ACK fires: enter it again at most this often.
+        static let reenter: UInt64 = 20_000_000
+
+        var answerless = 0
+        var runStart: UInt64 = 0
+        var lastRead: UInt64 = 0
+        var lastGeneration = 0
+        var delaying = false
+        var lastEnter: UInt64 = 0
+        var setsockopts = 0
+
+        /// Returns true while ACKs are delayed (the quick-ACK rule does not apply).
+        mutating func afterRead(wroteSinceLastRead: Bool, fd: Int32, enabled: Bool) -> Bool {
+            guard enabled else { return false }
+            let now = DispatchTime.now().uptimeNanoseconds
+            defer { lastRead = now }
+            if wroteSinceLastRead || now &- lastRead > Self.pause {
+                answerless = 0
+                runStart = now
+                // After a pause the kernel has left ping-pong mode by itself (its delayed ACK fired); after a
+                // write the quick-ACK rule takes over again and leaves it if a read goes unanswered.
+                delaying = false
+                if wroteSinceLastRead { return false }
+            }
+            answerless += 1
+            if !delaying && answerless >= Self.runLength && now &- runStart < Self.runWindow {
+                delaying = true
+                lastEnter = 0
+            }
+            guard delaying else { return false }
+            if now &- lastEnter > Self.reenter {
+                StreamConnection.setQuickAck(fd, on: false)
+                lastEnter = now
+                setsockopts += 1
+            }
+            return true
         }
     }
 

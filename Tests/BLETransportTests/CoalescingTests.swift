@@ -15,17 +15,18 @@ import BLEHCI
         let loop = EventLoop(label: "turns")
         final class Log: @unchecked Sendable { let lock = NSLock(); var items: [String] = [] }
         let log = Log()
-        func note(_ s: String) { log.lock.withLock { log.items.append(s) } }
+        let note: @Sendable (String) -> Void = { s in log.lock.withLock { log.items.append(s) } }
         loop.sync {
-            #expect(LoopTurn.atEnd { note("end 1") })
-            #expect(LoopTurn.atEnd {
+            let first = LoopTurn.atEnd { note("end 1") }
+            let second = LoopTurn.atEnd {
                 note("end 2")
                 // A hook may add another: it runs in the same turn.
-                #expect(LoopTurn.atEnd { note("end 3") })
-            })
-            note("work")
+                let third = LoopTurn.atEnd { note("end 3") }
+                note(third ? "third added" : "third refused")
+            }
+            note(first && second ? "work" : "refused")
         }
-        #expect(log.items == ["work", "end 1", "end 2", "end 3"])
+        #expect(log.items == ["work", "end 1", "end 2", "third added", "end 3"])
         #expect(!LoopTurn.inProgress)
 
         // Work submitted with execute, timers and runWaiting are turns too.
@@ -234,5 +235,44 @@ import BLEHCI
         #expect(got.all.last == Self.acl(8))
         // A whole packet with no answer still re-arms (the host's write may not come).
         #expect(ours.statistics.other == 3)
+    }
+
+    @Test func bulkReceptionDelaysAcksUntilAWrite() async throws {
+        let listener = try TCPListener(port: 0)
+        defer { listener.close() }
+        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
+        let accepted = Accepted()
+        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
+        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "bulk")
+        defer { ours.close() }
+        let deadline = Date().addingTimeInterval(20)
+        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        let peer = accepted.lock.withLock { accepted.fd }
+        defer { Glibc.close(peer) }
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        // A stream of packets we do not answer, each in a read of its own: after a run of them the reader
+        // switches ACKs to delayed (one setsockopt), and keeps every packet coming.
+        // The run must come within a quarter of a second: on a loaded machine a burst may take longer, so
+        // a few bursts are allowed.
+        let run = StreamConnection.BulkReception.runLength
+        var sent = 0
+        for _ in 0..<5 where ours.statistics.other == 0 {
+            for _ in 0..<(run + 8) {
+                writeAll(peer, Self.acl(sent % 50).h4Bytes)
+                sent += 1
+                while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+            }
+        }
+        #expect(got.all.count == sent)
+        #expect(ours.statistics.reads == sent)
+        let delaying = ours.statistics.other
+        #expect(delaying >= 1)
+        // A write ends it: the next read that goes unanswered switches quick ACKs back on.
+        #expect(ours.write(packet: Self.event))
+        writeAll(peer, Self.acl(1).h4Bytes)
+        while got.all.count < sent + 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == delaying + 1)
     }
 }
