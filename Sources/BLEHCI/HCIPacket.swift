@@ -114,6 +114,16 @@ public struct H4Framer: Sendable {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Appends raw bytes (a transport's read buffer): a concrete overload, so a caller in another module does
+    /// not go through the generic, unspecialised path above.
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        if start > 0 && start == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            start = 0
+        }
+        buffer.append(contentsOf: bytes)
+    }
+
     /// Bytes buffered and not yet returned as packets.
     public var bufferedCount: Int { buffer.count - start }
 

@@ -333,11 +333,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                 loggers.hci.notice("dropping a malformed event", metadata: ["packet": "\(packet.bytes.hexString)", "error": "\(error)"])
             }
         case .acl:
-            do {
-                handle(acl: try ACLPacket.decode(packet))
-            } catch {
-                loggers.hci.notice("dropping a malformed ACL packet", metadata: ["error": "\(error)"])
-            }
+            handleACL(packet)
         default:
             loggers.hci.notice("ignoring a packet of this type from the controller", metadata: ["type": "\(packet.type)"])
         }
