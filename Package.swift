@@ -9,6 +9,7 @@ let package = Package(
     name: "OpenCoreBluetooth",
     products: [
         .library(name: "CoreBluetooth", targets: ["CoreBluetooth"]),
+        .library(name: "CoreBluetoothTesting", targets: ["CoreBluetoothTesting"]),
         .library(name: "BLEVirtualRadio", targets: ["BLEVirtualRadio"]),
         .library(name: "BLEHost", targets: ["BLEHost"]),
         .executable(name: "ble", targets: ["ble"]),
@@ -117,6 +118,9 @@ let package = Package(
         .testTarget(name: "BLEVirtualRadioTests", dependencies: ["TestSupport", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEWire", "BLECrypto"]),
         .testTarget(name: "BLEHostTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLEGATT", "BLEATT", "BLEGAP", "BLEHCI", "BLEWire"]),
         .testTarget(name: "CoreBluetoothTests", dependencies: ["TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
+        // CoreBluetoothTesting (issue 24): simulated peripherals, faults and a virtual clock for testing Core Bluetooth apps.
+        .target(name: "CoreBluetoothTesting", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLEWire"]),
+        .testTarget(name: "CoreBluetoothTestingTests", dependencies: ["CoreBluetoothTesting", "CoreBluetooth", "TestSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEGATT", "BLEWire"]),
         // examples/firmware-update: app code against the Core Bluetooth API only; in no product (swift build --product ble skips it), run by its test.
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", .product(name: "Crypto", package: "swift-crypto")],
                 path: "examples/firmware-update", exclude: ["README.md"]),

@@ -52,6 +52,9 @@ public final class EventLoop: @unchecked Sendable {
     private var armedDeadline: LoopTime = .max
     private var draining = false
     private var idleHooks: [() -> Void] = []
+    /// Work items run so far (loop-confined): a test on the virtual clock compares two readings to tell
+    /// whether anything ran in between (CoreBluetoothTesting's idle detection).
+    public private(set) var executedWorkCount: UInt64 = 0
 
     public init(label: String = "ble.loop", clock: Clock = .real) {
         self.clock = clock
@@ -114,6 +117,7 @@ public final class EventLoop: @unchecked Sendable {
                 for h in hooks { h() }
                 continue
             }
+            executedWorkCount &+= UInt64(batch.count)
             for w in batch { w() }
         }
     }
@@ -232,6 +236,10 @@ public final class EventLoop: @unchecked Sendable {
     public func runPending() {
         sync { drain() }
     }
+
+    /// The deadline of the earliest live timer, if any (loop-confined: read it inside `sync`). A test that
+    /// owns a virtual clock steps from one deadline to the next with it.
+    public var nextTimerDeadline: LoopTime? { nextDeadline() }
 
     /// Number of live timers (for tests that check nothing is left pending).
     public var pendingTimerCount: Int {
