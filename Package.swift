@@ -120,6 +120,11 @@ let package = Package(
         .testTarget(name: "CoreBluetoothTests", dependencies: ["TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire"]),
         // CoreBluetoothTesting (issue 24): simulated peripherals, faults and a virtual clock for testing Core Bluetooth apps.
         .target(name: "CoreBluetoothTesting", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLEWire"]),
+        // examples/heart-rate-testing: a package of its own (`swift test` there); its app and tests are built here too, under
+        // other target names, so that the whole test run covers them without a second build of the package.
+        .target(name: "HeartRateMonitorExample", dependencies: ["CoreBluetooth"], path: "examples/heart-rate-testing/Sources/HeartRateMonitor"),
+        .testTarget(name: "HeartRateMonitorExampleTests", dependencies: ["HeartRateMonitorExample", "CoreBluetooth", "CoreBluetoothTesting"],
+                    path: "examples/heart-rate-testing/Tests/HeartRateMonitorTests"),
         .testTarget(name: "CoreBluetoothTestingTests", dependencies: ["CoreBluetoothTesting", "CoreBluetooth", "TestSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEGATT", "BLEWire"]),
         // examples/firmware-update: app code against the Core Bluetooth API only; in no product (swift build --product ble skips it), run by its test.
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", .product(name: "Crypto", package: "swift-crypto")],

@@ -208,7 +208,8 @@ public final class BluetoothSimulation: @unchecked Sendable {
         queues += lock.withLock { extraQueues }
         for _ in 0..<2 {
             drainMainQueue()
-            for q in queues where q !== DispatchQueue.main { q.sync {} }
+            // The main queue is not always the same object (compare labels): it is run above.
+            for q in queues where q.label != DispatchQueue.main.label { q.sync {} }
         }
     }
 
