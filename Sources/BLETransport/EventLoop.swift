@@ -232,9 +232,10 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Runs queued work without moving time.
-    public func runPending() {
-        sync { drain() }
+    /// Runs queued work without moving time; returns `executedWorkCount` after it.
+    @discardableResult
+    public func runPending() -> UInt64 {
+        sync { drain(); return executedWorkCount }
     }
 
     /// The deadline of the earliest live timer, if any (loop-confined: read it inside `sync`). A test that

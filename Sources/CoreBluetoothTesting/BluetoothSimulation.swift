@@ -147,6 +147,10 @@ public final class BluetoothSimulation: @unchecked Sendable {
     /// Virtual time since the simulation began.
     public var now: Duration { .nanoseconds(Int64(clamping: loop.sync { loop.now })) }
 
+    /// How many instants the clock has stopped at so far (each with timers due): what a run costs.
+    public var clockSteps: Int { lock.withLock { steps } }
+    private var steps = 0
+
     /// Waits on a queue the app uses besides its managers' delegate queues (an app's own serial queue).
     public func observe(queue: DispatchQueue) { lock.withLock { extraQueues.append(queue) } }
 
@@ -155,12 +159,11 @@ public final class BluetoothSimulation: @unchecked Sendable {
     public func runUntilIdle() {
         precondition(!loop.isInLoop, "BluetoothSimulation: call the simulation from the test, not from the air's loop")
         for _ in 0..<1_000_000 {
-            loop.runPending()
-            let before = loop.sync { loop.executedWorkCount }
+            // Quiet when nothing ran on the loop while the delegate queues emptied: delegate work only ever
+            // comes from the loop, and what the app does in its callbacks enters the loop.
+            let before = loop.runPending()
             drainDelegateQueues()
-            loop.runPending()
-            let after = loop.sync { loop.executedWorkCount }
-            if before == after { return }
+            if loop.runPending() == before { return }
         }
         preconditionFailure("BluetoothSimulation: the app and the stack never went idle (a loop that keeps scheduling work?)")
     }
@@ -189,6 +192,7 @@ public final class BluetoothSimulation: @unchecked Sendable {
                 return condition()
             }
             loop.advance(by: next > now ? next - now : 0)
+            lock.withLock { steps += 1 }
             runUntilIdle()
         }
         return true
@@ -206,11 +210,11 @@ public final class BluetoothSimulation: @unchecked Sendable {
         let other = lock.withLock { unsupportedPhone }
         var queues = loop.sync { delegateQueues(ofManagersOn: phone) + (other.map { delegateQueues(ofManagersOn: $0) } ?? []) }
         queues += lock.withLock { extraQueues }
-        for _ in 0..<2 {
-            drainMainQueue()
-            // The main queue is not always the same object (compare labels): it is run above.
-            for q in queues where q.label != DispatchQueue.main.label { q.sync {} }
-        }
+        // The main queue is not always the same object: compare labels. It is run only when someone uses
+        // it (a manager created with a nil queue, or one observed), as reaching it costs a thread hop.
+        let main = DispatchQueue.main.label
+        if queues.contains(where: { $0.label == main }) { drainMainQueue() }
+        for q in queues where q.label != main { q.sync {} }
     }
 
     private func drainMainQueue() {
@@ -241,8 +245,7 @@ public final class BluetoothSimulation: @unchecked Sendable {
             phoneController.powerOff()
         case .unauthorized:
             phoneController.refuseAccess("Bluetooth access refused to the app (simulated)")
-            phoneController.powerOff()
-            phoneController.powerOn()
+            powerCycle()
         case .unsupported:
             // A phone whose Bluetooth controller cannot be reached at all: managers read `.unsupported`.
             lock.withLock { unsupportedPhone = LEHost(transport: NoController(), loop: air.loop, name: "phone without Bluetooth LE") }
@@ -285,7 +288,13 @@ public final class BluetoothSimulation: @unchecked Sendable {
             phoneController.refuseAccess(nil)
         }
         // The host meets the refusal when it next opens its controller.
+        powerCycle()
+    }
+
+    /// Switches the phone's controller off and on, letting the host see each step.
+    private func powerCycle() {
         phoneController.powerOff()
+        runUntilIdle()
         phoneController.powerOn()
         runUntilIdle()
     }

@@ -132,7 +132,9 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
             let units = UInt16(clamping: Int((min(max(interval, 0.0075), 4.0) / 0.00125).rounded()))
             host.requestConnectionParameters(handle: connection.handle, minInterval: units, maxInterval: units, latency: 0, timeout: 400)
         }
-        if spec.advertising?.alsoWhenConnected == true { startAdvertising(first: false) }
+        // Legacy advertising stops with the connection, and the host would resume it: a device that does not
+        // advertise while connected stops here (CoreBluetoothMock's alsoWhenConnected: false).
+        if spec.advertising?.alsoWhenConnected == true { startAdvertising(first: false) } else { host.stopAdvertising() }
     }
 
     public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
@@ -363,7 +365,15 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
             macChanges &+= 1
             let old = controller.address.bytes
             let bytes = [old[0] ^ 0x5A, old[1], old[2] &+ macChanges, old[3], old[4], 0xC0 | (old[5] & 0x3F)]
-            host.setStaticRandomAddress(BluetoothAddress(bytes: bytes, type: .random))
+            let address = BluetoothAddress(bytes: bytes, type: .random)
+            // A controller refuses a new random address while it advertises (Vol 4 Part E §7.8.4).
+            if host.isAdvertising {
+                host.stopAdvertising { [weak self] _ in
+                    self?.host.setStaticRandomAddress(address) { _ in self?.startAdvertising(first: false) }
+                }
+            } else {
+                host.setStaticRandomAddress(address)
+            }
         }
         settle()
     }
