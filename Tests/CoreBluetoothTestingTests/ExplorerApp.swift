@@ -4,6 +4,7 @@
 // simulation's virtual clock, or on a real air against a Bumble peripheral.
 import Foundation
 import CoreBluetooth
+import BLEHost
 
 final class ExplorerApp: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, @unchecked Sendable {
     let queue: DispatchQueue?
@@ -29,7 +30,13 @@ final class ExplorerApp: NSObject, CBCentralManagerDelegate, CBPeripheralDelegat
         self.queue = queue
     }
 
-    func start() { central = CBCentralManager(delegate: self, queue: queue) }
+    func start() {
+        if let host = host as? LEHost {
+            central = CBCentralManager(delegate: self, queue: queue, options: nil, host: host)
+        } else {
+            central = CBCentralManager(delegate: self, queue: queue)
+        }
+    }
 
     var log: [String] { lock.withLock { _log } }
     var values: [String: Data] { lock.withLock { _values } }
