@@ -15,6 +15,7 @@ let package = Package(
     products: [
         // Apple's APIs on Linux.
         .library(name: "CoreBluetooth", targets: ["CoreBluetooth"]),
+        .library(name: "CoreBluetoothTesting", targets: ["CoreBluetoothTesting"]),
         .library(name: "MultipeerConnectivity", targets: ["MultipeerConnectivity"]),
         .library(name: "GameKit", targets: ["GameKit"]),
         // The stack's own layers an application or a test may use directly.
@@ -76,6 +77,8 @@ let package = Package(
         .target(name: "CoreBluetoothSubmodules"),
         .target(name: "MultipeerConnectivitySubmodules"),
         .target(name: "GameKitSubmodules"),
+        // CoreBluetoothTesting (issue 24): simulated peripherals, faults and a virtual clock for testing Core Bluetooth apps.
+        .target(name: "CoreBluetoothTesting", dependencies: ["CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEHCI", "BLEL2CAP", "BLEATT", "BLEGATT", "BLEGAP", "BLEWire"]),
 
         // Peer-to-peer: the pure mDNS/DNS-SD engine and session protocol, and their NIO and Bluetooth edges.
         .target(name: "DNSSD"),
@@ -114,6 +117,9 @@ let package = Package(
         ]),
         .executableTarget(name: "dnssd-tool", dependencies: ["DNSSDNIO", "DNSSD"]),
         .target(name: "FirmwareUpdateExample", dependencies: ["CoreBluetooth", crypto], path: "examples/firmware-update", exclude: ["README.md"]),
+        // examples/heart-rate-testing: a package of its own (`swift test` there); its app and tests are built here too, under
+        // other target names, so that the whole test run covers them without a second build of the package.
+        .target(name: "HeartRateMonitorExample", dependencies: ["CoreBluetooth"], path: "examples/heart-rate-testing/Sources/HeartRateMonitor"),
         // examples/gamekit-photo: the seed's GameKit view controller from Apple's Swift declarations (Swift 5 mode,
         // as apps are); in no product; GameKitTests runs two of it in two network namespaces.
         .executableTarget(name: "GameKitPhotoExample", dependencies: ["GameKit"], path: "examples/gamekit-photo",
@@ -136,6 +142,9 @@ let package = Package(
         .testTarget(name: "CoreBluetoothTests", dependencies: [
             "TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire", logging,
         ]),
+        .testTarget(name: "HeartRateMonitorExampleTests", dependencies: ["HeartRateMonitorExample", "CoreBluetooth", "CoreBluetoothTesting"],
+                    path: "examples/heart-rate-testing/Tests/HeartRateMonitorTests"),
+        .testTarget(name: "CoreBluetoothTestingTests", dependencies: ["CoreBluetoothTesting", "CoreBluetooth", "TestSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEGATT", "BLEWire"]),
         .testTarget(name: "MultipeerConnectivityTests", dependencies: [
             "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",
         ]),

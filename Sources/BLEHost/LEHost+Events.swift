@@ -23,7 +23,12 @@ extension LEHost {
         case let .encryptionKeyRefreshComplete(status, handle):
             if let c = connections[handle] { encryptionFinished(c, status: status, enabled: true) }
         case let .hardwareError(code):
-            loggers.hci.warning("controller hardware error", metadata: ["code": "0x\(String(code, radix: 16))"])
+            // Vol 4 Part E §7.7.16: the controller failed and its state is gone. As BlueZ does, the host
+            // starts it again: links are reported lost, managers see the power go off, then Reset and the
+            // whole initialisation run again.
+            loggers.hci.warning("controller hardware error; resetting the controller", metadata: ["code": "0x\(String(code, radix: 16))"])
+            controllerLost(error: nil, finalState: .off)
+            reconnectNow()
         case let .le(meta):
             handle(le: meta)
         default:

@@ -124,6 +124,9 @@ public final class EventLoop: @unchecked Sendable {
     private var spareBatch: [() -> Void] = []
     /// Only one thread runs the loop at a time (its serial queue), so one turn object serves every turn.
     private let turn = LoopTurn()
+    /// Work items run so far (loop-confined): a test on the virtual clock compares two readings to tell
+    /// whether anything ran in between (CoreBluetoothTesting's idle detection).
+    public private(set) var executedWorkCount: UInt64 = 0
 
     public init(label: String = "ble.loop", clock: Clock = .real) {
         self.clock = clock
@@ -194,6 +197,7 @@ public final class EventLoop: @unchecked Sendable {
                 turn.run { for h in hooks { h() } }
                 continue
             }
+            executedWorkCount &+= UInt64(batch.count)
             // One turn per batch: what the batch wrote leaves before work submitted meanwhile runs, so a
             // steady stream of submissions cannot hold writes back.
             turn.run { for w in batch { w() } }
@@ -312,10 +316,15 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Runs queued work without moving time.
-    public func runPending() {
-        sync { drain() }
+    /// Runs queued work without moving time; returns `executedWorkCount` after it.
+    @discardableResult
+    public func runPending() -> UInt64 {
+        sync { drain(); return executedWorkCount }
     }
+
+    /// The deadline of the earliest live timer, if any (loop-confined: read it inside `sync`). A test that
+    /// owns a virtual clock steps from one deadline to the next with it.
+    public var nextTimerDeadline: LoopTime? { nextDeadline() }
 
     /// Number of live timers (for tests that check nothing is left pending).
     public var pendingTimerCount: Int {

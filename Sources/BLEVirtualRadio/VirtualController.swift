@@ -112,6 +112,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     public func open(sink: any HCITransportSink) throws {
         guard poweredFlag.withLock({ $0 }) else { throw VirtualRadioError.poweredOff }
+        if let refusal = accessRefusal { throw refusal }   // VirtualAir+Faults.swift
         sinkLock.withLock { $0 = sink }
     }
 
@@ -242,6 +243,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     func handle(acl: ACLPacket) {
         guard let link = links[acl.handle] else { return }
+        // A silenced device (VirtualAir+Faults.swift): its link layer still acknowledges, its data is lost.
+        if airRef?.faults.silenced.contains(ObjectIdentifier(self)) == true { return creditReturned(handle: acl.handle) }
         if let model = airtime(for: link) {
             return enqueueForAir(acl, on: link, model: model)
         }

@@ -62,6 +62,10 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
 
     var managerCount: Int { centrals.count + peripherals.count }
 
+    /// The queues the delegates of this host's managers run on (CoreBluetoothTesting waits on them to tell
+    /// when the app has finished reacting).
+    var delegateQueues: [DispatchQueue] { centrals.map(\.queue) + peripherals.map(\.queue) }
+
     /// The central managers on this host. Any thread.
     var centralManagersOnHost: [CBCentralManager] { centralsSnapshot.withLock { $0.compactMap(\.value) } }
 
