@@ -12,6 +12,7 @@
 import Foundation
 import BLEWire
 import BLEHCI
+import BLEVirtualRadio
 import BLETransport
 
 struct StartupStep: Sendable {
@@ -193,9 +194,12 @@ extension LEHost {
         aclCredits = aclBufferCount
         usesExtendedAdvertising = startupInfo.supportsExtendedAdvertising
         controllerInfoSnapshot.withLock { $0 = startupInfo }
-        log("controller: HCI \(startupInfo.version.map { ControllerInfo.coreVersionName($0.hciVersion) } ?? "?"), "
-            + "\(aclBufferCount) × \(aclBufferSize)-octet ACL buffers\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : ""), "
-            + "address \(localAddress) (\(startupInfo.addressKind)), \(usesExtendedAdvertising ? "extended" : "legacy") advertising")
+        loggers.hci.info("controller ready", metadata: [
+            "hci-version": "\(startupInfo.version.map { ControllerInfo.coreVersionName($0.hciVersion) } ?? "?")",
+            "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
+            "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",
+            "advertising": "\(usesExtendedAdvertising ? "extended" : "legacy")",
+        ])
         hadController = true
         LEHost.started.withLock { list in
             list.removeAll { $0.host == nil || $0.host === self }
@@ -245,9 +249,15 @@ extension LEHost {
     struct WeakHostRef: @unchecked Sendable { weak var host: LEHost? }
     static let started = Locked<[WeakHostRef]>([])
 
-    /// The controllers of this process's hosts that are up now (what `CBCentralManager.supports(_:)` asks).
+    /// The controllers of this process's hosts that are up now (what `CBCentralManager.supports(_:)` asks). When
+    /// real controllers run beside in-process virtual ones (a test process), the real ones answer: a program on a
+    /// real controller asks about that controller, not about simulated devices elsewhere in the process.
     public static var runningControllers: [ControllerInfo] {
-        started.withLock { list in list.compactMap { $0.host?.controllerInfo } }
+        started.withLock { list in
+            let hosts = list.compactMap(\.host).filter { $0.controllerInfo != nil }
+            let real = hosts.filter { !($0.transport is VirtualController) }
+            return (real.isEmpty ? hosts : real).compactMap(\.controllerInfo)
+        }
     }
 
     /// What the controller reported at its last start-up (nil before one); readable from any thread.
