@@ -120,10 +120,10 @@ func waitReal(_ what: String, seconds: Double = 30, _ condition: () -> Bool) asy
         #expect(captured.updates.contains { $0.isIndication })
 
         // 2. Replay on the virtual clock, with the phone's traffic captured in turn.
-        let sim = try BluetoothSimulation(seed: 42, capture: replayed)
+        let sim = try BluetoothSimulation(seed: 42, installing: false, capture: replayed)
         let device = try sim.add(try captured.spec())
         let app = ExplorerApp(name: "Bumble HR")
-        app.start()
+        app.start(in: sim)
         let wanted = recorder.updates
         #expect(sim.run(until: {
             app.has("read:6E400002-B5A3-F393-E0A9-E50E24DCCA9E") && app.has("database discovered")
