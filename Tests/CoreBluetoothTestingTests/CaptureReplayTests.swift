@@ -153,5 +153,8 @@ func waitReal(_ what: String, seconds: Double = 30, _ condition: () -> Bool) asy
         #expect(again.advertisingData == captured.advertisingData)
         #expect(again.scanResponse == captured.scanResponse)
         #expect(again.mtu == captured.mtu)
+        let valueBytes = captured.database.attributes.reduce(0) { $0 + ($1.value?.count ?? 0) }
+        print("replay of \(original.split(separator: "/").last!): \(captured.database.attributes.count) attributes (\(valueBytes) value octets), "
+              + "\(captured.updates.count) notifications/indications, \(captured.advertisingData.count)+\(captured.scanResponse.count) advertising octets: identical")
     }
 }
