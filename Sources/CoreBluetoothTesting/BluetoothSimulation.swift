@@ -38,13 +38,15 @@ public final class BluetoothSimulation: @unchecked Sendable {
     private var mainQueueUnserviced = false
     private var peripheralList: [SimulatedPeripheral] = []
     /// "Other apps" on the phone (simulateConnection): managers kept alive by the simulation.
-    var otherApps: [AnyObject] = []
+    private var otherApps: [AnyObject] = []
+    func keep(_ object: AnyObject) { lock.withLock { otherApps.append(object) } }
 
     /// Signals at or below this strength are not received (dBm). Proximity `.far` is just above it.
     public static let receiverSensitivity = -100.0
 
     /// A new world. With `installing` (the default), managers the app creates without a host join the phone
-    /// until `finish()`; only one simulation is installed at a time in a process (a second one waits).
+    /// until `finish()`; only one simulation is installed at a time in a process (a second one waits). Without
+    /// it, managers join only inside `scope { }`.
     /// `capture` records the phone's HCI traffic to a btsnoop file (open it with `ble snoop` or Wireshark).
     public init(seed: UInt64 = 0x5EED, installing: Bool = true, capture: String? = nil) throws {
         air = VirtualAir(loop: EventLoop(label: "ble.simulation", clock: .virtual), seed: seed)
@@ -63,22 +65,50 @@ public final class BluetoothSimulation: @unchecked Sendable {
     deinit { finish() }
 
     // MARK: Installing
+    //
+    // Where the app's managers go: a manager created without a host asks HostFactory for a `virtual` one, and
+    // the kit's provider answers with the phone of the simulation in scope (`scope { }`, a task-local value
+    // that follows the test's task or thread), else with the one installed process-wide, else nothing (the
+    // process-wide air, as without the kit).
 
+    /// The simulation whose `scope` is running on this task or thread.
+    @TaskLocal public static var current: BluetoothSimulation?
+
+    private struct Weak: @unchecked Sendable { weak var value: BluetoothSimulation? }
     private static let installation = NSCondition()
-    nonisolated(unsafe) private static var installedSimulation = false
+    nonisolated(unsafe) private static var installedSimulation: Weak?
+    private static let providerInstalled: Void = {
+        HostFactory.virtualHostProvider = { _ in
+            let sim = BluetoothSimulation.current ?? installation.withLock { installedSimulation?.value }
+            return sim?.hostForApp
+        }
+    }()
 
-    /// Makes the managers that the app creates without a host join this simulation's phone.
+    var hostForApp: LEHost { lock.withLock { unsupportedPhone } ?? phone }
+
+    /// Runs `body` with this simulation in scope: the managers created in it (by this task or thread) join
+    /// the phone, whatever is installed process-wide. Tests that run in parallel (Swift Testing) use this.
+    public func scope<T>(_ body: () throws -> T) rethrows -> T {
+        _ = Self.providerInstalled
+        return try Self.$current.withValue(self) { try body() }
+    }
+
+    public func scope<T>(_ body: () async throws -> T) async rethrows -> T {
+        _ = Self.providerInstalled
+        return try await Self.$current.withValue(self) { try await body() }
+    }
+
+    /// Makes every manager that the app creates without a host, on any thread, join this simulation's phone
+    /// (XCTest runs one test at a time: install in setUp). One simulation is installed at a time in a
+    /// process; a second waits until the first is uninstalled.
     public func install() {
+        _ = Self.providerInstalled
         lock.lock(); defer { lock.unlock() }
         guard !installed, !finished else { return }
         Self.installation.lock()
-        while Self.installedSimulation { Self.installation.wait() }
-        Self.installedSimulation = true
+        while Self.installedSimulation?.value != nil { Self.installation.wait() }
+        Self.installedSimulation = Weak(value: self)
         Self.installation.unlock()
-        HostFactory.virtualHostProvider = { [weak self] _ in
-            guard let self else { throw HostError.transportClosed }
-            return self.lock.withLock { self.unsupportedPhone } ?? self.phone
-        }
         installed = true
     }
 
@@ -87,9 +117,8 @@ public final class BluetoothSimulation: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         guard installed else { return }
         installed = false
-        HostFactory.virtualHostProvider = nil
         Self.installation.lock()
-        Self.installedSimulation = false
+        Self.installedSimulation = nil
         Self.installation.signal()
         Self.installation.unlock()
     }
@@ -161,8 +190,13 @@ public final class BluetoothSimulation: @unchecked Sendable {
         for _ in 0..<1_000_000 {
             // Quiet when nothing ran on the loop while the delegate queues emptied: delegate work only ever
             // comes from the loop, and what the app does in its callbacks enters the loop.
+            // While the delegate queues run, the loop is held: what the app asks for waits until they are
+            // done, so the app never races the stack (the interleaving, hence the run, is the same every time).
             let before = loop.runPending()
-            drainDelegateQueues()
+            let queues = delegateQueuesNow()
+            loop.queue.suspend()
+            drainDelegateQueues(queues)
+            loop.queue.resume()
             if loop.runPending() == before { return }
         }
         preconditionFailure("BluetoothSimulation: the app and the stack never went idle (a loop that keeps scheduling work?)")
@@ -206,10 +240,13 @@ public final class BluetoothSimulation: @unchecked Sendable {
 
     /// Lets every delegate queue run what it has: the main queue (through the run loop when the caller is
     /// the main thread), the queues of the phone's managers, and the observed ones.
-    private func drainDelegateQueues() {
+    private func delegateQueuesNow() -> [DispatchQueue] {
         let other = lock.withLock { unsupportedPhone }
-        var queues = loop.sync { delegateQueues(ofManagersOn: phone) + (other.map { delegateQueues(ofManagersOn: $0) } ?? []) }
-        queues += lock.withLock { extraQueues }
+        let queues = loop.sync { delegateQueues(ofManagersOn: phone) + (other.map { delegateQueues(ofManagersOn: $0) } ?? []) }
+        return queues + lock.withLock { extraQueues }
+    }
+
+    private func drainDelegateQueues(_ queues: [DispatchQueue]) {
         // The main queue is not always the same object: compare labels. It is run only when someone uses
         // it (a manager created with a nil queue, or one observed), as reaching it costs a thread hop.
         let main = DispatchQueue.main.label
@@ -219,7 +256,12 @@ public final class BluetoothSimulation: @unchecked Sendable {
 
     private func drainMainQueue() {
         if Thread.isMainThread {
-            _ = RunLoop.main.run(mode: .default, before: Date())
+            // The main queue is FIFO: once a marker queued now has run, everything queued before it has.
+            final class Flag: @unchecked Sendable { var done = false }
+            let flag = Flag()
+            DispatchQueue.main.async { flag.done = true }
+            let deadline = Date().addingTimeInterval(5)
+            while !flag.done && Date() < deadline { _ = RunLoop.main.run(mode: .default, before: Date().addingTimeInterval(0.001)) }
             return
         }
         guard !lock.withLock({ mainQueueUnserviced }) else { return }

@@ -85,12 +85,11 @@ public struct CapturedDevice: Sendable {
         }
         for (h, v) in a.declarations { attributes[h] = CapturedAttribute(handle: h, type: v.type, value: v.value) }
         // Value attributes from the characteristic declarations.
-        for (h, v) in a.declarations where v.type == .characteristic && (v.value.count == 5 || v.value.count == 19) {
+        for (_, v) in a.declarations where v.type == .characteristic && (v.value.count == 5 || v.value.count == 19) {
             let valueHandle = UInt16(v.value[1]) | UInt16(v.value[2]) << 8
             if let u = try? BluetoothUUID(littleEndianBytes: v.value[3...]), attributes[valueHandle] == nil || attributes[valueHandle]?.type == u {
                 attributes[valueHandle] = CapturedAttribute(handle: valueHandle, type: u, value: nil)
             }
-            _ = h
         }
         for (h, t) in a.types where attributes[h] == nil { attributes[h] = CapturedAttribute(handle: h, type: t, value: nil) }
         for (h, list) in a.reads { attributes[h]?.value = list.first }

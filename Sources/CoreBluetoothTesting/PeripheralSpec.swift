@@ -123,8 +123,6 @@ public struct PeripheralSpec: Sendable {
     public var connectionInterval: TimeInterval?
     /// The peripheral's ATT_MTU (23…517).
     public var mtu: UInt16 = 517
-    /// Characteristics whose reads need an encrypted link (a central pairs first).
-    public var pairing: Bool = false
     public var onRead: ReadHandler?
     public var onWrite: WriteHandler?
     public var onSubscriptionChange: SubscriptionHandler?

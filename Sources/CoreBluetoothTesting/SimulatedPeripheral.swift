@@ -276,7 +276,7 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
     /// Moves the device: its RSSI changes, and `.outOfRange` stops its advertisements reaching the phone and
     /// loses its links after their supervision timeout. Coming back in range, it is seen again.
     public func simulateProximityChange(_ proximity: Proximity) {
-        spec.proximity = proximity
+        sync { spec.proximity = proximity }
         simulation?.air.move(controller, to: VirtualPosition(x: proximity.distance, y: 0))
         settle()
     }
@@ -385,7 +385,7 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
         guard let sim = simulation, let id = identifier else { return false }
         let queue = DispatchQueue(label: "simulated other app")
         let other = CBCentralManager(delegate: nil, queue: queue, options: nil, host: sim.phone)
-        sim.otherApps.append(other)
+        sim.keep(other)
         guard sim.run(until: { other.state == .poweredOn }, within: .seconds(5)),
               let p = queue.sync(execute: { other.retrievePeripherals(withIdentifiers: [id]).first }) else { return false }
         // The other app holds its peripheral, as an app must: a released peripheral lets go of its link.

@@ -120,10 +120,10 @@ func waitReal(_ what: String, seconds: Double = 30, _ condition: () -> Bool) asy
         #expect(captured.updates.contains { $0.isIndication })
 
         // 2. Replay on the virtual clock, with the phone's traffic captured in turn.
-        let sim = try BluetoothSimulation(seed: 42, capture: replayed)
+        let sim = try BluetoothSimulation(seed: 42, installing: false, capture: replayed)
         let device = try sim.add(try captured.spec())
         let app = ExplorerApp(name: "Bumble HR")
-        app.start()
+        app.start(in: sim)
         let wanted = recorder.updates
         #expect(sim.run(until: {
             app.has("read:6E400002-B5A3-F393-E0A9-E50E24DCCA9E") && app.has("database discovered")
@@ -153,5 +153,8 @@ func waitReal(_ what: String, seconds: Double = 30, _ condition: () -> Bool) asy
         #expect(again.advertisingData == captured.advertisingData)
         #expect(again.scanResponse == captured.scanResponse)
         #expect(again.mtu == captured.mtu)
+        let valueBytes = captured.database.attributes.reduce(0) { $0 + ($1.value?.count ?? 0) }
+        print("replay of \(original.split(separator: "/").last!): \(captured.database.attributes.count) attributes (\(valueBytes) value octets), "
+              + "\(captured.updates.count) notifications/indications, \(captured.advertisingData.count)+\(captured.scanResponse.count) advertising octets: identical")
     }
 }

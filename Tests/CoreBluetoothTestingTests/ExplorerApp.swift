@@ -5,6 +5,7 @@
 import Foundation
 import CoreBluetooth
 import BLEHost
+import CoreBluetoothTesting
 
 final class ExplorerApp: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, @unchecked Sendable {
     let queue: DispatchQueue?
@@ -29,6 +30,9 @@ final class ExplorerApp: NSObject, CBCentralManagerDelegate, CBPeripheralDelegat
         self.name = name
         self.queue = queue
     }
+
+    /// Starts inside the simulation's scope, so that the manager joins its phone.
+    func start(in sim: BluetoothSimulation) { sim.scope { start() } }
 
     func start() {
         if let host = host as? LEHost {

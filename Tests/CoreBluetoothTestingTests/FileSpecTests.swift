@@ -10,12 +10,12 @@ let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
 @Suite(.serialized) struct FileSpecTests {
     @Test func theExampleDatabaseFileIsServedAsBleServeServesIt() throws {
         let spec = try PeripheralSpec(contentsOfFile: repositoryRoot.appendingPathComponent("examples/heart-rate.json").path)
-        let sim = try BluetoothSimulation(seed: 21)
+        let sim = try BluetoothSimulation(seed: 21, installing: false)
         defer { sim.finish() }
         let device = try sim.add(spec)
         let app = ExplorerApp(name: "Served HR")
         app.subscribe = false
-        app.start()
+        app.start(in: sim)
         #expect(sim.run(until: { app.has("database discovered") && app.values["6E400002-B5A3-F393-E0A9-E50E24DCCA9E"] != nil }, within: .seconds(10)), "\(app.log)")
         // Primary services in handle order (180F is secondary: not listed), the fixed handles kept.
         #expect(app.has("services:1800,1801,180D,6E400001-B5A3-F393-E0A9-E50E24DCCA9E"))

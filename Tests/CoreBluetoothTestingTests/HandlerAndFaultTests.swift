@@ -147,13 +147,13 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
 
     @Test func lostAdvertisementsAreDeterministicForASeed() throws {
         func run(seed: UInt64) throws -> (Duration, [Int]) {
-            let sim = try BluetoothSimulation(seed: seed)
+            let sim = try BluetoothSimulation(seed: seed, installing: false)
             defer { sim.finish() }
             sim.simulateAdvertisingLoss(0.9)
             try sim.add(sampleDevice(proximity: .near).build())
             let app = ExplorerApp(service: customService)
             app.subscribe = false
-            app.start()
+            app.start(in: sim)
             #expect(sim.run(until: { app.has("connected") }, within: .seconds(60)))
             return (sim.now, app.rssi)
         }
@@ -162,11 +162,11 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
         #expect(a.0 != c.0)
         // With 90 % of the advertisements lost, finding the device takes several advertising intervals.
         let clean = try {
-            let sim = try BluetoothSimulation(seed: 100)
+            let sim = try BluetoothSimulation(seed: 100, installing: false)
             defer { sim.finish() }
             try sim.add(sampleDevice(proximity: .near).build())
             let app = ExplorerApp(service: customService)
-            app.start()
+            app.start(in: sim)
             _ = sim.run(until: { app.has("connected") }, within: .seconds(60))
             return sim.now
         }()
@@ -181,7 +181,7 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
             .connectable(name: "Secure", services: [service])
             .onRead { _ in .value(Data("secret".utf8)) }
             .build()
-        let sim = try BluetoothSimulation(seed: 17)
+        let sim = try BluetoothSimulation(seed: 17, installing: false)
         defer { sim.finish() }
         let device = try sim.add(spec)
         var paired = 0
@@ -189,7 +189,7 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
         sim.phone.loop.sync { sim.phone.addSecurityObserver { _, e in if case .paired = e { lock.withLock { paired += 1 } } } }
         let app = ExplorerApp(service: customService)
         app.reconnect = true
-        app.start()
+        app.start(in: sim)
         // The read is refused for lack of encryption; the stack pairs (Just Works) and reads again.
         #expect(sim.run(until: { app.values[readable.uuidString] == Data("secret".utf8) }, within: .seconds(30)), "\(app.log)")
         #expect(lock.withLock { paired } == 1)
@@ -206,12 +206,12 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
     }
 
     @Test func privateAddressRotationMakesNewPeripheralsForAStranger() throws {
-        let sim = try BluetoothSimulation(seed: 18)
+        let sim = try BluetoothSimulation(seed: 18, installing: false)
         defer { sim.finish() }
         let device = try sim.add(sampleDevice().build())
         device.simulatePrivateAddressRotation(every: 60)
         let app = ExplorerApp(service: customService)
-        app.start()
+        app.start(in: sim)
         app.subscribe = false
         sim.advance(by: .seconds(1))
         let first = device.address

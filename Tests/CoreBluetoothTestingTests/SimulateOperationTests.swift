@@ -6,11 +6,11 @@ import CoreBluetoothTesting
 
 /// An app connected to a sample device and subscribed, on a fresh simulation.
 func connectedApp(seed: UInt64 = 3, spec: PeripheralSpec? = nil, reconnect: Bool = false) throws -> (BluetoothSimulation, SimulatedPeripheral, ExplorerApp) {
-    let sim = try BluetoothSimulation(seed: seed)
+    let sim = try BluetoothSimulation(seed: seed, installing: false)
     let device = try sim.add(spec ?? sampleDevice().build())
     let app = ExplorerApp(service: customService)
     app.reconnect = reconnect
-    app.start()
+    app.start(in: sim)
     guard sim.run(until: { app.has("notifying:\(notifying.uuidString):true") }, within: .seconds(5)) else {
         sim.finish()
         throw SetupFailed(log: app.log)
@@ -22,11 +22,11 @@ struct SetupFailed: Error { let log: [String] }
 
 @Suite(.serialized) struct SimulateOperationTests {
     @Test func proximityChangesTheRSSIAndOutOfRangeLosesTheLink() throws {
-        let sim = try BluetoothSimulation(seed: 4)
+        let sim = try BluetoothSimulation(seed: 4, installing: false)
         defer { sim.finish() }
         let device = try sim.add(sampleDevice(proximity: .far).build())
         let app = ExplorerApp(service: customService)
-        app.start()
+        app.start(in: sim)
         #expect(sim.run(until: { app.has("connected") }, within: .seconds(5)))
         #expect(app.rssi.first == -90)
         device.simulateProximityChange(.outOfRange)
@@ -77,19 +77,19 @@ struct SetupFailed: Error { let log: [String] }
     }
 
     @Test func valueUpdatesAdvertisementChangesAndCaching() throws {
-        let sim = try BluetoothSimulation(seed: 5)
+        let sim = try BluetoothSimulation(seed: 5, installing: false)
         defer { sim.finish() }
         let device = try sim.add(sampleDevice().build())
         // simulateCaching: the app retrieves the device by identifier, with no scan.
         let id = try #require(device.simulateCaching())
-        let central = CBCentralManager(delegate: nil, queue: DispatchQueue(label: "retrieving"))
+        let central = sim.scope { CBCentralManager(delegate: nil, queue: DispatchQueue(label: "retrieving")) }
         #expect(sim.run(until: { central.state == .poweredOn }, within: .seconds(1)))
         #expect(central.retrievePeripherals(withIdentifiers: [id]).map(\.identifier) == [id])
         // simulateAdvertisementChange: a scanner sees the new data.
         device.simulateAdvertisementChange([CBAdvertisementDataLocalNameKey: "Renamed", CBAdvertisementDataServiceUUIDsKey: [customService]])
         let app = ExplorerApp(service: customService)
         app.subscribe = false
-        app.start()
+        app.start(in: sim)
         #expect(sim.run(until: { app.has("connected") }, within: .seconds(5)))
         #expect(app.advertisement[CBAdvertisementDataLocalNameKey] as? String == "Renamed")
         #expect(app.discovered == [id])
@@ -97,7 +97,7 @@ struct SetupFailed: Error { let log: [String] }
     }
 
     @Test func macChangeMakesANewPeripheral() throws {
-        let sim = try BluetoothSimulation(seed: 6)
+        let sim = try BluetoothSimulation(seed: 6, installing: false)
         defer { sim.finish() }
         let device = try sim.add(sampleDevice().build())
         let before = try #require(device.identifier)
@@ -106,18 +106,18 @@ struct SetupFailed: Error { let log: [String] }
         #expect(before != after)
         let app = ExplorerApp(service: customService)
         app.subscribe = false
-        app.start()
+        app.start(in: sim)
         #expect(sim.run(until: { app.has("connected") }, within: .seconds(5)))
         #expect(app.discovered == [after])
     }
 
     @Test func anotherAppConnectsAndTheAppRetrievesTheConnectedPeripheral() throws {
-        let sim = try BluetoothSimulation(seed: 7)
+        let sim = try BluetoothSimulation(seed: 7, installing: false)
         defer { sim.finish() }
         let device = try sim.add(sampleDevice().build())
         #expect(device.simulateConnection())
         #expect(device.connectionCount == 1)
-        let central = CBCentralManager(delegate: nil, queue: DispatchQueue(label: "app"))
+        let central = sim.scope { CBCentralManager(delegate: nil, queue: DispatchQueue(label: "app")) }
         #expect(sim.run(until: { central.state == .poweredOn }, within: .seconds(1)))
         let found = central.retrieveConnectedPeripherals(withServices: [customService])
         #expect(found.map(\.identifier) == [device.identifier!])
@@ -128,10 +128,10 @@ struct SetupFailed: Error { let log: [String] }
     @Test func initialStates() throws {
         for (state, expected) in [(CBManagerState.poweredOff, CBManagerState.poweredOff), (.unauthorized, .unauthorized),
                                   (.unsupported, .unsupported), (.poweredOn, .poweredOn)] {
-            let sim = try BluetoothSimulation(seed: 8)
+            let sim = try BluetoothSimulation(seed: 8, installing: false)
             sim.simulateInitialState(state)
             let app = ExplorerApp()
-            app.start()
+            app.start(in: sim)
             sim.advance(by: .seconds(2))
             #expect(app.log.first == "state:\(expected.rawValue)", "\(state.rawValue): \(app.log)")
             #expect(CBManager.authorization == (expected == .unauthorized ? .denied : .allowedAlways))

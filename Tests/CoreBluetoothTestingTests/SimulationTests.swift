@@ -29,11 +29,11 @@ func sampleDevice(name: String = "Sample", proximity: Proximity = .immediate) ->
 
 @Suite(.serialized) struct SimulationTests {
     @Test func anAppDiscoversConnectsAndReadsOnTheVirtualClock() throws {
-        let sim = try BluetoothSimulation(seed: 1)
+        let sim = try BluetoothSimulation(seed: 1, installing: false)
         defer { sim.finish() }
         let device = try sim.add(sampleDevice().onRead { r in .value(Data("hello".utf8).dropFirst(0)) }.build())
         let app = ExplorerApp(service: customService)
-        app.start()
+        app.start(in: sim)
         #expect(sim.run(until: { app.values[readable.uuidString] != nil && app.has("notifying:\(notifying.uuidString):true") }, within: .seconds(5)))
         #expect(app.values[readable.uuidString] == Data("hello".utf8))
         #expect(app.has("descriptor:2901:The value"))
@@ -50,11 +50,11 @@ func sampleDevice(name: String = "Sample", proximity: Proximity = .immediate) ->
     }
 
     @Test func anAppWithANilQueueGetsItsCallbacks() throws {
-        let sim = try BluetoothSimulation(seed: 2)
+        let sim = try BluetoothSimulation(seed: 2, installing: false)
         defer { sim.finish() }
         try sim.add(sampleDevice().build())
         let app = ExplorerApp(service: customService, queue: nil)
-        app.start()
+        app.start(in: sim)
         #expect(sim.run(until: { app.has("connected") }, within: .seconds(5)), "\(app.log)")
     }
 }

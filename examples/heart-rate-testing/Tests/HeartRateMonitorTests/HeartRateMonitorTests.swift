@@ -127,7 +127,7 @@ final class HeartRateMonitorTests: XCTestCase {
         let monitor = HeartRateMonitor()
         try startMonitoring(monitor)
         sim.simulateStateChange(.poweredOff)
-        XCTAssertEqual(monitor.status, .off)
+        XCTAssertEqual(monitor.status, .off, "\(monitor.events)")
         sim.simulateStateChange(.poweredOn)
         XCTAssertTrue(sim.run(until: { monitor.events.filter { $0 == "notifying true" }.count == 2 }, within: .seconds(10)), "\(monitor.events)")
     }
