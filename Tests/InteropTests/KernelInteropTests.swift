@@ -19,7 +19,7 @@ enum KernelGuest {
     /// Every scenario, in the order the guest runs them (those that remove adapters last).
     static let scenarios = [
         "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server",
-        "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
+        "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy", "privacy", "l2cap-l2test",
         "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish", "manager-vanish",
     ]
 
@@ -36,7 +36,7 @@ enum KernelGuest {
         if keep == nil { atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-kernel-\(getpid())") } }
         let p = Process()
         p.executableURL = Interop.root.appendingPathComponent("scripts/kernel/run")
-        p.arguments = ["--timeout", "900", "--out", dir.path] + scenarios
+        p.arguments = ["--timeout", "2400", "--out", dir.path] + scenarios
         p.standardOutput = FileHandle.standardError
         p.standardError = FileHandle.standardError
         let start = Date()
@@ -100,6 +100,14 @@ struct KernelInteropTests {
 
     @Test("ble pair with no IO (legacy, then SC) against BlueZ with a KeyboardDisplay agent: Just Works, no MITM flag to refuse")
     func legacyPairing() throws { try KernelGuest.expectPassed("pair-legacy") }
+
+    @Test("BlueZ with privacy on: found by name from a resolvable private address, bonded, its next address resolved with its IRK")
+    func privacy() throws { try KernelGuest.expectPassed("privacy") }
+
+    // MARK: L2CAP
+
+    @Test("LE credit-based channels with BlueZ's l2test: 1 MB each way")
+    func l2capOneMegabyteEachWay() throws { try KernelGuest.expectPassed("l2cap-l2test") }
 
     // MARK: The kernel's rules for the user channel
 
