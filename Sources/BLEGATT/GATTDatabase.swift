@@ -3,7 +3,8 @@
 // Attributes are kept sorted by handle in one array; look-ups are binary searches. Services are
 // built from declarative definitions: the database assigns handles, writes the declarations, and
 // adds a Client Characteristic Configuration descriptor to every notify/indicate characteristic and
-// an Extended Properties descriptor where that property is set, unless the definition has its own.
+// an Extended Properties descriptor where that property is set, unless the definition has its own or asks
+// to be served as written (`addsMissingDescriptors` false).
 //
 // The Database Hash (Vol 3 Part G §7.3) is not computed: it needs AES-CMAC, which this module does
 // not have. The Database Hash characteristic is therefore not offered.
@@ -172,14 +173,14 @@ public struct GATTDatabase: Sendable, Equatable {
                                 permissions: c.permissions, maximumLength: c.maximumLength))
             var cp = CharacteristicPlan(declaration: declIndex, cccd: nil, descriptors: [])
             let ownsExtended = c.descriptors.contains { $0.uuid == .characteristicExtendedProperties }
-            if c.properties.contains(.extendedProperties) && !ownsExtended {
+            if service.addsMissingDescriptors && c.properties.contains(.extendedProperties) && !ownsExtended {
                 var w = ByteWriter(capacity: 2); w.write(c.extendedProperties.rawValue)
                 cp.descriptors.append(plan.count)
                 plan.append(Planned(type: .characteristicExtendedProperties, value: .stored(w.bytes),
                                     permissions: .readable, hasFixedLength: true))
             }
             let ownsCCCD = c.descriptors.contains { $0.uuid == .clientCharacteristicConfiguration }
-            if !c.properties.isDisjoint(with: [.notify, .indicate]) && !ownsCCCD {
+            if service.addsMissingDescriptors && !c.properties.isDisjoint(with: [.notify, .indicate]) && !ownsCCCD {
                 cp.cccd = plan.count
                 cp.descriptors.append(plan.count)
                 plan.append(Planned(type: .clientCharacteristicConfiguration, value: .clientConfiguration,

@@ -8,6 +8,14 @@
 //                                            "value": "hex:0048", "handle": 17,
 //                                            "descriptors": [ { "uuid": "2901", "value": "utf8:Heart", "handle": 20 } ] } ] } ] }
 //
+// Two layouts. A file whose every service fixes its "handle" and "endHandle" (a copy of a real device, a
+// PTS test database) is served exactly as written: nothing is added, not the GAP and GATT services (unless
+// "defaultServices": true), not a Client Characteristic Configuration descriptor the file leaves out of a
+// notifying characteristic, not an Extended Properties descriptor; what the specification would want
+// otherwise becomes a warning (`warnings`), never a change, so an emulator can copy a device warts included.
+// Any other file gets the helpful layout: the default services, and the descriptors the specification
+// expects. "exact": true or false chooses the layout whatever the handles say.
+//
 // Every error names its place in the file, e.g. `services[0].characteristics[2].properties[1]`.
 import Foundation
 import BLEWire
@@ -21,12 +29,23 @@ public struct GATTDatabaseFile: Sendable {
     public var advertise: Advertising
     public var defaultServices: Bool
     public var services: [GATTServiceDefinition]
+    /// The file is served as written (see the top of this file).
+    public var isExact: Bool
+    /// Where an exactly served file departs from what the specification recommends, each at its place.
+    public var warnings: [FileWarning]
     /// For each service, the file references of its includes (UUID strings or handles), resolved on build.
     var includeRefs: [[IncludeRef]]
 
     enum IncludeRef: Sendable { case uuid(BluetoothUUID), handle(UInt16) }
 
     public struct FileError: Error, Equatable, CustomStringConvertible, Sendable {
+        public var path: String
+        public var message: String
+        public var description: String { path.isEmpty ? message : "\(path): \(message)" }
+    }
+
+    /// Something served as written that the specification would want otherwise.
+    public struct FileWarning: Equatable, CustomStringConvertible, Sendable {
         public var path: String
         public var message: String
         public var description: String { path.isEmpty ? message : "\(path): \(message)" }
@@ -95,8 +114,9 @@ public struct GATTDatabaseFile: Sendable {
             throw FileError(path: "", message: "\(place)not valid JSON (\(detail ?? error.localizedDescription))")
         }
         let top = try Self.object(root, "")
-        try Self.allowKeys(top, ["advertise", "defaultServices", "services"], "")
-        defaultServices = try top["defaultServices"].map { try Self.bool($0, "defaultServices") } ?? true
+        try Self.allowKeys(top, ["advertise", "defaultServices", "exact", "services"], "")
+        let exactChoice = try top["exact"].map { try Self.bool($0, "exact") }
+        let defaultsChoice = try top["defaultServices"].map { try Self.bool($0, "defaultServices") }
         if let a = top["advertise"] {
             let o = try Self.object(a, "advertise")
             try Self.allowKeys(o, ["name", "serviceUUIDs"], "advertise")
@@ -172,8 +192,42 @@ public struct GATTDatabaseFile: Sendable {
                                                   characteristics: chars, handle: handle, endHandle: end))
             includes.append(refs)
         }
-        self.services = services
+        let fixed = !services.isEmpty && services.allSatisfy { $0.handle != nil && $0.endHandle != nil }
+        isExact = exactChoice ?? fixed
+        defaultServices = defaultsChoice ?? !isExact
+        warnings = []
+        if isExact {
+            for i in services.indices { services[i].addsMissingDescriptors = false }
+            warnings = Self.departures(services, defaultServices: defaultServices, chosen: exactChoice == true)
+        }
         self.includeRefs = includes
+        self.services = services
+    }
+
+    /// What an exact layout serves that the specification recommends otherwise (Vol 3 Part G §3.3.3.3: a
+    /// characteristic that notifies or indicates has a Client Characteristic Configuration descriptor;
+    /// §3.3.3.1: one with extended properties has that descriptor; Vol 3 Part C §12: a GATT server has the
+    /// GAP service).
+    static func departures(_ services: [GATTServiceDefinition], defaultServices: Bool, chosen: Bool) -> [FileWarning] {
+        let why = chosen ? "\"exact\": true" : "every service fixes its handle and end handle"
+        var out = [FileWarning(path: "", message: "\(why): the database is served exactly as written, nothing added")]
+        if !defaultServices && !services.contains(where: { $0.uuid == .gapService }) {
+            out.append(FileWarning(path: "services", message: "no GAP service (0x1800); served without one"))
+        }
+        for (i, s) in services.enumerated() {
+            for (j, c) in s.characteristics.enumerated() {
+                let p = "services[\(i)].characteristics[\(j)]"
+                let has = Set(c.descriptors.map(\.uuid))
+                if !c.properties.isDisjoint(with: [.notify, .indicate]) && !has.contains(.clientCharacteristicConfiguration) {
+                    let what = c.properties.contains(.notify) ? "notifies" : "indicates"
+                    out.append(FileWarning(path: p, message: "\(what) without a Client Characteristic Configuration descriptor (0x2902); none added, so no client can subscribe"))
+                }
+                if c.properties.contains(.extendedProperties) && !has.contains(.characteristicExtendedProperties) {
+                    out.append(FileWarning(path: p, message: "has extended properties without their descriptor (0x2900); none added"))
+                }
+            }
+        }
+        return out
     }
 
     /// Builds the database, adding services in file order. A service may include one declared later in the

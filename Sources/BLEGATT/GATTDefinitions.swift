@@ -71,15 +71,21 @@ public struct GATTServiceDefinition: Sendable, Equatable {
     public var handle: UInt16?
     /// A fixed last handle, reserving room for the service to grow.
     public var endHandle: UInt16?
+    /// Whether the database adds what the definition leaves out and the specification expects: a Client
+    /// Characteristic Configuration descriptor for each notify/indicate characteristic, an Extended Properties
+    /// descriptor where that property is set. False serves the definition as written (a copy of a real device).
+    public var addsMissingDescriptors: Bool
 
     public init(uuid: BluetoothUUID, isPrimary: Bool = true, includedServices: [GATTServiceReference] = [],
-                characteristics: [GATTCharacteristicDefinition], handle: UInt16? = nil, endHandle: UInt16? = nil) {
+                characteristics: [GATTCharacteristicDefinition], handle: UInt16? = nil, endHandle: UInt16? = nil,
+                addsMissingDescriptors: Bool = true) {
         self.uuid = uuid
         self.isPrimary = isPrimary
         self.includedServices = includedServices
         self.characteristics = characteristics
         self.handle = handle
         self.endHandle = endHandle
+        self.addsMissingDescriptors = addsMissingDescriptors
     }
 }
 

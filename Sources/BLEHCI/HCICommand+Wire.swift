@@ -19,8 +19,38 @@ extension HCICommand {
         case .reset, .readLocalVersionInformation, .readBDADDR, .readLocalSupportedCommands, .readLocalSupportedFeatures,
              .readBufferSize, .leReadBufferSize, .leReadLocalSupportedFeatures, .leReadAdvertisingPhysicalChannelTxPower,
              .leCreateConnectionCancel, .leReadSuggestedDefaultDataLength, .leReadMaximumDataLength, .leRand,
-             .leClearFilterAcceptList:
+             .leReadFilterAcceptListSize, .leClearFilterAcceptList, .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets,
+             .leClearAdvertisingSets:
             break
+        case let .leSetAdvertisingSetRandomAddress(h, a):
+            w.write(h); w.write(a)
+        case let .leSetExtendedAdvertisingParameters(p):
+            w.write(p.advertisingHandle); w.write(p.eventProperties.rawValue)
+            w.writeUInt24(p.primaryIntervalMin); w.writeUInt24(p.primaryIntervalMax)
+            w.write(p.primaryChannelMap); w.write(p.ownAddressType); w.write(p.peerAddressType); w.write(p.peerAddress)
+            w.write(p.filterPolicy); w.write(p.txPower); w.write(p.primaryPHY); w.write(p.secondaryMaxSkip)
+            w.write(p.secondaryPHY); w.write(p.advertisingSID); w.write(p.scanRequestNotificationEnable)
+        case let .leSetExtendedAdvertisingData(d), let .leSetExtendedScanResponseData(d):
+            let n = min(d.data.count, LESetExtendedAdvertisingData.maximumFragmentLength)
+            w.write(d.advertisingHandle); w.write(d.operation.rawValue); w.write(d.fragmentPreference)
+            w.write(UInt8(n)); w.write(contentsOf: d.data.prefix(n))
+        case let .leSetExtendedAdvertisingEnable(on, sets):
+            w.write(UInt8(on ? 1 : 0)); w.write(UInt8(sets.count))
+            for s in sets { w.write(s.advertisingHandle); w.write(s.duration); w.write(s.maxExtendedAdvertisingEvents) }
+        case let .leRemoveAdvertisingSet(h):
+            w.write(h)
+        case let .leSetExtendedScanParameters(p):
+            w.write(p.ownAddressType); w.write(p.scanningFilterPolicy); w.write(p.scanningPHYs)
+            for x in p.phys { w.write(x.scanType.rawValue); w.write(x.scanInterval); w.write(x.scanWindow) }
+        case let .leSetExtendedScanEnable(on, dup, duration, period):
+            w.write(UInt8(on ? 1 : 0)); w.write(dup); w.write(duration); w.write(period)
+        case let .leExtendedCreateConnection(p):
+            w.write(p.initiatorFilterPolicy); w.write(p.ownAddressType); w.write(p.peerAddressType); w.write(p.peerAddress)
+            w.write(p.initiatingPHYs)
+            for x in p.phys {
+                w.write(x.scanInterval); w.write(x.scanWindow); w.write(x.connectionIntervalMin); w.write(x.connectionIntervalMax)
+                w.write(x.maxLatency); w.write(x.supervisionTimeout); w.write(x.minCELength); w.write(x.maxCELength)
+            }
         case let .leAddDeviceToFilterAcceptList(a), let .leRemoveDeviceFromFilterAcceptList(a):
             w.write(UInt8(a.type.isRandom ? 1 : 0)); w.write(a)
         case let .setEventMask(m), let .setEventMaskPage2(m), let .leSetEventMask(m):
@@ -135,6 +165,7 @@ extension HCICommand {
                 connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(), maxLatency: try r.readUInt16(),
                 supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
+        case .leReadFilterAcceptListSize: return .leReadFilterAcceptListSize
         case .leClearFilterAcceptList: return .leClearFilterAcceptList
         case .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
             _ = try r.readUInt8()
@@ -165,6 +196,60 @@ extension HCICommand {
         case .leLongTermKeyRequestNegativeReply: return .leLongTermKeyRequestNegativeReply(handle: try r.readUInt16())
         case .readRSSI: return .readRSSI(handle: try r.readUInt16())
         case .readRemoteVersionInformation: return .readRemoteVersionInformation(handle: try r.readUInt16())
+        case .leSetAdvertisingSetRandomAddress:
+            return .leSetAdvertisingSetRandomAddress(handle: try r.readUInt8(), address: try r.readAddress(type: .random))
+        case .leSetExtendedAdvertisingParameters:
+            return .leSetExtendedAdvertisingParameters(LESetExtendedAdvertisingParameters(
+                advertisingHandle: try r.readUInt8(), eventProperties: LEAdvertisingEventProperties(rawValue: try r.readUInt16()),
+                primaryIntervalMin: try r.readUInt24(), primaryIntervalMax: try r.readUInt24(), primaryChannelMap: try r.readUInt8(),
+                ownAddressType: try r.readUInt8(), peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(),
+                filterPolicy: try r.readUInt8(), txPower: try r.readInt8(), primaryPHY: try r.readUInt8(), secondaryMaxSkip: try r.readUInt8(),
+                secondaryPHY: try r.readUInt8(), advertisingSID: try r.readUInt8(), scanRequestNotificationEnable: try r.readUInt8()))
+        case .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData:
+            let h = try r.readUInt8()
+            guard let o = LESetExtendedAdvertisingData.Operation(rawValue: try r.readUInt8()) else { throw WireError.invalidValue("Operation") }
+            let pref = try r.readUInt8()
+            let n = Int(try r.readUInt8())
+            guard n <= LESetExtendedAdvertisingData.maximumFragmentLength else { throw WireError.invalidValue("data length \(n) > 251") }
+            let d = LESetExtendedAdvertisingData(advertisingHandle: h, operation: o, fragmentPreference: pref, data: try r.readBytes(n))
+            return op == .leSetExtendedAdvertisingData ? .leSetExtendedAdvertisingData(d) : .leSetExtendedScanResponseData(d)
+        case .leSetExtendedAdvertisingEnable:
+            let on = try r.readUInt8() != 0
+            let n = Int(try r.readUInt8())
+            var sets: [LEExtendedAdvertisingSet] = []
+            for _ in 0..<n {
+                sets.append(LEExtendedAdvertisingSet(advertisingHandle: try r.readUInt8(), duration: try r.readUInt16(),
+                                                     maxExtendedAdvertisingEvents: try r.readUInt8()))
+            }
+            return .leSetExtendedAdvertisingEnable(enable: on, sets: sets)
+        case .leReadMaximumAdvertisingDataLength: return .leReadMaximumAdvertisingDataLength
+        case .leReadNumberOfSupportedAdvertisingSets: return .leReadNumberOfSupportedAdvertisingSets
+        case .leRemoveAdvertisingSet: return .leRemoveAdvertisingSet(try r.readUInt8())
+        case .leClearAdvertisingSets: return .leClearAdvertisingSets
+        case .leSetExtendedScanParameters:
+            let own = try r.readUInt8(), policy = try r.readUInt8(), phys = try r.readUInt8()
+            var list: [LEExtendedScanPHY] = []
+            for _ in 0..<phys.nonzeroBitCount {
+                guard let t = LEScanType(rawValue: try r.readUInt8()) else { throw WireError.invalidValue("Scan_Type") }
+                list.append(LEExtendedScanPHY(scanType: t, scanInterval: try r.readUInt16(), scanWindow: try r.readUInt16()))
+            }
+            return .leSetExtendedScanParameters(LESetExtendedScanParameters(ownAddressType: own, scanningFilterPolicy: policy, scanningPHYs: phys, phys: list))
+        case .leSetExtendedScanEnable:
+            return .leSetExtendedScanEnable(enable: try r.readUInt8() != 0, filterDuplicates: try r.readUInt8(),
+                                            duration: try r.readUInt16(), period: try r.readUInt16())
+        case .leExtendedCreateConnection:
+            let policy = try r.readUInt8(), own = try r.readUInt8(), peerType = try r.readUInt8()
+            let peer = try r.readAddressTypedByPreviousOctet()
+            let phys = try r.readUInt8()
+            var list: [LEExtendedInitiatingPHY] = []
+            for _ in 0..<phys.nonzeroBitCount {
+                list.append(LEExtendedInitiatingPHY(scanInterval: try r.readUInt16(), scanWindow: try r.readUInt16(),
+                                                    connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(),
+                                                    maxLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(),
+                                                    minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
+            }
+            return .leExtendedCreateConnection(LEExtendedCreateConnection(initiatorFilterPolicy: policy, ownAddressType: own, peerAddressType: peerType,
+                                                                          peerAddress: peer, initiatingPHYs: phys, phys: list))
         default: return .unknown(opcode: op, parameters: r.readRemaining())
         }
     }

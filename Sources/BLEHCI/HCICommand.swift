@@ -26,7 +26,8 @@ public enum HCICommand: Sendable, Equatable {
     case leSetScanEnable(enable: Bool, filterDuplicates: Bool)
     case leCreateConnection(LECreateConnection)
     case leCreateConnectionCancel
-    /// The filter accept list (§7.8.15–7.8.17): the devices an initiator with filter policy 1 connects to.
+    /// The filter accept list (§7.8.14–7.8.17): the devices an initiator with filter policy 1 connects to.
+    case leReadFilterAcceptListSize
     case leClearFilterAcceptList
     /// Address type from the address (public 0x00, random 0x01).
     case leAddDeviceToFilterAcceptList(BluetoothAddress)
@@ -49,6 +50,20 @@ public enum HCICommand: Sendable, Equatable {
     case leLongTermKeyRequestNegativeReply(handle: UInt16)
     case readRSSI(handle: UInt16)
     case readRemoteVersionInformation(handle: UInt16)
+    // Extended advertising, scanning and initiating (§7.8.52–§7.8.66); see HCIExtendedAdvertising.swift.
+    case leSetAdvertisingSetRandomAddress(handle: UInt8, address: BluetoothAddress)
+    case leSetExtendedAdvertisingParameters(LESetExtendedAdvertisingParameters)
+    case leSetExtendedAdvertisingData(LESetExtendedAdvertisingData)
+    case leSetExtendedScanResponseData(LESetExtendedAdvertisingData)
+    case leSetExtendedAdvertisingEnable(enable: Bool, sets: [LEExtendedAdvertisingSet])
+    case leReadMaximumAdvertisingDataLength
+    case leReadNumberOfSupportedAdvertisingSets
+    case leRemoveAdvertisingSet(UInt8)
+    case leClearAdvertisingSets
+    case leSetExtendedScanParameters(LESetExtendedScanParameters)
+    /// Filter_Duplicates 0 off, 1 on, 2 reset each period; duration in 10 ms and period in 1.28 s units, 0 = continuous.
+    case leSetExtendedScanEnable(enable: Bool, filterDuplicates: UInt8, duration: UInt16, period: UInt16)
+    case leExtendedCreateConnection(LEExtendedCreateConnection)
     case unknown(opcode: HCIOpcode, parameters: [UInt8])
 
     public var opcode: HCIOpcode {
@@ -74,6 +89,7 @@ public enum HCICommand: Sendable, Equatable {
         case .leSetScanEnable: return .leSetScanEnable
         case .leCreateConnection: return .leCreateConnection
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
+        case .leReadFilterAcceptListSize: return .leReadFilterAcceptListSize
         case .leClearFilterAcceptList: return .leClearFilterAcceptList
         case .leAddDeviceToFilterAcceptList: return .leAddDeviceToFilterAcceptList
         case .leRemoveDeviceFromFilterAcceptList: return .leRemoveDeviceFromFilterAcceptList
@@ -94,6 +110,18 @@ public enum HCICommand: Sendable, Equatable {
         case .leLongTermKeyRequestNegativeReply: return .leLongTermKeyRequestNegativeReply
         case .readRSSI: return .readRSSI
         case .readRemoteVersionInformation: return .readRemoteVersionInformation
+        case .leSetAdvertisingSetRandomAddress: return .leSetAdvertisingSetRandomAddress
+        case .leSetExtendedAdvertisingParameters: return .leSetExtendedAdvertisingParameters
+        case .leSetExtendedAdvertisingData: return .leSetExtendedAdvertisingData
+        case .leSetExtendedScanResponseData: return .leSetExtendedScanResponseData
+        case .leSetExtendedAdvertisingEnable: return .leSetExtendedAdvertisingEnable
+        case .leReadMaximumAdvertisingDataLength: return .leReadMaximumAdvertisingDataLength
+        case .leReadNumberOfSupportedAdvertisingSets: return .leReadNumberOfSupportedAdvertisingSets
+        case .leRemoveAdvertisingSet: return .leRemoveAdvertisingSet
+        case .leClearAdvertisingSets: return .leClearAdvertisingSets
+        case .leSetExtendedScanParameters: return .leSetExtendedScanParameters
+        case .leSetExtendedScanEnable: return .leSetExtendedScanEnable
+        case .leExtendedCreateConnection: return .leExtendedCreateConnection
         case let .unknown(op, _): return op
         }
     }

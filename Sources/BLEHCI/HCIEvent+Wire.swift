@@ -118,6 +118,15 @@ extension LEMetaEvent {
             w.write(e.connectionHandle); w.write(e.maxTxOctets); w.write(e.maxTxTime); w.write(e.maxRxOctets); w.write(e.maxRxTime)
         case let .phyUpdateComplete(st, h, tx, rx):
             w.write(st.rawValue); w.write(h); w.write(tx); w.write(rx)
+        case let .extendedAdvertisingReport(reports):
+            w.write(UInt8(reports.count))
+            for x in reports {
+                w.write(x.eventType.rawValue); w.write(x.addressType); w.write(x.address); w.write(x.primaryPHY); w.write(x.secondaryPHY)
+                w.write(x.advertisingSID); w.write(x.txPower); w.write(x.rssi); w.write(x.periodicAdvertisingInterval)
+                w.write(x.directAddressType); w.write(x.directAddress); w.write(UInt8(x.data.count)); w.write(contentsOf: x.data)
+            }
+        case let .advertisingSetTerminated(e):
+            w.write(e.status.rawValue); w.write(e.advertisingHandle); w.write(e.connectionHandle); w.write(e.numCompletedExtendedAdvertisingEvents)
         case let .unknown(_, p):
             w.write(contentsOf: p)
         }
@@ -169,6 +178,30 @@ extension LEMetaEvent {
         case LESubevent.phyUpdateComplete:
             return .phyUpdateComplete(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
                                       txPHY: try r.readUInt8(), rxPHY: try r.readUInt8())
+        case LESubevent.extendedAdvertisingReport:
+            let n = Int(try r.readUInt8())
+            guard n >= 1 && n <= 0x0A else { throw WireError.invalidValue("Num_Reports \(n)") }
+            var reports: [LEExtendedAdvertisingReport] = []
+            for _ in 0..<n {
+                let type = LEExtendedAdvertisingEventType(rawValue: try r.readUInt16())
+                let addrType = try r.readUInt8()
+                let address = try r.readAddress(type: AddressType(hciAddressType: addrType))
+                let primary = try r.readUInt8(), secondary = try r.readUInt8(), sid = try r.readUInt8()
+                let tx = try r.readInt8(), rssi = try r.readInt8(), periodic = try r.readUInt16()
+                let directType = try r.readUInt8()
+                let direct = try r.readAddress(type: AddressType(hciAddressType: directType))
+                let l = Int(try r.readUInt8())
+                guard l <= 229 else { throw WireError.invalidValue("extended advertising data length \(l) > 229") }
+                reports.append(LEExtendedAdvertisingReport(eventType: type, addressType: addrType, address: address, primaryPHY: primary,
+                                                           secondaryPHY: secondary, advertisingSID: sid, txPower: tx, rssi: rssi,
+                                                           periodicAdvertisingInterval: periodic, directAddressType: directType,
+                                                           directAddress: direct, data: try r.readBytes(l)))
+            }
+            return .extendedAdvertisingReport(reports)
+        case LESubevent.advertisingSetTerminated:
+            return .advertisingSetTerminated(LEAdvertisingSetTerminated(
+                status: HCIStatus(rawValue: try r.readUInt8()), advertisingHandle: try r.readUInt8(), connectionHandle: try r.readUInt16(),
+                numCompletedExtendedAdvertisingEvents: try r.readUInt8()))
         default:
             return .unknown(subevent: sub, parameters: r.readRemaining())
         }

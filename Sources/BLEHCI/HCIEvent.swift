@@ -58,6 +58,8 @@ public enum LESubevent {
     public static let dataLengthChange: UInt8 = 0x07
     public static let enhancedConnectionComplete: UInt8 = 0x0A
     public static let phyUpdateComplete: UInt8 = 0x0C
+    public static let extendedAdvertisingReport: UInt8 = 0x0D
+    public static let advertisingSetTerminated: UInt8 = 0x12
 }
 
 public enum LEMetaEvent: Sendable, Equatable {
@@ -70,6 +72,8 @@ public enum LEMetaEvent: Sendable, Equatable {
     case remoteConnectionParameterRequest(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16, maxLatency: UInt16, timeout: UInt16)
     case dataLengthChange(LEDataLengthChange)
     case phyUpdateComplete(status: HCIStatus, handle: UInt16, txPHY: UInt8, rxPHY: UInt8)
+    case extendedAdvertisingReport([LEExtendedAdvertisingReport])
+    case advertisingSetTerminated(LEAdvertisingSetTerminated)
     case unknown(subevent: UInt8, parameters: [UInt8])
 
     public var subevent: UInt8 {
@@ -83,6 +87,8 @@ public enum LEMetaEvent: Sendable, Equatable {
         case .remoteConnectionParameterRequest: return LESubevent.remoteConnectionParameterRequest
         case .dataLengthChange: return LESubevent.dataLengthChange
         case .phyUpdateComplete: return LESubevent.phyUpdateComplete
+        case .extendedAdvertisingReport: return LESubevent.extendedAdvertisingReport
+        case .advertisingSetTerminated: return LESubevent.advertisingSetTerminated
         case let .unknown(s, _): return s
         }
     }

@@ -60,6 +60,22 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let leReadPHY = HCIOpcode(ogf: 0x08, ocf: 0x0030)
     public static let leSetDefaultPHY = HCIOpcode(ogf: 0x08, ocf: 0x0031)
     public static let leSetPHY = HCIOpcode(ogf: 0x08, ocf: 0x0032)
+    public static let leSetAdvertisingSetRandomAddress = HCIOpcode(ogf: 0x08, ocf: 0x0035)
+    public static let leSetExtendedAdvertisingParameters = HCIOpcode(ogf: 0x08, ocf: 0x0036)
+    public static let leSetExtendedAdvertisingData = HCIOpcode(ogf: 0x08, ocf: 0x0037)
+    public static let leSetExtendedScanResponseData = HCIOpcode(ogf: 0x08, ocf: 0x0038)
+    public static let leSetExtendedAdvertisingEnable = HCIOpcode(ogf: 0x08, ocf: 0x0039)
+    public static let leReadMaximumAdvertisingDataLength = HCIOpcode(ogf: 0x08, ocf: 0x003A)
+    public static let leReadNumberOfSupportedAdvertisingSets = HCIOpcode(ogf: 0x08, ocf: 0x003B)
+    public static let leRemoveAdvertisingSet = HCIOpcode(ogf: 0x08, ocf: 0x003C)
+    public static let leClearAdvertisingSets = HCIOpcode(ogf: 0x08, ocf: 0x003D)
+    public static let leSetExtendedScanParameters = HCIOpcode(ogf: 0x08, ocf: 0x0041)
+    public static let leSetExtendedScanEnable = HCIOpcode(ogf: 0x08, ocf: 0x0042)
+    public static let leExtendedCreateConnection = HCIOpcode(ogf: 0x08, ocf: 0x0043)
+    // Zephyr vendor commands (OGF 0x3F; zephyr/include/zephyr/bluetooth/hci_vs.h)
+    public static let zephyrReadVersionInformation = HCIOpcode(ogf: 0x3F, ocf: 0x0001)
+    public static let zephyrReadSupportedCommands = HCIOpcode(ogf: 0x3F, ocf: 0x0002)
+    public static let zephyrReadStaticAddresses = HCIOpcode(ogf: 0x3F, ocf: 0x0009)
 
     private static let names: [UInt16: String] = [
         disconnect.rawValue: "HCI_Disconnect", readRemoteVersionInformation.rawValue: "HCI_Read_Remote_Version_Information",
@@ -95,6 +111,20 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
         leWriteSuggestedDefaultDataLength.rawValue: "HCI_LE_Write_Suggested_Default_Data_Length",
         leReadMaximumDataLength.rawValue: "HCI_LE_Read_Maximum_Data_Length", leReadPHY.rawValue: "HCI_LE_Read_PHY",
         leSetDefaultPHY.rawValue: "HCI_LE_Set_Default_PHY", leSetPHY.rawValue: "HCI_LE_Set_PHY",
+        leSetAdvertisingSetRandomAddress.rawValue: "HCI_LE_Set_Advertising_Set_Random_Address",
+        leSetExtendedAdvertisingParameters.rawValue: "HCI_LE_Set_Extended_Advertising_Parameters",
+        leSetExtendedAdvertisingData.rawValue: "HCI_LE_Set_Extended_Advertising_Data",
+        leSetExtendedScanResponseData.rawValue: "HCI_LE_Set_Extended_Scan_Response_Data",
+        leSetExtendedAdvertisingEnable.rawValue: "HCI_LE_Set_Extended_Advertising_Enable",
+        leReadMaximumAdvertisingDataLength.rawValue: "HCI_LE_Read_Maximum_Advertising_Data_Length",
+        leReadNumberOfSupportedAdvertisingSets.rawValue: "HCI_LE_Read_Number_of_Supported_Advertising_Sets",
+        leRemoveAdvertisingSet.rawValue: "HCI_LE_Remove_Advertising_Set", leClearAdvertisingSets.rawValue: "HCI_LE_Clear_Advertising_Sets",
+        leSetExtendedScanParameters.rawValue: "HCI_LE_Set_Extended_Scan_Parameters",
+        leSetExtendedScanEnable.rawValue: "HCI_LE_Set_Extended_Scan_Enable",
+        leExtendedCreateConnection.rawValue: "HCI_LE_Extended_Create_Connection",
+        zephyrReadVersionInformation.rawValue: "Zephyr_Read_Version_Information",
+        zephyrReadSupportedCommands.rawValue: "Zephyr_Read_Supported_Commands",
+        zephyrReadStaticAddresses.rawValue: "Zephyr_Read_Static_Addresses",
     ]
 
     public var description: String {

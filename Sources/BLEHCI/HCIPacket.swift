@@ -55,16 +55,68 @@ public enum H4Error: Error, Equatable, Sendable, CustomStringConvertible {
 /// Streaming H4 deframer: append bytes as they arrive, then take packets out. `nextPacket` returns nil
 /// when more bytes are needed. After an error the stream cannot be resynchronised (H4 has no framing
 /// recovery, Vol 4 Part A §2): the transport must be reset.
+///
+/// A UART opened while the controller is mid-packet (or with line noise from power-up) starts with bytes
+/// that are no packet's beginning. With `synchronizesOnReset`, the framer discards everything until the
+/// controller's answer to HCI_Reset (Command Complete or Command Status for opcode 0x0C03), which the host
+/// sends first on every open: that answer is the first packet returned, and framing is exact from there.
 public struct H4Framer: Sendable {
     private var buffer: [UInt8] = []
     private var start = 0
     public let maxPacketSize: Int
+    /// True until the Reset answer was found (only with `synchronizesOnReset`).
+    public private(set) var awaitingSynchronization: Bool
+    /// Bytes thrown away while synchronising.
+    public private(set) var discardedCount = 0
 
-    public init(maxPacketSize: Int = 65_539 + 4) {
+    public init(maxPacketSize: Int = 65_539 + 4, synchronizesOnReset: Bool = false) {
         self.maxPacketSize = maxPacketSize
+        self.awaitingSynchronization = synchronizesOnReset
+    }
+
+    /// H4 Command Complete for HCI_Reset (04 0E 04 ncmd 03 0C) and Command Status for it (04 0F 04 st ncmd 03 0C).
+    private static let resetAnswers: [[UInt8?]] = [[0x04, 0x0E, 0x04, nil, 0x03, 0x0C], [0x04, 0x0F, 0x04, nil, nil, 0x03, 0x0C]]
+
+    /// Drops bytes before the first Reset answer; false while none is buffered yet.
+    private mutating func synchronize() -> Bool {
+        let end = buffer.count
+        var i = start
+        while i < end {
+            var partial = false
+            for pattern in Self.resetAnswers {
+                var matched = true
+                for (k, b) in pattern.enumerated() {
+                    if i + k >= end { partial = true; matched = false; break }
+                    if let b, buffer[i + k] != b { matched = false; break }
+                }
+                if matched {
+                    discardedCount += i - start
+                    start = i
+                    awaitingSynchronization = false
+                    return true
+                }
+            }
+            // A possible beginning of an answer at the end of what arrived: keep it for the next bytes.
+            if partial && buffer[i] == 0x04 { break }
+            i += 1
+        }
+        discardedCount += i - start
+        start = i
+        if start == buffer.count { buffer.removeAll(keepingCapacity: true); start = 0 }
+        return false
     }
 
     public mutating func append<C: Collection>(_ bytes: C) where C.Element == UInt8 {
+        if start > 0 && start == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            start = 0
+        }
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// Appends raw bytes (a transport's read buffer): a concrete overload, so a caller in another module does
+    /// not go through the generic, unspecialised path above.
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         if start > 0 && start == buffer.count {
             buffer.removeAll(keepingCapacity: true)
             start = 0
@@ -76,6 +128,10 @@ public struct H4Framer: Sendable {
     public var bufferedCount: Int { buffer.count - start }
 
     public mutating func nextPacket() throws -> HCIPacket? {
+        if awaitingSynchronization && !synchronize() { return nil }
+        // Zero octets between packets are padding (a host resynchronising a UART writes 258 of them before its
+        // first command, see SerialTransport); 0x00 is no packet indicator, so nothing is lost by skipping them.
+        while start < buffer.count && buffer[start] == 0 { start += 1; discardedCount += 1 }
         let available = buffer.count - start
         guard available >= 1 else { return nil }
         guard let type = HCIPacketType(rawValue: buffer[start]) else {

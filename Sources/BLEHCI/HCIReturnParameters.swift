@@ -266,3 +266,14 @@ public struct LEReadAdvertisingTxPowerReturn: HCIReturnParameters {
     }
     public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(txPowerLevel) } }
 }
+
+/// HCI_LE_Read_Filter_Accept_List_Size (§7.8.14): how many devices the controller's accept list holds.
+public struct LEReadFilterAcceptListSizeReturn: HCIReturnParameters {
+    public var status: HCIStatus
+    public var size: UInt8
+    public init(status: HCIStatus, size: UInt8) { self.status = status; self.size = size }
+    public init(decoding b: [UInt8]) throws {
+        self = try Self.decoding(b) { LEReadFilterAcceptListSizeReturn(status: HCIStatus(rawValue: try $0.readUInt8()), size: try $0.readUInt8()) }
+    }
+    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(size) } }
+}

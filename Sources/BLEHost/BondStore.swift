@@ -5,6 +5,8 @@
 // the old one (then the directory is fsync'ed), readable by its owner only (0600). A crash leaves either the
 // old or the new document. A file that cannot be read is kept aside (renamed *.corrupt) rather than lost.
 import Foundation
+import Logging
+import StackLog
 import BLEWire
 import BLESMP
 import BLECrypto
@@ -98,7 +100,7 @@ public final class BondStore: @unchecked Sendable {
         do {
             try load()
         } catch let e as BondStoreError {
-            HostLog.write("bond store \(fileURL.path): \(e)")
+            Logger(.host).warning("bond store unreadable; starting afresh", metadata: ["file": "\(fileURL.path)", "error": "\(e)"])
             if case .unsupportedVersion = e { lastError = e; return }   // leave a newer program's file alone
             // Keep the unreadable file for inspection and start afresh.
             try? FileManager.default.moveItem(at: fileURL, to: fileURL.appendingPathExtension("corrupt"))
@@ -239,7 +241,7 @@ public final class BondStore: @unchecked Sendable {
             lastError = nil
         } catch let e as BondStoreError {
             lastError = e
-            HostLog.write("bond store: \(e)")
+            Logger(.host).warning("bond store not saved", metadata: ["error": "\(e)"])
         } catch {
             lastError = .io("\(error)")
         }
@@ -266,7 +268,7 @@ extension LEHost {
         // A store the application gave explicitly (another file) wins.
         guard bondStore.fileURL != url, bondStore.fileURL == nil || bondStore.fileURL?.deletingLastPathComponent() == dir else { return }
         bondStore = BondStore(fileURL: url)
-        log("bonds in \(url.path): \(bondStore.bonds.count)")
+        loggers.host.info("bond store opened", metadata: ["file": "\(url.path)", "bonds": "\(bondStore.bonds.count)"])
     }
 }
 

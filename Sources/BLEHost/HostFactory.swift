@@ -11,6 +11,15 @@ import Synchronization
 public enum HostFactory {
     private static let snoop = Mutex<BTSnoopWriter?>(nil)
     private static let counter = Mutex(0)
+    private static let provider = Mutex<(@Sendable (String) throws -> LEHost)?>(nil)
+
+    /// While set, `virtual` hosts (managers created with no host while `BLE_TRANSPORT` is unset or `virtual`)
+    /// come from this closure, given the host's name, instead of the process-wide air: the test kit
+    /// (CoreBluetoothTesting) installs one to put the app's managers on its own air and virtual clock.
+    public static var virtualHostProvider: (@Sendable (String) throws -> LEHost)? {
+        get { provider.withLock { $0 } }
+        set { provider.withLock { $0 = newValue } }
+    }
 
     /// A host for `spec`, not yet powered on. Its loop is the virtual air's loop for `virtual`, its own otherwise.
     public static func makeHost(spec: TransportSpec, name: String? = nil) throws -> LEHost {
@@ -20,6 +29,7 @@ public enum HostFactory {
         let loop: EventLoop
         switch spec {
         case .virtual:
+            if let make = virtualHostProvider { return try make(hostName) }
             let air = VirtualAir.shared
             let controller = air.addController()
             transport = controller

@@ -92,7 +92,7 @@ extension LEHost {
             c.signalTimers[id] = loop.schedule(after: signalingTimeout) { [weak self, weak c] in
                 guard let self, let c, c.isOpen else { return }
                 c.signalTimers[id] = nil
-                log("L2CAP request \(id) on \(c) got no response")
+                loggers.l2cap.notice("signalling request got no response", metadata: ["connection": "\(c)", "identifier": "\(id)"])
                 perform(c.signaling.channelTimeout(identifier: id), on: c)
             }
         case let .stopTimer(id):
@@ -114,13 +114,13 @@ extension LEHost {
             if let ch = c.channels[cid] { pump(ch, on: c) }
         case let .closed(cid, reason):
             guard let ch = c.channels.removeValue(forKey: cid) else { return }
-            if case let .violation(why) = reason { log("L2CAP \(ch) closed: \(why)") }
+            if case let .violation(why) = reason { loggers.l2cap.notice("channel closed: the peer broke the protocol", metadata: ["channel": "\(ch)", "error": "\(why)"]) }
             ch.isOpen = false
             ch.closeReason = reason
             channelsWaitingForBuffers.removeAll { $0 === ch }
             ch.onClose?(reason)
         case let .reconfigured(cids, result):
-            log("L2CAP reconfiguration of \(cids) on \(c): result \(result)")
+            loggers.l2cap.debug("channels reconfigured", metadata: ["connection": "\(c)", "cids": "\(cids)", "result": "\(result)"])
         }
     }
 

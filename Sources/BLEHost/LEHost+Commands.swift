@@ -8,8 +8,8 @@ import BLETransport
 extension LEHost {
     /// Queues an HCI command; `completion` runs on the loop with Command Complete's return parameters or
     /// Command Status's status.
-    func command(_ command: HCICommand, completion: @escaping (Result<CommandOutcome, HostError>) -> Void = { _ in }) {
-        commandQueue.append(PendingCommand(command: command, completion: completion))
+    func command(_ command: HCICommand, timeout: LoopTime? = nil, completion: @escaping (Result<CommandOutcome, HostError>) -> Void = { _ in }) {
+        commandQueue.append(PendingCommand(command: command, timeout: timeout, completion: completion))
         pumpCommands()
     }
 
@@ -39,15 +39,16 @@ extension LEHost {
             }
             commandCredits -= 1
             let op = next.command.opcode
-            let timer = loop.schedule(after: commandTimeout) { [weak self] in self?.commandTimedOut(op) }
+            let timer = loop.schedule(after: next.timeout ?? commandTimeout) { [weak self] in self?.commandTimedOut(op) }
             outstandingCommand = (op, next, timer)
+            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(op)"]) }
             transport.send(next.command.encode())
         }
     }
 
     private func commandTimedOut(_ op: HCIOpcode) {
         guard let out = outstandingCommand, out.opcode == op else { return }
-        log("command \(op) timed out")
+        loggers.hci.warning("command timed out", metadata: ["command": "\(op)"])
         outstandingCommand = nil
         commandCredits = 1
         out.pending.completion(.failure(.commandTimedOut(op)))
@@ -61,7 +62,7 @@ extension LEHost {
             loop.cancel(out.timer)
             out.pending.completion(.success(outcome))
         } else if opcode.rawValue != 0 {
-            log("answer for \(opcode) that nobody is waiting for")
+            loggers.hci.debug("answer that nobody is waiting for", metadata: ["command": "\(opcode)"])
         }
         pumpCommands()
     }

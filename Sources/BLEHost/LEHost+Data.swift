@@ -19,17 +19,59 @@ extension LEHost {
 
     // MARK: Inbound
 
-    func handle(acl: ACLPacket) {
-        guard let c = connections[acl.handle] else {
-            log("ACL for unknown handle 0x\(String(acl.handle, radix: 16))")
+    /// Everything one read from the controller held, handled in one hop onto the loop (or in place).
+    public func transport(didReceivePackets packets: [HCIPacket]) {
+        if loop.isInTurn {
+            for p in packets { handle(p) }
+        } else if transport.deliversOnReaderThread {
+            // A reader thread is never the loop outside a turn: no need to ask libdispatch.
+            loop.runWaiting { for p in packets { handle(p) } }
+        } else if loop.isInLoop {
+            for p in packets { handle(p) }
+        } else {
+            loop.execute { [self] in for p in packets { handle(p) } }
+        }
+    }
+
+    /// An ACL packet from the controller (Vol 4 Part E §5.4.2). A whole L2CAP frame in one packet (the usual
+    /// case) is dispatched with one copy of its payload; fragments go through the connection's recombiner.
+    func handleACL(_ packet: HCIPacket) {
+        let b = packet.bytes
+        guard b.count >= 4 else { return log("dropping malformed ACL packet: header truncated (\(b.count) bytes)") }
+        let first = UInt16(b[0]) | UInt16(b[1]) << 8
+        let length = Int(b[2]) | Int(b[3]) << 8
+        guard b.count - 4 == length else { return log("dropping malformed ACL packet: length \(length) but \(b.count - 4) bytes follow") }
+        let connectionHandle = first & 0x0FFF
+        let boundary = ACLPacketBoundary(rawValue: UInt8((first >> 12) & 0x3))!
+        guard let c = connections[connectionHandle] else {
+            log("ACL for unknown handle 0x\(String(connectionHandle, radix: 16))")
             return
         }
+        if boundary != .continuing, length >= 4, c.recombiner.isIdle {
+            let frameLength = Int(b[4]) | Int(b[5]) << 8
+            if frameLength + 4 == length, frameLength <= c.recombiner.maximumFrameLength {
+                let cid = L2CAPChannelID(rawValue: UInt16(b[6]) | UInt16(b[7]) << 8)
+                return dispatch(L2CAPFrame(channelID: cid, payload: Array(b[8...])), on: c)
+            }
+        }
+        handle(acl: ACLPacket(handle: connectionHandle, boundary: boundary, broadcast: UInt8(first >> 14), data: Array(b[4...])), on: c)
+    }
+
+    func handle(acl: ACLPacket) {
+        guard let c = connections[acl.handle] else {
+            loggers.hci.debug("ACL for an unknown connection handle", metadata: ["handle": "0x\(String(acl.handle, radix: 16))"])
+            return
+        }
+        handle(acl: acl, on: c)
+    }
+
+    func handle(acl: ACLPacket, on c: HostConnection) {
         let boundary: L2CAPFragment.Boundary = acl.boundary == .continuing ? .continuing : .first
         let frame: L2CAPFrame?
         do {
             frame = try c.recombiner.append(acl.data, boundary: boundary)
         } catch {
-            log("L2CAP recombination error on \(c): \(error)")
+            loggers.l2cap.debug("recombination error", metadata: ["connection": "\(c)", "error": "\(error)"])
             // A start fragment that ended an incomplete frame may itself have completed one.
             if let f = c.recombiner.pendingFrame() { dispatch(f, on: c) }
             return
@@ -38,6 +80,7 @@ extension LEHost {
     }
 
     func dispatch(_ frame: L2CAPFrame, on c: HostConnection) {
+        if loggers.l2capTraces { loggers.l2cap.trace("frame in", metadata: ["connection": "\(c.handle)", "cid": "\(frame.channelID)", "octets": "\(frame.payload.count)"]) }
         switch frame.channelID {
         case .att: handleATT(frame.payload, on: c)
         case .leSignaling: handleSignaling(frame.payload, on: c)
@@ -48,7 +91,7 @@ extension LEHost {
                 let actions = c.signaling.channelFrame(frame.payload, on: frame.channelID.rawValue)
                 if !actions.isEmpty { perform(actions, on: c) }
             } else {
-                log("frame for unsupported CID \(frame.channelID) dropped")
+                loggers.l2cap.debug("frame for an unsupported channel dropped", metadata: ["cid": "\(frame.channelID)"])
             }
         }
     }
@@ -58,14 +101,15 @@ extension LEHost {
         do {
             pdu = try ATTPDU.decode(bytes)
         } catch {
-            log("malformed ATT PDU on \(c): \(error)")
+            loggers.att.debug("malformed PDU", metadata: ["connection": "\(c)", "error": "\(error)"])
             if let rsp = error.serverErrorResponse { sendATT(.errorResponse(rsp), on: c) }
             return
         }
+        if loggers.attTraces { loggers.att.trace("PDU in", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"]) }
         // Nothing longer than ATT_MTU may cross the bearer (Vol 3 Part F §3.2.8): a request gets Invalid PDU,
         // a response fails the procedure it answers, a command or notification is dropped.
         if bytes.count > Int(c.attMTU) {
-            log("ATT \(pdu.opcode) of \(bytes.count) octets exceeds ATT_MTU \(c.attMTU) on \(c)")
+            loggers.att.debug("PDU exceeds ATT_MTU", metadata: ["connection": "\(c)", "opcode": "\(pdu.opcode)", "octets": "\(bytes.count)", "mtu": "\(c.attMTU)"])
             switch pdu.opcode.kind {
             case .request:
                 sendATT(.errorResponse(ATTErrorResponse(requestOpcode: pdu.opcode, handle: 0, error: .invalidPDU)), on: c)
@@ -97,7 +141,7 @@ extension LEHost {
                 loop.cancel(c.attTimer)
                 c.attTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
                     guard let self, let c, c.isOpen else { return }
-                    log("ATT transaction timed out on \(c): disconnecting")
+                    loggers.att.notice("transaction timed out: disconnecting", metadata: ["connection": "\(c)"])
                     c.attTimer = nil
                     perform(c.gattClient.transactionTimedOut(), on: c)
                     // No more ATT on this bearer (Vol 3 Part F §3.3.3); as iOS does, the link goes down and
@@ -120,7 +164,7 @@ extension LEHost {
             case let .indication(handle, value):
                 centralDelegate?.host(self, connection: c, didReceiveValue: value, forHandle: handle, isIndication: true)
             case let .protocolViolation(why):
-                log("GATT server misbehaved on \(c): \(why)")
+                loggers.att.notice("the peer's GATT server broke the protocol", metadata: ["connection": "\(c)", "error": "\(why)"])
             }
         }
     }
@@ -152,13 +196,13 @@ extension LEHost {
             c.confirmationTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c] in
                 guard let self, let c, c.isOpen else { return }
                 c.confirmationTimer = nil
-                log("indication confirmation timed out on \(c)")
+                loggers.att.notice("indication confirmation timed out", metadata: ["connection": "\(c)"])
                 perform(gattServer.confirmationTimeout(c.clientID))
             }
         case let .stopConfirmationTimer(client):
             if let c = connection(client) { loop.cancel(c.confirmationTimer); c.confirmationTimer = nil }
         case let .protocolError(client, error):
-            log("client \(client) broke the ATT protocol: \(error)")
+            loggers.att.notice("a client broke the ATT protocol", metadata: ["client": "\(client)", "error": "\(error)"])
         case .valueWritten, .indicationConfirmed, .indicationAbandoned, .saveClientConfiguration:
             break
         }
@@ -166,23 +210,82 @@ extension LEHost {
 
     // MARK: Outbound
 
+    /// A PDU that fits one controller buffer (the usual case) is encoded straight into its ACL packet, behind
+    /// the ACL and L2CAP headers: one array, no copy. A longer one is fragmented.
     func sendATT(_ pdu: ATTPDU, on c: HostConnection) {
-        sendL2CAP(pdu.encode(), cid: .att, on: c)
+        if loggers.attTraces { loggers.att.trace("PDU out", metadata: ["connection": "\(c.handle)", "pdu": "\(pdu)"]) }
+        guard c.isOpen else { return }
+        var w = ByteWriter(capacity: 8 + pdu.encodedSize)
+        w.write(c.handle & 0x0FFF)   // Packet_Boundary_Flag 0: first non-flushable (Vol 4 Part E §5.4.2)
+        w.write(UInt16(0)); w.write(UInt16(0))   // ACL and L2CAP lengths, patched below
+        w.write(L2CAPChannelID.att.rawValue)
+        pdu.encode(into: &w)
+        let size = w.count - 8
+        guard size + 4 <= aclBufferSize else { return sendL2CAP(Array(w.bytes[8...]), cid: .att, on: c) }
+        w.patchUInt16(UInt16(size + 4), at: 2)
+        w.patchUInt16(UInt16(size), at: 4)
+        sendACL(HCIPacket(type: .acl, bytes: w.bytes), handle: c.handle)
     }
 
     func sendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection) {
         guard c.isOpen else { return }
-        var batch: [HCIPacket] = []
-        appendL2CAP(payload, cid: cid, on: c, into: &batch)
-        sendBatch(batch)
+        Self.forEachACLPacket(carrying: payload, cid: cid, handle: c.handle, fragmentSize: aclBufferSize) { packet in
+            sendACL(packet, handle: c.handle)
+        }
+    }
+
+    /// Sends one packet at once while buffer credits last, else queues it behind the waiting ones.
+    func sendACL(_ packet: HCIPacket, handle: UInt16) {
+        if aclCredits > 0 && aclWaitingHead == aclWaiting.count {
+            aclCredits -= 1
+            aclInFlight[handle, default: 0] += 1
+            transport.send(packet)
+        } else {
+            if aclWaitingHead == aclWaiting.count { transport.hostBacklogChanged(true) }
+            aclWaiting.append((handle, packet))
+        }
     }
 
     /// Frames and fragments `payload`, adding what may leave now to `batch` (the rest waits for credits).
     func appendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection, into batch: inout [HCIPacket]) {
-        for f in L2CAPFragmenter.fragment(payload, channelID: cid, maximumFragmentSize: aclBufferSize) {
-            let acl = ACLPacket(handle: c.handle, boundary: f.boundary == .first ? .firstNonFlushable : .continuing,
-                                broadcast: 0, data: f.bytes)
-            enqueueACL(acl.encode(), handle: c.handle, into: &batch)
+        Self.forEachACLPacket(carrying: payload, cid: cid, handle: c.handle, fragmentSize: aclBufferSize) { packet in
+            enqueueACL(packet, handle: c.handle, into: &batch)
+        }
+    }
+
+    /// The ACL packets that carry `payload` as one L2CAP basic frame (Vol 3 Part A §3.1) to `handle`, in
+    /// fragments of at most `fragmentSize` octets (Vol 4 Part E §5.4.2: first non-flushable, then continuing),
+    /// each built straight from the payload: one array per packet, no intermediate frame or fragment list.
+    static func forEachACLPacket(carrying payload: [UInt8], cid: L2CAPChannelID, handle: UInt16, fragmentSize: Int,
+                                 _ body: (HCIPacket) -> Void) {
+        guard fragmentSize >= 4 else {
+            // A controller with buffers smaller than an L2CAP header: the general fragmenter copes.
+            for f in L2CAPFragmenter.fragment(payload, channelID: cid, maximumFragmentSize: fragmentSize) {
+                body(ACLPacket(handle: handle, boundary: f.boundary == .first ? .firstNonFlushable : .continuing, data: f.bytes).encode())
+            }
+            return
+        }
+        precondition(payload.count <= 0xFFFF, "an L2CAP frame carries at most 65535 octets")
+        let frameLength = payload.count + 4
+        var sent = 0   // octets of the frame (header included) already placed
+        while sent < frameLength {
+            let n = min(fragmentSize, frameLength - sent)
+            var b = [UInt8]()
+            b.reserveCapacity(4 + n)
+            let flags: UInt16 = sent == 0 ? UInt16(ACLPacketBoundary.firstNonFlushable.rawValue) : UInt16(ACLPacketBoundary.continuing.rawValue)
+            let first = (handle & 0x0FFF) | flags << 12
+            b.append(UInt8(first & 0xFF)); b.append(UInt8(first >> 8))
+            b.append(UInt8(n & 0xFF)); b.append(UInt8(n >> 8))
+            var from = sent - 4   // offset in the payload where this fragment's payload octets start
+            if sent == 0 {
+                b.append(UInt8(payload.count & 0xFF)); b.append(UInt8(payload.count >> 8))
+                b.append(UInt8(cid.rawValue & 0xFF)); b.append(UInt8(cid.rawValue >> 8))
+                from = 0
+            }
+            let to = sent + n - 4
+            if to > from { b.append(contentsOf: payload[from..<to]) }
+            sent += n
+            body(HCIPacket(type: .acl, bytes: b))
         }
     }
 
@@ -193,12 +296,15 @@ extension LEHost {
             aclInFlight[handle, default: 0] += 1
             batch.append(packet)
         } else {
+            if aclWaitingHead == aclWaiting.count { transport.hostBacklogChanged(true) }
             aclWaiting.append((handle, packet))
         }
     }
 
-    /// The fragments of one PDU (or the packets freed credits let go) leave in one transport write.
+    /// The fragments of one PDU (or the packets freed credits let go) go to the transport together; a
+    /// stream transport gathers everything of one loop turn into one write anyway.
     func sendBatch(_ batch: [HCIPacket]) {
+        if loggers.hciTraces { for p in batch { loggers.hci.trace("packet out", metadata: p.logMetadata) } }
         if batch.count == 1 { transport.send(batch[0]) } else if !batch.isEmpty { transport.send(batch: batch) }
     }
 
@@ -211,6 +317,7 @@ extension LEHost {
 
     /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.
     func aclCreditsFreed() {
+        let hadBacklog = aclWaitingHead < aclWaiting.count
         var batch: [HCIPacket] = []
         while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
             let (h, p) = aclWaiting[aclWaitingHead]
@@ -223,6 +330,7 @@ extension LEHost {
         if aclWaitingHead == aclWaiting.count {
             aclWaiting.removeAll(keepingCapacity: true)
             aclWaitingHead = 0
+            if hadBacklog { transport.hostBacklogChanged(false) }
         }
         mirrorWaitingPackets()
         guard hasRoomForUnacknowledgedData else { return }
@@ -238,8 +346,10 @@ extension LEHost {
     }
 
     func removeWaitingACL(for handle: UInt16) {
+        let hadBacklog = aclWaitingHead < aclWaiting.count
         let rest = aclWaiting[aclWaitingHead...].filter { $0.handle != handle }
         aclWaiting = Array(rest)
         aclWaitingHead = 0
+        if hadBacklog && aclWaiting.isEmpty { transport.hostBacklogChanged(false) }
     }
 }

@@ -23,11 +23,16 @@ extension LEHost {
         case let .encryptionKeyRefreshComplete(status, handle):
             if let c = connections[handle] { encryptionFinished(c, status: status, enabled: true) }
         case let .hardwareError(code):
-            log("controller hardware error 0x\(String(code, radix: 16))")
+            // Vol 4 Part E §7.7.16: the controller failed and its state is gone. As BlueZ does, the host
+            // starts it again: links are reported lost, managers see the power go off, then Reset and the
+            // whole initialisation run again.
+            loggers.hci.warning("controller hardware error; resetting the controller", metadata: ["code": "0x\(String(code, radix: 16))"])
+            controllerLost(error: nil, finalState: .off)
+            reconnectNow()
         case let .le(meta):
             handle(le: meta)
         default:
-            log("unhandled event \(event)")
+            loggers.hci.debug("unhandled event", metadata: ["event": "\(event)"])
         }
     }
 
@@ -58,14 +63,21 @@ extension LEHost {
             if let c = connections[e.connectionHandle] {
                 c.maxTxOctets = e.maxTxOctets
                 c.maxRxOctets = e.maxRxOctets
-                log("data length on \(c): tx \(e.maxTxOctets), rx \(e.maxRxOctets) octets")
+                loggers.gap.debug("data length changed", metadata: ["connection": "\(c)", "tx": "\(e.maxTxOctets)", "rx": "\(e.maxRxOctets)"])
             }
         case let .phyUpdateComplete(status, handle, tx, rx):
             if status == .success, let c = connections[handle] {
                 c.txPHY = tx
                 c.rxPHY = rx
-                log("PHY on \(c): tx \(tx), rx \(rx)")
+                loggers.gap.debug("PHY changed", metadata: ["connection": "\(c)", "tx": "\(tx)", "rx": "\(rx)"])
             }
+        case let .extendedAdvertisingReport(reports):
+            handleExtendedReports(reports)
+        case let .advertisingSetTerminated(e):
+            // The set stopped: a connection was made (its LE Connection Complete came first and resumes
+            // advertising if still wanted) or it ended by itself.
+            if e.connectionHandle == 0 || connections[e.connectionHandle] == nil { isAdvertising = false }
+            log("advertising set \(e.advertisingHandle) terminated (\(e.status))")
         case let .longTermKeyRequest(handle, random, ediv):
             if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) }
             else { command(.leLongTermKeyRequestNegativeReply(handle: handle)) }
@@ -94,6 +106,7 @@ extension LEHost {
         let c = HostConnection(handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
                                localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
+        loggers.gap.debug("connected", metadata: ["connection": "\(c)", "interval": "\(interval)"])
         aclInFlight[handle] = 0
         let bond = bondStore.bond(matching: peer)
         if let bond { c.identityAddress = bond.identityAddress }
@@ -112,6 +125,7 @@ extension LEHost {
     func connectionClosed(_ c: HostConnection, reason given: HCIStatus) {
         guard c.isOpen else { return }
         let reason = c.closeReasonOverride ?? given
+        loggers.gap.debug("disconnected", metadata: ["connection": "\(c)", "reason": "\(reason)"])
         c.isOpen = false
         connections[c.handle] = nil
         loop.cancel(c.attTimer)
@@ -144,11 +158,13 @@ extension LEHost {
     /// Data Length Extension to 251 octets and LE 2M, when this controller supports them (the peer's
     /// controller negotiates: an older peer keeps 27 octets or LE 1M). Vol 4 Part E §7.8.33, §7.8.49.
     func requestFastLink(_ c: HostConnection) {
-        let features = LEFeatures(rawValue: leFeatures)
-        if features.contains(.dataPacketLengthExtension) {
-            setDataLength(handle: c.handle, octets: 251) { [self] e in if let e { log("data length not raised on \(c): \(e)") } }
+        // Gated on the feature bit and the supported-commands bit both: a 4.0 or 4.1 controller has neither.
+        guard let info = controllerInfo else { return }
+        if info.supportsDataLengthExtension {
+            let octets = min(251, max(27, info.maxTxOctets ?? 251))
+            setDataLength(handle: c.handle, octets: octets) { [self] e in if let e { log("data length not raised on \(c): \(e)") } }
         }
-        if features.contains(.le2MPHY) {
+        if info.supportsLE2M {
             setPHY(handle: c.handle, phys: 0x02) { [self] e in if let e { log("LE 2M not set on \(c): \(e)") } }
         }
     }

@@ -30,14 +30,13 @@ extension LEHost {
                               completion: @escaping (HostError?) -> Void = { _ in }) {
         guard powerState == .on else { return completion(.notPoweredOn) }
         scanSettings = (active, filterDuplicates, interval, window)
+        loggers.gap.debug("scanning", metadata: ["active": "\(active)", "filter-duplicates": "\(filterDuplicates)"])
         let restart = isScanning
         isScanning = true
-        if restart { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
-        let params = LESetScanParameters(scanType: active ? .active : .passive, scanInterval: interval, scanWindow: window,
-                                         ownAddressType: ownAddressType, scanningFilterPolicy: 0)
-        commandExpectingSuccess(.leSetScanParameters(params)) { [self] e in
+        if restart { command(scanEnableCommand(false)) }
+        commandExpectingSuccess(scanParametersCommand(active: active, interval: interval, window: window)) { [self] e in
             if let e { isScanning = false; return completion(e) }
-            commandExpectingSuccess(.leSetScanEnable(enable: true, filterDuplicates: filterDuplicates)) { [self] e in
+            commandExpectingSuccess(scanEnableCommand(true, filterDuplicates: filterDuplicates)) { [self] e in
                 if e != nil { isScanning = false }
                 completion(e)
             }
@@ -54,41 +53,40 @@ extension LEHost {
     public func stopScanning(completion: @escaping (HostError?) -> Void = { _ in }) {
         guard isScanning else { return completion(nil) }
         isScanning = false
-        commandExpectingSuccess(.leSetScanEnable(enable: false, filterDuplicates: false), completion: completion)
+        loggers.gap.debug("scanning stopped")
+        advertisingReassembly.removeAll()
+        commandExpectingSuccess(scanEnableCommand(false), completion: completion)
     }
 
     // MARK: Advertising
 
-    /// Starts (or restarts with new data) legacy advertising.
+    /// Starts (or restarts with new data) advertising: legacy PDUs (up to 31 bytes of data), or on a controller
+    /// with extended advertising, extended PDUs for longer data (up to `maximumAdvertisingDataLength`).
     public func startAdvertising(_ config: AdvertisingConfiguration, completion: @escaping (HostError?) -> Void = { _ in }) {
         guard powerState == .on else { return completion(.notPoweredOn) }
-        guard config.data.count <= 31, config.scanResponse.count <= 31 else {
-            return completion(.invalidParameters("legacy advertising data is limited to 31 bytes"))
+        let setup: [HCICommand]
+        switch advertisingSetupCommands(config) {
+        case let .failure(e): return completion(e)
+        case let .success(c): setup = c
         }
         wantsAdvertising = config
+        loggers.gap.debug("advertising", metadata: ["connectable": "\(config.connectable)", "interval": "\(config.interval)"])
         isAdvertising = false
-        let params = LESetAdvertisingParameters(
-            advertisingIntervalMin: config.interval, advertisingIntervalMax: config.interval,
-            advertisingType: config.connectable ? .connectableUndirected : (config.scanResponse.isEmpty ? .nonConnectableUndirected : .scannableUndirected),
-            ownAddressType: ownAddressType, peerAddressType: 0, peerAddress: BluetoothAddress.zero,
-            advertisingChannelMap: 0x07, advertisingFilterPolicy: 0)
         // The whole sequence is queued at once, so it runs without another start, a resume after a disconnection
         // or an address rotation between its commands (commands run in order). It begins with a disable whatever
         // `isAdvertising` says: an enable queued earlier may have the controller advertising, and a controller
         // refuses new parameters while it advertises (Command Disallowed). Disabling what is off is no error.
         var failure: HostError?
-        command(.leSetAdvertisingEnable(false))
-        commandExpectingSuccess(.leSetAdvertisingParameters(params)) { e in if failure == nil { failure = e } }
-        commandExpectingSuccess(.leSetAdvertisingData(config.data)) { e in if failure == nil { failure = e } }
-        commandExpectingSuccess(.leSetScanResponseData(config.scanResponse)) { e in if failure == nil { failure = e } }
-        commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+        command(advertisingEnableCommand(false))
+        for c in setup { commandExpectingSuccess(c) { e in if failure == nil { failure = e } } }
+        commandExpectingSuccess(advertisingEnableCommand(true)) { [self] e in
             let error = failure ?? e
             let current = wantsAdvertising == config
             if error == nil {
                 // Unless a later start or a stop has been queued since, which decides the state itself.
                 if current { isAdvertising = true }
             } else {
-                if failure != nil && e == nil && current { command(.leSetAdvertisingEnable(false)) }
+                if failure != nil && e == nil && current { command(advertisingEnableCommand(false)) }
                 if current { wantsAdvertising = nil }
             }
             completion(error)
@@ -96,17 +94,18 @@ extension LEHost {
     }
 
     public func stopAdvertising(completion: @escaping (HostError?) -> Void = { _ in }) {
+        if wantsAdvertising != nil { loggers.gap.debug("advertising stopped") }
         wantsAdvertising = nil
         isAdvertising = false
         // Whatever `isAdvertising` said: an enable may still be queued, and this disable comes after it.
-        commandExpectingSuccess(.leSetAdvertisingEnable(false), completion: completion)
+        commandExpectingSuccess(advertisingEnableCommand(false), completion: completion)
     }
 
     /// Legacy advertising stops when a connection is made as peripheral; start it again if still wanted.
     func resumeAdvertisingIfWanted() {
         guard powerState == .on, let want = wantsAdvertising, !isAdvertising else { return }
         isAdvertising = true
-        commandExpectingSuccess(.leSetAdvertisingEnable(true)) { [self] e in
+        commandExpectingSuccess(advertisingEnableCommand(true)) { [self] e in
             if e != nil { isAdvertising = false }
             _ = want
         }
@@ -119,8 +118,11 @@ extension LEHost {
     // Create Connection with filter policy 1 connects whichever is seen first (Vol 6 Part B §4.3.1, Vol 4
     // Part E §7.8.12); a change to the set (a new connect, a cancel) stops that initiation and starts the
     // next one with the new list, as the list may not change while it is used. One pending connection is
-    // initiated directly. A controller whose accept list fails is used by turns instead: each address gets
-    // the controller for `connectRotationInterval`, then goes to the back of the queue.
+    // initiated directly. The list holds what the controller says it holds (LE Read Filter Accept List Size,
+    // asked before the first initiation that needs it; 8 assumed when it does not say; less when an add
+    // finds it full sooner). More pending connections than that take turns by groups: each group has the
+    // controller for `connectRotationInterval`, then goes to the back of the queue. A controller whose
+    // accept list fails is used by turns of one address each the same way.
 
     /// Connects to a device; the outcome arrives through the central delegate. Never times out by itself.
     public func connect(to address: BluetoothAddress) {
@@ -131,7 +133,42 @@ extension LEHost {
         guard !initiatingFor.contains(address), !pendingConnects.contains(address) else { return }
         pendingConnects.append(address)
         if initiatingFor.isEmpty { return startNextConnect() }
-        if filterAcceptListUsable { regroupConnects() } else { scheduleConnectRotation() }
+        // A full list keeps its initiation; the new address waits for the next group's turn.
+        if filterAcceptListUsable && initiatingFor.count < acceptListCapacity { regroupConnects() } else { scheduleConnectRotation() }
+    }
+
+    enum AcceptListSizeQuery { case notAsked, asking, answered }
+
+    /// The accept list size assumed of a controller that does not report it (Zephyr and NimBLE default to 8).
+    public static let assumedFilterAcceptListSize = 8
+
+    /// How many devices the next initiation puts on the accept list.
+    var acceptListCapacity: Int {
+        max(1, min(filterAcceptListLimit ?? .max, filterAcceptListSize ?? Self.assumedFilterAcceptListSize))
+    }
+
+    /// A new controller is asked again (called when the controller goes away).
+    func forgetFilterAcceptListSize() {
+        filterAcceptListSize = nil
+        filterAcceptListSizeQuery = .notAsked
+        filterAcceptListUsable = true
+    }
+
+    /// LE Read Filter Accept List Size (Vol 4 Part E §7.8.14), once per controller; then the waiting
+    /// connections start.
+    private func askFilterAcceptListSize() {
+        filterAcceptListSizeQuery = .asking
+        command(.leReadFilterAcceptListSize) { [self] r in
+            if case .failure(.transportClosed) = r { return }   // controllerLost forgot the question
+            filterAcceptListSizeQuery = .answered
+            if case let .success(.complete(p)) = r, let v = try? LEReadFilterAcceptListSizeReturn(decoding: p), v.status == .success {
+                filterAcceptListSize = Int(v.size)
+                if v.size == 0 { filterAcceptListUsable = false }
+            } else {
+                log("the controller does not report its accept list size; assuming \(Self.assumedFilterAcceptListSize)")
+            }
+            startNextConnect()
+        }
     }
 
     /// The addresses with a connection pending: those being initiated first, then those waiting.
@@ -175,7 +212,14 @@ extension LEHost {
     func startNextConnect() {
         guard initiatingFor.isEmpty, !pendingConnects.isEmpty, powerState == .on else { return }
         if pendingConnects.count > 1 && filterAcceptListUsable {
-            let targets = Array(pendingConnects.prefix(max(1, filterAcceptListLimit)))
+            if filterAcceptListSize == nil {
+                switch filterAcceptListSizeQuery {
+                case .notAsked: return askFilterAcceptListSize()
+                case .asking: return   // the answer starts the initiation
+                case .answered: break
+                }
+            }
+            let targets = Array(pendingConnects.prefix(acceptListCapacity))
             pendingConnects.removeFirst(targets.count)
             initiatingFor = targets
             initiationGeneration &+= 1
@@ -183,9 +227,17 @@ extension LEHost {
             fillAcceptList(targets) { [self] outcome in
                 // A controller lost meanwhile ended this initiation (and failed its commands).
                 guard outcome != .abandoned, generation == initiationGeneration, !initiatingFor.isEmpty, powerState == .on else { return }
-                if outcome == .refused {
+                if case let .full(held) = outcome, held > 0 {
+                    // The list is full sooner than the controller said (or than assumed): it holds `held`.
+                    log("filter accept list full at \(held) devices")
+                    filterAcceptListSize = held
+                    if !connectRegroupRequested {
+                        pendingConnects.insert(contentsOf: initiatingFor.dropFirst(held), at: 0)
+                        initiatingFor = Array(initiatingFor.prefix(held))
+                    }
+                } else if outcome != .filled {
                     // No usable accept list on this controller: take turns instead.
-                    log("filter accept list unusable; pending connections take turns")
+                    loggers.gap.notice("filter accept list unusable; pending connections take turns")
                     filterAcceptListUsable = false
                     pendingConnects.insert(contentsOf: initiatingFor, at: 0)
                     initiatingFor = []
@@ -200,6 +252,8 @@ extension LEHost {
                     return startNextConnect()
                 }
                 createConnection(to: nil)
+                // More waiting than the list holds: the next group gets its turn after a while.
+                scheduleConnectRotation()
             }
         } else {
             let address = pendingConnects.removeFirst()
@@ -210,25 +264,29 @@ extension LEHost {
         }
     }
 
-    enum AcceptListFill { case filled, refused, abandoned }
+    enum AcceptListFill: Equatable { case filled, full(Int), refused, abandoned }
 
-    /// Clear, then add each address: `.refused` when the controller refuses a step, `.abandoned` when it
-    /// went away meanwhile.
+    /// Clear, then add each address: `.full(n)` when the controller's list was full after `n` of them
+    /// (Memory Capacity Exceeded), `.refused` when the controller refuses a step, `.abandoned` when it went
+    /// away meanwhile.
     private func fillAcceptList(_ addresses: [BluetoothAddress], done: @escaping (AcceptListFill) -> Void) {
-        func outcome(_ e: HostError?) -> AcceptListFill? {
+        func outcome(_ e: HostError?, added: Int) -> AcceptListFill? {
             switch e {
             case nil: return nil
             case .transportClosed?: return .abandoned
+            case .commandFailed(_, .memoryCapacityExceeded)?: return .full(added)
             default: return .refused
             }
         }
         commandExpectingSuccess(.leClearFilterAcceptList) { [self] e in
-            if let o = outcome(e) { return done(o) }
+            if let o = outcome(e, added: 0) { return done(o == .full(0) ? .refused : o) }
             var rest = addresses[...]
+            var added = 0
             func next() {
                 guard let a = rest.popFirst() else { return done(.filled) }
                 commandExpectingSuccess(.leAddDeviceToFilterAcceptList(a)) { e in
-                    if let o = outcome(e) { return done(o) }
+                    if let o = outcome(e, added: added) { return done(o) }
+                    added += 1
                     next()
                 }
             }
@@ -246,7 +304,7 @@ extension LEHost {
             connectionIntervalMin: 0x0018, connectionIntervalMax: 0x0028, maxLatency: 0,
             supervisionTimeout: 0x01F4, minCELength: 0, maxCELength: 0)
         let generation = initiationGeneration
-        command(.leCreateConnection(params)) { [self] r in
+        command(createConnectionCommand(params)) { [self] r in
             var failed: HCIStatus?
             switch r {
             case let .success(.status(s)) where s != .success: failed = s
@@ -280,10 +338,10 @@ extension LEHost {
         connectRotationTimer = nil
     }
 
-    /// Without an accept list, the one address being initiated gives up its turn after
-    /// `connectRotationInterval` while others wait.
+    /// While others wait (no usable accept list, or more pending than it holds), the address or group being
+    /// initiated gives up its turn after `connectRotationInterval`.
     func scheduleConnectRotation() {
-        guard connectRotationTimer == nil, initiatingFor.count == 1, !pendingConnects.isEmpty else { return }
+        guard connectRotationTimer == nil, !initiatingFor.isEmpty, !pendingConnects.isEmpty else { return }
         let current = initiatingFor
         connectRotationTimer = loop.schedule(after: connectRotationInterval) { [weak self] in
             guard let self else { return }
@@ -340,6 +398,9 @@ extension LEHost {
     /// `codedOptions` 1 prefers S=2, 2 prefers S=8.
     public func setPHY(handle: UInt16, phys: UInt8, codedOptions: UInt16 = 0, completion: @escaping (HostError?) -> Void = { _ in }) {
         guard connections[handle] != nil else { return completion(.invalidState("no such connection")) }
+        guard controllerInfo?.supports(.leSetPHY) ?? false else {
+            return completion(.commandFailed(opcode: HCIOpcode.leSetPHY, status: .unknownCommand))
+        }
         command(.leSetPHY(LESetPHY(connectionHandle: handle, allPHYs: 0, txPHYs: phys, rxPHYs: phys, phyOptions: codedOptions))) { r in
             if case let .success(.status(s)) = r, s != .success { return completion(.commandFailed(opcode: HCIOpcode.leSetPHY, status: s)) }
             if case let .failure(e) = r { return completion(e) }
@@ -350,6 +411,9 @@ extension LEHost {
     /// Asks the controller for a larger LL data PDU payload on a link (HCI LE Set Data Length), 27…251 octets.
     public func setDataLength(handle: UInt16, octets: UInt16, completion: @escaping (HostError?) -> Void = { _ in }) {
         guard connections[handle] != nil else { return completion(.invalidState("no such connection")) }
+        guard controllerInfo?.supports(.leSetDataLength) ?? false else {
+            return completion(.commandFailed(opcode: HCIOpcode.leSetDataLength, status: .unknownCommand))
+        }
         let time = UInt16(min(17040, (Int(octets) + 14) * 8))   // the LE 1M time for that many octets
         commandExpectingSuccess(.leSetDataLength(handle: handle, txOctets: octets, txTime: max(328, time)), completion: completion)
     }

@@ -15,17 +15,24 @@ extension LEHost {
         loop.assertInLoop()
         guard powerState == .on else { return completion(.notPoweredOn) }
         privacyInterval = interval
-        staticIdentityAddress = nil
+        // On a controller without a public address, the static address stays our identity (key distribution).
+        staticIdentityAddress = controllerStaticAddress
         rotatePrivateAddress(completion: completion)
     }
 
-    /// Back to the public address.
+    /// Back to the identity address: the public one, or on a controller without one the static address
+    /// the host uses for it.
     public func disablePrivacy() {
         loop.assertInLoop()
         loop.cancel(privacyTimer)
         privacyTimer = nil
         privacyInterval = nil
         staticIdentityAddress = nil
+        if let s = controllerStaticAddress {
+            // Queued after any LE Set Random Address of the privacy just ended, so it is the last one.
+            setStaticRandomAddress(s)
+            return
+        }
         guard currentPrivateAddress != nil else { return }
         currentPrivateAddress = nil
         if let want = wantsAdvertising { startAdvertising(want) }
@@ -45,12 +52,13 @@ extension LEHost {
         let wasScanning = isScanning
         // Advertising off whatever `isAdvertising` says (an enable may still be in flight): the controller refuses
         // LE Set Random Address while it advertises.
-        if isAdvertising || wantsAdvertising != nil { command(.leSetAdvertisingEnable(false)); isAdvertising = false }
-        if wasScanning { command(.leSetScanEnable(enable: false, filterDuplicates: false)) }
+        if isAdvertising || wantsAdvertising != nil { command(advertisingEnableCommand(false)); isAdvertising = false }
+        if wasScanning { command(scanEnableCommand(false)) }
         commandExpectingSuccess(.leSetRandomAddress(rpa)) { [self] e in
-            if e == nil {
+            // Unless privacy was turned off meanwhile (disablePrivacy decided the address since).
+            if e == nil && privacyInterval != nil {
                 currentPrivateAddress = rpa
-                log("private address now \(rpa)")
+                loggers.gap.debug("new resolvable private address", metadata: ["address": "\(rpa)"])
             }
             // Advertising parameters carry the own address type: set them again.
             if let want = wantsAdvertising { startAdvertising(want) }

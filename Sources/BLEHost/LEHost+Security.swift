@@ -196,6 +196,7 @@ extension LEHost {
     }
 
     func handleSMP(_ bytes: [UInt8], on c: HostConnection) {
+        if loggers.smpTraces { loggers.smp.trace("PDU in", metadata: ["connection": "\(c.handle)", "code": "\(bytes.first.map { SMPCode(rawValue: $0).map { "\($0)" } ?? "0x\(String($0, radix: 16))" } ?? "none")"]) }
         // After an SMP timeout nothing more is exchanged on this link (Vol 3 Part H §3.4).
         guard !c.smpTimedOut else { return }
         if let s = c.smp, s.isInProgress {
@@ -236,7 +237,7 @@ extension LEHost {
                 c.smpTimer = loop.schedule(after: .seconds(30)) { [weak self, weak c, weak s] in
                     guard let self, let c, let s, c.isOpen else { return }
                     c.smpTimer = nil
-                    log("SMP timed out on \(c)")
+                    loggers.smp.notice("pairing timed out", metadata: ["connection": "\(c)"])
                     c.smpTimedOut = true
                     perform(s.timedOut(), session: s, on: c)
                 }
@@ -265,7 +266,7 @@ extension LEHost {
             case let .completed(result):
                 pairingCompleted(c, result: result)
             case let .failed(error):
-                log("pairing failed on \(c): \(error)")
+                loggers.smp.notice("pairing failed", metadata: ["connection": "\(c)", "error": "\(error)"])
                 switch error.reason {
                 case .confirmValueFailed?, .dhKeyCheckFailed?, .passkeyEntryFailed?, .numericComparisonFailed?:
                     // Authentication failures make the device wait, longer each time (Vol 3 Part H §2.3.6).
@@ -285,6 +286,7 @@ extension LEHost {
     }
 
     func pairingCompleted(_ c: HostConnection, result: PairingResult) {
+        loggers.smp.debug("paired", metadata: ["connection": "\(c)", "bonded": "\(result.bonded)", "authenticated": "\(result.authenticated)", "secure-connections": "\(result.secureConnections)"])
         pairingBackoff[c.identityAddress.bytes] = nil
         c.lastPairingError = nil
         if let id = result.keys.peerIdentityAddress { c.identityAddress = id }
@@ -335,7 +337,7 @@ extension LEHost {
             return command(.leLongTermKeyRequestReply(handle: c.handle, ltk: key.key))
         }
         // No key: the central learns it from the Encryption Change (PIN or Key Missing) and may pair again.
-        log("no long-term key for \(c.peerAddress) (EDIV 0x\(String(ediv, radix: 16))); refusing")
+        loggers.smp.notice("no long-term key for the peer; refusing encryption", metadata: ["peer": "\(c.peerAddress)", "ediv": "0x\(String(ediv, radix: 16))"])
         command(.leLongTermKeyRequestNegativeReply(handle: c.handle))
     }
 
@@ -367,7 +369,7 @@ extension LEHost {
         }
         // The peer has no key for us (it lost the bond): pair again as iOS does, the waiters get that result.
         if withBond && c.role == .central && (status == .pinOrKeyMissing || status.rawValue == 0x3D) && c.isOpen {
-            log("\(c.peerAddress) has lost its keys (\(status)); pairing again")
+            loggers.smp.notice("the peer has lost its keys; pairing again", metadata: ["peer": "\(c.peerAddress)", "status": "\(status)"])
             return startPairing(c, mitm: c.mitmRequested)
         }
         finishSecurity(c, .failure(.encryptionFailed(status.rawValue)))

@@ -5,9 +5,10 @@ import BLEATT
 import BLEGATT
 
 extension LEHost {
-    /// Replaces the whole local database (before clients connect: no Service Changed is sent).
-    public func useDatabase(_ database: GATTDatabase) {
-        gattServer = GATTServer(database: database)
+    /// Replaces the whole local database (before clients connect: no Service Changed is sent); the
+    /// configuration sets the server's ATT_MTU and limits (a simulated device's MTU, in CoreBluetoothTesting).
+    public func useDatabase(_ database: GATTDatabase, configuration: GATTServerConfiguration = GATTServerConfiguration()) {
+        gattServer = GATTServer(database: database, configuration: configuration)
     }
 
     /// The stored value of an attribute, if it has one.
@@ -29,7 +30,7 @@ extension LEHost {
             try gattServer.removeService(record.range)
             perform(gattServer.serviceChanged(record.range))
         } catch {
-            log("could not remove the service at 0x\(String(startHandle, radix: 16)): \(error)")
+            loggers.att.warning("could not remove a service", metadata: ["handle": "0x\(String(startHandle, radix: 16))", "error": "\(error)"])
         }
     }
 

@@ -21,6 +21,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let loop: EventLoop
     public let transport: any HCITransport
     public let name: String
+    /// Where the host's diagnostics go: one swift-log logger per layer (see `HostLoggers`). Made with the
+    /// host from the backend `LoggingSystem` has then; replace them before powering on to send them elsewhere.
+    public var loggers: HostLoggers
 
     public private(set) var powerState: HostPowerState = .off
     /// The operating system refused this process the controller (EPERM/EACCES when opening it: a missing
@@ -35,21 +38,37 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// True between powerOn and powerOff: a lost controller is then retried.
     private var wantsPower = false
     /// Set once a controller has been initialised.
-    private var hadController = false
+    var hadController = false
     private var reconnectTimer: LoopTimer?
     /// How often a lost or unreachable controller is retried; nil never retries.
     public var reconnectInterval: LoopTime? = .seconds(1)
 
     // Controller facts, read during start-up.
-    public private(set) var localAddress = BluetoothAddress.zero
-    public private(set) var controllerVersion: ReadLocalVersionReturn?
-    public private(set) var aclBufferSize = 27
-    public private(set) var aclBufferCount = 1
-    public private(set) var leFeatures: UInt64 = 0
+    /// Our identity address: the controller's public address, or the static random one the host uses when
+    /// the controller has none (see LEHost+Startup.swift).
+    public internal(set) var localAddress = BluetoothAddress.zero
+    public internal(set) var controllerVersion: ReadLocalVersionReturn?
+    public internal(set) var aclBufferSize = 27
+    public internal(set) var aclBufferCount = 1
+    public internal(set) var leFeatures: UInt64 = 0
+    /// What start-up is learning about the controller (loop only); `controllerInfo` is the finished copy.
+    var startupInfo = ControllerInfo()
+    let controllerInfoSnapshot = Locked<ControllerInfo?>(nil)
+    var zephyrCommands: [UInt8]?
+    var zephyrStaticAddress: BluetoothAddress?
+    /// The static random address that is our identity on a controller without a public address.
+    public internal(set) var controllerStaticAddress: BluetoothAddress?
+    /// Extended advertising, scanning and initiating commands are used on this controller (decided at
+    /// start-up from its features and supported commands; never mixed with the legacy ones).
+    public internal(set) var usesExtendedAdvertising = false
+    /// How long HCI_Reset may take: some controllers answer only after seconds (the Linux kernel waits 10 s).
+    public var resetTimeout: LoopTime = .seconds(10)
 
     // HCI command flow (Vol 4 Part E §4.4): credits granted by Num_HCI_Command_Packets.
     struct PendingCommand {
         var command: HCICommand
+        /// nil: `commandTimeout`.
+        var timeout: LoopTime? = nil
         var completion: (Result<CommandOutcome, HostError>) -> Void
     }
     enum CommandOutcome {
@@ -75,6 +94,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public internal(set) var isScanning = false
     public internal(set) var isAdvertising = false
     var wantsAdvertising: AdvertisingConfiguration?
+    /// Extended advertising data arriving in several reports, per advertiser (LEHost+ExtendedGAP.swift).
+    var advertisingReassembly: [String: [UInt8]] = [:]
     var pendingConnects: [BluetoothAddress] = []
     /// The addresses the current LE Create Connection waits for: one (direct), or several (filter accept list).
     var initiatingFor: [BluetoothAddress] = []
@@ -88,8 +109,13 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var connectRegroupRequested = false
     /// Whether the controller takes an accept list to wait for several devices at once; false once it failed.
     public internal(set) var filterAcceptListUsable = true
-    /// How many devices one initiation puts on the accept list (controllers hold at least this many).
-    public var filterAcceptListLimit = 8
+    /// How many devices the controller's accept list holds (LE Read Filter Accept List Size, read before the
+    /// first initiation that needs it; lowered when the controller says its list is full sooner). Nil until read,
+    /// or when the controller does not say: `assumedFilterAcceptListSize` is used then.
+    public internal(set) var filterAcceptListSize: Int?
+    var filterAcceptListSizeQuery = AcceptListSizeQuery.notAsked
+    /// At most this many devices on the accept list per initiation (nil: as many as the controller holds).
+    public var filterAcceptListLimit: Int?
     /// Set while the current LE Create Connection is being cancelled to give the next address its turn.
     var connectRotationRequested = false
     var connectRotationTimer: LoopTimer?
@@ -146,6 +172,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         self.transport = transport
         self.loop = loop
         self.name = name
+        self.loggers = HostLoggers(hostName: name)
         self.gattServer = GATTServer(database: database)
     }
 
@@ -189,8 +216,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         do {
             try transport.open(sink: self)
             controllerAccessDenied = false
+            loggers.transport.debug("opened", metadata: ["transport": "\(transport.name)"])
         } catch {
-            log("cannot open \(transport.name): \(error)")
+            loggers.transport.warning("cannot open the controller", metadata: ["transport": "\(transport.name)", "error": "\(error)"])
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
             if case TransportError.permissionDenied = error { controllerAccessDenied = true }
             // A controller we had before is "off" while it is away; one never reached is "unsupported".
@@ -229,70 +257,13 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         }
     }
 
-    private func runInitialisation() {
-        // Vol 6 Part D §2 (sample start-up): reset, then read what the controller is, then unmask LE events.
-        let mask: UInt64 = 0x2000_9FFF_FFFF_FFFF   // classic defaults plus bit 61 (LE Meta)
-        // LE subevents: conn complete, adv report, conn update, remote features, LTK request, remote conn
-        // param request, data length change, enhanced connection complete, PHY update complete.
-        let leMask: UInt64 = 0x0000_0000_0000_0A7F | (1 << 9) | (1 << 11)
-        command(.reset) { [self] r in
-            guard case .success = r else { return initFailed(r) }
-            command(.readLocalVersionInformation) { [self] r in
-                if stopsInitialisation(r) { return }
-                if case let .success(.complete(p)) = r { controllerVersion = try? ReadLocalVersionReturn(decoding: p) }
-                command(.readBDADDR) { [self] r in
-                    if stopsInitialisation(r) { return }
-                    if case let .success(.complete(p)) = r, let v = try? ReadBDADDRReturn(decoding: p) {
-                        localAddress = BluetoothAddress(bytes: v.address.bytes, type: .public)
-                    }
-                    command(.setEventMask(mask)) { [self] r in
-                        if stopsInitialisation(r) { return }
-                        command(.leSetEventMask(leMask)) { [self] r in
-                            if stopsInitialisation(r) { return }
-                            command(.leReadBufferSize) { [self] r in
-                                guard case let .success(.complete(p)) = r, let b = try? LEReadBufferSizeReturn(decoding: p),
-                                      b.status == .success else { return initFailed(r) }
-                                if b.aclDataPacketLength > 0 && b.totalNumACLDataPackets > 0 {
-                                    aclBufferSize = Int(b.aclDataPacketLength)
-                                    aclBufferCount = Int(b.totalNumACLDataPackets)
-                                }
-                                aclCredits = aclBufferCount
-                                command(.leReadLocalSupportedFeatures) { [self] r in
-                                    if stopsInitialisation(r) { return }
-                                    if case let .success(.complete(p)) = r, let f = try? LEReadLocalSupportedFeaturesReturn(decoding: p) {
-                                        leFeatures = f.features
-                                    }
-                                    hadController = true
-                                    openBondStoreIfNeeded()
-                                    setPowerState(.on)
-                                    if privacyInterval != nil { rotatePrivateAddress() }
-                                    else if let s = staticIdentityAddress { setStaticRandomAddress(s) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+    /// A procedure-level line at debug on `opencorebluetooth.host` (the message is built only when the level is on).
+    func log(_ message: @autoclosure () -> String) {
+        loggers.host.debug("\(message())")
     }
 
-    /// A start-up step whose answer the host may ignore (an unsupported command) still ends start-up when
-    /// the controller went away (already handled: the chain must not queue more commands for the next
-    /// controller, found by FuzzHost) or did not answer (start-up failed).
-    private func stopsInitialisation(_ r: Result<CommandOutcome, HostError>) -> Bool {
-        guard case let .failure(e) = r else { return false }
-        if e != .transportClosed { initFailed(r) }
-        return true
-    }
-
-    private func initFailed(_ r: Result<CommandOutcome, HostError>) {
-        let why: String
-        switch r {
-        case let .failure(e): why = "\(e)"
-        case let .success(.status(s)): why = "\(s)"
-        case .success: why = "unexpected answer during start-up"
-        }
-        log("controller start-up failed: \(why)")
+    func initFailed(why: String) {
+        loggers.hci.warning("controller start-up failed", metadata: ["error": "\(why)"])
         transport.close()
         controllerLost(error: nil, finalState: hadController ? .off : .unsupported(why))
         // A controller that did not answer in time (busy, still booting) is tried again.
@@ -320,11 +291,14 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         wantsAdvertising = nil
         // A new controller has no random address until the host sets one again.
         currentPrivateAddress = nil
+        controllerInfoSnapshot.withLock { $0 = nil }
+        advertisingReassembly.removeAll()
         loop.cancel(privacyTimer)
         privacyTimer = nil
         let pending = initiatingFor + pendingConnects
         pendingConnects.removeAll()
         resetInitiation()
+        forgetFilterAcceptListSize()
         for (_, c) in connections.sorted(by: { $0.key < $1.key }) {
             connectionClosed(c, reason: .connectionTimeout)
         }
@@ -342,7 +316,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     public func transportDidClose(error: (any Error)?) {
         loop.execute { [self] in
             guard powerState != .off else { return }
-            log("controller lost: \(error.map { "\($0)" } ?? "closed")")
+            loggers.transport.warning("controller lost", metadata: ["transport": "\(transport.name)", "error": "\(error.map { "\($0)" } ?? "closed")"])
             controllerLost(error: error, finalState: .off)
             scheduleReconnect()
         }
@@ -350,42 +324,18 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
 
     func handle(_ packet: HCIPacket) {
         guard powerState != .off else { return }
+        if loggers.hciTraces { loggers.hci.trace("packet in", metadata: packet.logMetadata) }
         switch packet.type {
         case .event:
             do {
                 handle(event: try HCIEvent.decode(packet))
             } catch {
-                log("dropping malformed event \(packet.bytes.hexString): \(error)")
+                loggers.hci.notice("dropping a malformed event", metadata: ["packet": "\(packet.bytes.hexString)", "error": "\(error)"])
             }
         case .acl:
-            do {
-                handle(acl: try ACLPacket.decode(packet))
-            } catch {
-                log("dropping malformed ACL packet: \(error)")
-            }
+            handleACL(packet)
         default:
-            log("ignoring \(packet.type) packet from the controller")
+            loggers.hci.notice("ignoring a packet of this type from the controller", metadata: ["type": "\(packet.type)"])
         }
     }
-
-    func log(_ message: @autoclosure () -> String) {
-        if HostLog.enabled { HostLog.write("[\(name)] \(message())") }
-    }
 }
-
-/// Minimal diagnostics switch: `BLE_LOG=1` prints host diagnostics to standard error.
-public enum HostLog {
-    public nonisolated(unsafe) static var enabled: Bool = {
-        if let v = getenv("BLE_LOG") { return String(cString: v) != "0" }
-        return false
-    }()
-
-    public static func write(_ s: String) {
-        let line = Array((s + "\n").utf8)
-        line.withUnsafeBytes { _ = Glibc.write(2, $0.baseAddress, $0.count) }
-    }
-}
-
-#if canImport(Glibc)
-import Glibc
-#endif

@@ -82,6 +82,15 @@ public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked
         sink?.transport(didReceive: packet)
     }
 
+    public func transport(didReceivePackets packets: [HCIPacket]) {
+        for p in packets { writer.write(p, direction: .controllerToHost) }
+        sink?.transport(didReceivePackets: packets)
+    }
+
+    public var statistics: TransportStatistics? { inner.statistics }
+
+    public func hostBacklogChanged(_ hasBacklog: Bool) { inner.hostBacklogChanged(hasBacklog) }
+
     public func transportDidClose(error: (any Error)?) { sink?.transportDidClose(error: error) }
 }
 

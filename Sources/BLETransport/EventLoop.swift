@@ -7,8 +7,77 @@
 // Virtual time stands still unless a test moves it: `advance(by:)` runs all work and all timers due up to
 // the new time, in deadline order, draining the work queue between timers, so a run is deterministic.
 // In real mode, a dispatch timer fires at the earliest deadline.
+//
+// Turns: each time the loop runs work (a drain of the work queue, a timer, `runWaiting`, `sync`), that is
+// one turn. Work done during a turn can ask to run something once the turn ends (`LoopTurn.atEnd`): stream
+// transports use it to gather everything the host writes during a turn into one system call.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Dispatch
 import Synchronization
+
+/// What runs at the end of the loop turn in progress on this thread.
+public final class LoopTurn {
+    fileprivate var hooks: [() -> Void] = []
+
+    private static let key: pthread_key_t = {
+        var k = pthread_key_t()
+        precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
+        return k
+    }()
+
+    /// The turn the calling thread is running, if any.
+    static var current: LoopTurn? {
+        guard let p = pthread_getspecific(key) else { return nil }
+        return Unmanaged<LoopTurn>.fromOpaque(p).takeUnretainedValue()
+    }
+
+    /// Runs `hook` on this thread once the loop turn in progress here ends, after the work of the turn (and
+    /// after hooks added before it). Returns false, without keeping `hook`, when this thread is not running a
+    /// loop turn: the caller then does the work at once.
+    public static func atEnd(_ hook: @escaping () -> Void) -> Bool {
+        guard let turn = current else { return false }
+        turn.hooks.append(hook)
+        return true
+    }
+
+    /// True when the calling thread is running a loop turn.
+    public static var inProgress: Bool { pthread_getspecific(key) != nil }
+
+    static func isCurrent(_ turn: LoopTurn) -> Bool {
+        pthread_getspecific(key) == UnsafeMutableRawPointer(Unmanaged.passUnretained(turn).toOpaque())
+    }
+
+    private var spareHooks: [() -> Void] = []
+
+    /// Runs the hooks, and those they add, reusing two arrays (no allocation per turn).
+    private func runHooks() {
+        while !hooks.isEmpty {
+            var batch = spareHooks
+            spareHooks = []
+            swap(&batch, &hooks)
+            for h in batch { h() }
+            batch.removeAll(keepingCapacity: true)
+            spareHooks = batch
+        }
+    }
+
+    /// Runs `body` as a turn of this object (nested calls join the turn already in progress), then its hooks.
+    fileprivate func run<T>(_ body: () throws -> T) rethrows -> T {
+        let outer = pthread_getspecific(Self.key)
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        if outer == me { return try body() }
+        pthread_setspecific(Self.key, me)
+        defer {
+            if !hooks.isEmpty { runHooks() }
+            pthread_setspecific(Self.key, outer)
+        }
+        return try body()
+    }
+}
 
 /// Nanoseconds of loop time.
 public typealias LoopTime = UInt64
@@ -52,6 +121,12 @@ public final class EventLoop: @unchecked Sendable {
     private var armedDeadline: LoopTime = .max
     private var draining = false
     private var idleHooks: [() -> Void] = []
+    private var spareBatch: [() -> Void] = []
+    /// Only one thread runs the loop at a time (its serial queue), so one turn object serves every turn.
+    private let turn = LoopTurn()
+    /// Work items run so far (loop-confined): a test on the virtual clock compares two readings to tell
+    /// whether anything ran in between (CoreBluetoothTesting's idle detection).
+    public private(set) var executedWorkCount: UInt64 = 0
 
     public init(label: String = "ble.loop", clock: Clock = .real) {
         self.clock = clock
@@ -67,7 +142,14 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
-    public var isInLoop: Bool { DispatchQueue.getSpecific(key: key) == ObjectIdentifier(self) }
+    /// True while this thread runs one of the loop's turns (a thread-local read, no call into libdispatch).
+    public var isInTurn: Bool { LoopTurn.isCurrent(turn) }
+
+    /// True on the loop. A turn in progress on this thread answers without asking libdispatch; work that
+    /// reached the queue some other way (a dispatch source on `queue`) is still recognised.
+    public var isInLoop: Bool {
+        LoopTurn.isCurrent(turn) || DispatchQueue.getSpecific(key: key) == ObjectIdentifier(self)
+    }
 
     public func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -88,33 +170,39 @@ public final class EventLoop: @unchecked Sendable {
     /// idle, libdispatch runs it on the calling thread, saving two thread switches per packet; otherwise
     /// the caller waits its turn. Must not be called from the loop.
     public func runWaiting(_ work: () -> Void) {
-        queue.sync { work() }
+        queue.sync { turn.run(work) }
     }
 
     /// Runs `work` on the loop and waits for it; must not be called from the loop.
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
         precondition(!isInLoop, "EventLoop.sync called from the loop itself")
-        return try queue.sync(execute: work)
+        return try queue.sync { try turn.run(work) }
     }
 
     private func drain() {
         draining = true
         defer { draining = false }
         while true {
-            let batch = pending.withLock { p -> [() -> Void] in
-                if p.work.isEmpty { p.drainScheduled = false; return [] }
-                let b = p.work
-                p.work.removeAll(keepingCapacity: true)
-                return b
+            // Swap the queue with an emptied spare: no allocation per drain.
+            var batch = spareBatch
+            spareBatch = []
+            pending.withLock { p in
+                if p.work.isEmpty { p.drainScheduled = false } else { swap(&batch, &p.work) }
             }
             if batch.isEmpty {
+                spareBatch = batch
                 guard !idleHooks.isEmpty else { return }
                 let hooks = idleHooks
                 idleHooks.removeAll(keepingCapacity: true)
-                for h in hooks { h() }
+                turn.run { for h in hooks { h() } }
                 continue
             }
-            for w in batch { w() }
+            executedWorkCount &+= UInt64(batch.count)
+            // One turn per batch: what the batch wrote leaves before work submitted meanwhile runs, so a
+            // steady stream of submissions cannot hold writes back.
+            turn.run { for w in batch { w() } }
+            batch.removeAll(keepingCapacity: true)
+            spareBatch = batch
         }
     }
 
@@ -210,7 +298,7 @@ public final class EventLoop: @unchecked Sendable {
     private func realTimerFired() {
         armedDeadline = .max
         let limit = now
-        while fireOne(upTo: limit) { drain() }
+        while turn.run({ fireOne(upTo: limit) }) { drain() }
         armIfNeeded()
     }
 
@@ -228,10 +316,15 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Runs queued work without moving time.
-    public func runPending() {
-        sync { drain() }
+    /// Runs queued work without moving time; returns `executedWorkCount` after it.
+    @discardableResult
+    public func runPending() -> UInt64 {
+        sync { drain(); return executedWorkCount }
     }
+
+    /// The deadline of the earliest live timer, if any (loop-confined: read it inside `sync`). A test that
+    /// owns a virtual clock steps from one deadline to the next with it.
+    public var nextTimerDeadline: LoopTime? { nextDeadline() }
 
     /// Number of live timers (for tests that check nothing is left pending).
     public var pendingTimerCount: Int {

@@ -9,6 +9,9 @@ import BLEHCI
 public protocol HCITransportSink: AnyObject, Sendable {
     /// A complete packet from the controller (event, ACL, ...).
     func transport(didReceive packet: HCIPacket)
+    /// Several complete packets, in order: everything one read from the controller held. A sink that hops
+    /// threads does it once for all of them.
+    func transport(didReceivePackets packets: [HCIPacket])
     /// The controller is gone (socket closed, device unplugged, radio removed).
     func transportDidClose(error: (any Error)?)
 }
@@ -27,6 +30,12 @@ public protocol HCITransport: AnyObject, Sendable {
     func close()
     /// A short human description, e.g. "tcp-client:127.0.0.1:6402".
     var name: String { get }
+    /// What the transport has done so far (system calls, packets), for benchmarks; nil when it does not count.
+    var statistics: TransportStatistics? { get }
+    /// The host tells when it starts (true) and stops (false) holding packets that wait for controller
+    /// buffers: while it does, every buffer the controller frees is answered at once with a write. A TCP
+    /// transport then leaves acknowledgement to those writes instead of forcing quick ACKs. Call on the loop.
+    func hostBacklogChanged(_ hasBacklog: Bool)
 }
 
 extension HCITransport {
@@ -34,6 +43,42 @@ extension HCITransport {
         for p in packets { send(p) }
     }
     public var deliversOnReaderThread: Bool { false }
+    public var statistics: TransportStatistics? { nil }
+    public func hostBacklogChanged(_ hasBacklog: Bool) {}
+}
+
+extension HCITransportSink {
+    public func transport(didReceivePackets packets: [HCIPacket]) {
+        for p in packets { transport(didReceive: p) }
+    }
+}
+
+/// Counts kept by a transport that talks to its controller through a file descriptor: the system calls it
+/// made for I/O and the HCI packets they carried. Benchmarks divide one by the other.
+public struct TransportStatistics: Sendable, Equatable {
+    /// read(2) calls that returned data or end of file (EINTR retries included).
+    public var reads = 0
+    /// write(2)/send(2)/writev(2) calls.
+    public var writes = 0
+    /// Other system calls made per packet (setsockopt for TCP_QUICKACK).
+    public var other = 0
+    public var packetsIn = 0
+    public var packetsOut = 0
+    public var bytesIn = 0
+    public var bytesOut = 0
+
+    public init() {}
+
+    public var systemCalls: Int { reads + writes + other }
+    public var packets: Int { packetsIn + packetsOut }
+
+    public static func - (a: Self, b: Self) -> Self {
+        var d = Self()
+        d.reads = a.reads - b.reads; d.writes = a.writes - b.writes; d.other = a.other - b.other
+        d.packetsIn = a.packetsIn - b.packetsIn; d.packetsOut = a.packetsOut - b.packetsOut
+        d.bytesIn = a.bytesIn - b.bytesIn; d.bytesOut = a.bytesOut - b.bytesOut
+        return d
+    }
 }
 
 /// Errors raised while opening a transport.

@@ -1,8 +1,17 @@
 // Minimal POSIX stream sockets for H4-over-TCP/UNIX transports and the radio server.
 //
-// A `StreamConnection` owns a file descriptor, reads on its own thread, frames H4 packets and hands them to
-// a callback; writes are whole-packet and serialised by a lock. TCP connections set TCP_NODELAY and re-arm
-// TCP_QUICKACK after every read, so small HCI events are not held back by delayed ACKs.
+// A `StreamConnection` owns a file descriptor and reads it on its own thread: each read takes everything the
+// socket holds (up to 64 KB), every H4 packet in it is framed and the whole batch goes to the callback at
+// once (the host handles it in one hop onto its loop). Writes are serialised by a lock; what is written
+// during a loop turn (see `LoopTurn`) is gathered and leaves in one system call when the turn ends, so the
+// packets a host sends in answer to one read, or in one burst of work, cost one write.
+//
+// TCP: TCP_NODELAY is set. Delayed ACKs are a problem only in Linux's "ping-pong" mode, which a socket enters
+// when it sends data soon after receiving; the peer (a controller with Nagle on) may then hold its next small
+// segment until our ACK, up to 40 ms. An answer written while handling a read carries the ACK; so the reader
+// re-arms TCP_QUICKACK (which also leaves ping-pong mode) only after a read that wrote nothing, and only if
+// something was written since the last time it did — a bulk receiver never pays for it, a ping-pong pays
+// once per round trip. OCB_TCP_QUICKACK=0 turns it off and =always re-arms after every read (measurements).
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -18,20 +27,43 @@ public final class StreamConnection: @unchecked Sendable {
     /// A socket (TCP or UNIX) rather than a serial port or pipe: written with MSG_NOSIGNAL, so a peer that
     /// went away gives EPIPE instead of a SIGPIPE that would kill a program that never ignored it.
     private let isSocket: Bool
-    /// Guards writes; while the reader thread handles one read's packets, what it writes is gathered in
-    /// `pending` and leaves in one system call after the last packet (other threads flush it first).
     private let writeLock = Locked(WriteState())
     struct WriteState {
+        /// Bytes gathered during a loop turn, written when it ends.
         var pending: [UInt8] = []
-        var gathering = false
-        var reader: pthread_t?
-        /// Packets written so far (the reader uses it to know whether an answer carried the ACK).
-        var writes = 0
+        var flushScheduled = false
+        /// A write failed (the peer left): later writes fail at once.
+        var failed = false
+        /// Counts calls to write (the reader uses it to know whether handling a read wrote an answer).
+        var generation = 0
+        /// Data left since the reader last re-armed quick-ACK.
+        var wroteSinceQuickAck = false
+        /// The host holds packets waiting for controller buffers (see `hostBacklogChanged`).
+        var hostBacklog = false
+        var statistics = TransportStatistics()
     }
+    /// Counts of the reader thread, published once per read.
+    private let readStatistics = Locked(TransportStatistics())
     private let state = Locked<(closed: Bool, started: Bool)>((false, false))
     public let label: String
-    /// Re-arm TCP_QUICKACK after each read (OCB_TCP_QUICKACK=0 turns it off, for measurements).
-    let quickAckEnabled = ProcessInfo.processInfo.environment["OCB_TCP_QUICKACK"] != "0"
+
+    enum QuickAckPolicy { case never, afterAnswerlessReads, always }
+    let quickAck: QuickAckPolicy = {
+        switch ProcessInfo.processInfo.environment["OCB_TCP_QUICKACK"] {
+        case "0": return .never
+        case "always": return .always
+        default: return .afterAnswerlessReads
+        }
+    }()
+
+    /// Delayed ACKs during bulk reception (OCB_TCP_BULK_ACKS=0 turns it off, for measurements).
+    let delayedAcksInBulk = ProcessInfo.processInfo.environment["OCB_TCP_BULK_ACKS"] != "0"
+
+    /// More than this many bytes gathered in a turn are written at once rather than at its end.
+    static let gatherLimit = 64 * 1024
+
+    /// Made once: registering it at the end of a turn allocates nothing.
+    private var flushHook: () -> Void = {}
 
     public init(fd: Int32, isTCP: Bool, label: String) {
         self.fd = fd
@@ -40,6 +72,7 @@ public final class StreamConnection: @unchecked Sendable {
         isSocket = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFSOCK
         self.label = label
         if isTCP { Self.setNoDelay(fd) }
+        flushHook = { [weak self] in self?.flush() }
     }
 
     static func setNoDelay(_ fd: Int32) {
@@ -47,13 +80,37 @@ public final class StreamConnection: @unchecked Sendable {
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    static func quickAck(_ fd: Int32) {
-        var one: Int32 = 1
-        _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &one, socklen_t(MemoryLayout<Int32>.size))
+    /// TCP_QUICKACK: on sends pending ACKs now and leaves Linux's ping-pong mode; off enters it (ACKs delayed).
+    static func setQuickAck(_ fd: Int32, on: Bool = true) {
+        var value: Int32 = on ? 1 : 0
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &value, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// The host started or stopped holding packets that wait for controller buffers.
+    public func hostBacklogChanged(_ hasBacklog: Bool) {
+        writeLock.withLock { $0.hostBacklog = hasBacklog }
+    }
+
+    /// What this connection has done so far.
+    public var statistics: TransportStatistics {
+        var s = readStatistics.withLock { $0 }
+        let w = writeLock.withLock { $0.statistics }
+        s.writes = w.writes
+        s.other += w.other
+        s.packetsOut = w.packetsOut
+        s.bytesOut = w.bytesOut
+        return s
     }
 
     /// Starts the reader thread. `onPacket` gets each framed packet; `onClose` is called once at the end.
     public func start(onPacket: @escaping @Sendable (HCIPacket) -> Void,
+                      onClose: @escaping @Sendable ((any Error)?) -> Void) {
+        start(onPackets: { for p in $0 { onPacket(p) } }, onClose: onClose)
+    }
+
+    /// Starts the reader thread. `onPackets` gets the packets framed from each read, in order (never empty);
+    /// `onClose` is called once at the end.
+    public func start(onPackets: @escaping @Sendable ([HCIPacket]) -> Void,
                       onClose: @escaping @Sendable ((any Error)?) -> Void) {
         let go = state.withLock { s -> Bool in
             if s.started || s.closed { return false }
@@ -62,36 +119,7 @@ public final class StreamConnection: @unchecked Sendable {
         }
         guard go else { return }
         let thread = Thread { [self] in
-            writeLock.withLock { $0.reader = pthread_self() }
-            var framer = H4Framer()
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            var closeError: (any Error)?
-            readLoop: while true {
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    if !isClosed { closeError = TransportError.io(String(cString: strerror(errno))) }
-                    break
-                }
-                if n == 0 { break }
-                framer.append(buffer[0..<n])
-                let writesBefore = writeLock.withLock { w -> Int in w.gathering = true; return w.writes }
-                do {
-                    while let p = try framer.nextPacket() { onPacket(p) }
-                } catch {
-                    closeError = error
-                    break readLoop
-                }
-                let wrote = writeLock.withLock { w -> Bool in
-                    w.gathering = false
-                    if !w.pending.isEmpty { _ = writeAll(w.pending); w.pending.removeAll(keepingCapacity: true) }
-                    return w.writes != writesBefore
-                }
-                // A delayed ACK would stall the peer's next segment (Nagle) by 40 ms. When handling what we
-                // read made us write, that write carried the ACK; otherwise re-arm quick-ACK mode. (The host
-                // handles packets in place when its loop is idle, so its answer is known here.)
-                if isTCP && quickAckEnabled && !wrote { Self.quickAck(fd) }
-            }
+            let closeError = readLoop(onPackets)
             close()
             onClose(closeError)
         }
@@ -99,39 +127,203 @@ public final class StreamConnection: @unchecked Sendable {
         thread.start()
     }
 
-    private var isClosed: Bool { state.withLock { $0.closed } }
-
-    /// Writes one packet in full. Returns false if the connection is closed or the write failed.
-    @discardableResult
-    public func write(_ bytes: [UInt8]) -> Bool {
-        writeLock.withLock { w in
-            w.writes &+= 1
-            if w.gathering, let r = w.reader, pthread_equal(r, pthread_self()) != 0 {
-                w.pending.append(contentsOf: bytes)
-                return true
+    /// Reads until end of file, an error or `close`; returns the error to report, if any.
+    private func readLoop(_ onPackets: ([HCIPacket]) -> Void) -> (any Error)? {
+        var framer = H4Framer()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var packets: [HCIPacket] = []
+        var stats = TransportStatistics()
+        var bulk = BulkReception()
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            stats.reads += 1
+            if n < 0 {
+                if errno == EINTR { continue }
+                return isClosed ? nil : TransportError.io(String(cString: strerror(errno)))
             }
-            if !w.pending.isEmpty {
-                guard writeAll(w.pending) else { return false }
-                w.pending.removeAll(keepingCapacity: true)
+            if n == 0 { return nil }
+            buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            packets.removeAll(keepingCapacity: true)
+            var framingError: (any Error)?
+            do {
+                while let p = try framer.nextPacket() { packets.append(p) }
+            } catch {
+                framingError = error
             }
-            return writeAll(bytes)
+            stats.packetsIn += packets.count
+            stats.bytesIn += n
+            let published = stats
+            readStatistics.withLock { $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn }
+            let before = writeLock.withLock { $0.generation }
+            if !packets.isEmpty { onPackets(packets) }
+            if isTCP {
+                let after = writeLock.withLock { $0.generation }
+                if !bulk.afterRead(wroteSinceLastRead: after != bulk.lastGeneration, fd: fd, enabled: delayedAcksInBulk) {
+                    // Part of a packet (controllers write an H4 indicator and the rest separately): the rest
+                    // may be held back by the peer's Nagle until this segment is ACKed, so the rule applies too.
+                    afterHandlingRead(wrote: after != before, partial: packets.isEmpty)
+                }
+                bulk.lastGeneration = after
+                if bulk.setsockopts != 0 {
+                    let n = bulk.setsockopts
+                    bulk.setsockopts = 0
+                    readStatistics.withLock { $0.other += n }
+                }
+            }
+            if let framingError { return framingError }
         }
     }
 
+    /// Bulk reception over TCP (see the file's header): when the peer streams to us and we answer nothing,
+    /// delay our ACKs (TCP_QUICKACK 0, Linux's ping-pong mode) so that a peer with Nagle on gathers what it
+    /// sends meanwhile into one segment, read at once, instead of one wake-up per H4 fragment. A write, or a
+    /// pause, ends it. Reader-thread state.
+    struct BulkReception {
+        /// Answerless reads in a row that start a bulk run, and the time they must fit in.
+        static let runLength = 64
+        static let runWindow: UInt64 = 250_000_000
+        /// Without a read for this long the run is over (longer than a delayed ACK, 40 ms).
+        static let pause: UInt64 = 250_000_000
+        /// The kernel leaves ping-pong mode when a delayed ACK fires: enter it again at most this often.
+        static let reenter: UInt64 = 20_000_000
+
+        var answerless = 0
+        var runStart: UInt64 = 0
+        var lastRead: UInt64 = 0
+        var lastGeneration = 0
+        var delaying = false
+        var lastEnter: UInt64 = 0
+        var setsockopts = 0
+
+        /// Returns true while ACKs are delayed (the quick-ACK rule does not apply).
+        mutating func afterRead(wroteSinceLastRead: Bool, fd: Int32, enabled: Bool) -> Bool {
+            guard enabled else { return false }
+            let now = DispatchTime.now().uptimeNanoseconds
+            defer { lastRead = now }
+            if wroteSinceLastRead || now &- lastRead > Self.pause {
+                answerless = 0
+                runStart = now
+                // After a pause the kernel has left ping-pong mode by itself (its delayed ACK fired); after a
+                // write the quick-ACK rule takes over again and leaves it if a read goes unanswered.
+                delaying = false
+                if wroteSinceLastRead { return false }
+            }
+            answerless += 1
+            if !delaying && answerless >= Self.runLength && now &- runStart < Self.runWindow {
+                delaying = true
+                lastEnter = 0
+            }
+            guard delaying else { return false }
+            if now &- lastEnter > Self.reenter {
+                StreamConnection.setQuickAck(fd, on: false)
+                lastEnter = now
+                setsockopts += 1
+            }
+            return true
+        }
+    }
+
+    /// Quick-ACK policy after a read was handled (see the file's header). `partial`: the read ended inside
+    /// a packet and delivered none.
+    private func afterHandlingRead(wrote: Bool, partial: Bool = false) {
+        if wrote { return }
+        switch quickAck {
+        case .never: return
+        case .always: break
+        case .afterAnswerlessReads:
+            let due = writeLock.withLock { w -> Bool in
+                // A partial read while the host holds a backlog: the write that answers the next buffer
+                // completion carries the ACK (forcing one here splits the controller's stream into more
+                // segments, each a read).
+                if partial && w.hostBacklog { return false }
+                defer { w.wroteSinceQuickAck = false }
+                return w.wroteSinceQuickAck
+            }
+            if !due { return }
+        }
+        Self.setQuickAck(fd)
+        readStatistics.withLock { $0.other += 1 }
+    }
+
+    private var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Writes H4 bytes (one packet, or several whole ones). Returns false if the connection is closed or
+    /// the write failed. Within a loop turn the bytes are gathered and written when the turn ends (true
+    /// then means accepted).
+    @discardableResult
+    public func write(_ bytes: [UInt8]) -> Bool {
+        submit(packets: 1) { $0.append(contentsOf: bytes) }
+    }
+
+    /// Writes one packet with its H4 indicator, without building an intermediate array.
+    @discardableResult
+    public func write(packet: HCIPacket) -> Bool {
+        submit(packets: 1) { b in
+            b.append(packet.type.rawValue)
+            b.append(contentsOf: packet.bytes)
+        }
+    }
+
+    /// Writes several packets in order.
+    @discardableResult
+    public func write(packets: [HCIPacket]) -> Bool {
+        submit(packets: packets.count) { b in
+            for p in packets {
+                b.append(p.type.rawValue)
+                b.append(contentsOf: p.bytes)
+            }
+        }
+    }
+
+    private func submit(packets: Int, _ append: (inout [UInt8]) -> Void) -> Bool {
+        let inTurn = LoopTurn.inProgress
+        var scheduleFlush = false
+        let ok = writeLock.withLock { w -> Bool in
+            guard !w.failed else { return false }
+            w.generation &+= 1
+            w.statistics.packetsOut += packets
+            append(&w.pending)
+            if inTurn && w.pending.count < Self.gatherLimit {
+                if !w.flushScheduled { w.flushScheduled = true; scheduleFlush = true }
+                return true
+            }
+            return flushLocked(&w)
+        }
+        if scheduleFlush, !LoopTurn.atEnd(flushHook) { flush() }
+        return ok
+    }
+
+    /// Writes what was gathered.
+    @discardableResult
+    public func flush() -> Bool {
+        writeLock.withLock { w in flushLocked(&w) }
+    }
+
+    private func flushLocked(_ w: inout WriteState) -> Bool {
+        w.flushScheduled = false
+        guard !w.pending.isEmpty else { return !w.failed }
+        let ok = !w.failed && writeAll(w.pending, &w.statistics)
+        w.pending.removeAll(keepingCapacity: true)
+        if ok { w.wroteSinceQuickAck = true } else { w.failed = true }
+        return ok
+    }
+
     /// Call with the write lock held.
-    private func writeAll(_ bytes: [UInt8]) -> Bool {
+    private func writeAll(_ bytes: [UInt8], _ stats: inout TransportStatistics) -> Bool {
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { b in
                 isSocket ? Glibc.send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
                          : Glibc.write(fd, b.baseAddress! + off, b.count - off)
             }
+            stats.writes += 1
             if n < 0 {
                 if errno == EINTR { continue }
                 return false
             }
             off += n
         }
+        stats.bytesOut += off
         return true
     }
 
@@ -142,7 +334,13 @@ public final class StreamConnection: @unchecked Sendable {
             return true
         }
         if doClose {
+            // Shut down first: it ends a write blocked on a full socket, which holds the write lock.
             _ = shutdown(fd, Int32(SHUT_RDWR))
+            // No write after this point: the descriptor's number may soon belong to another file.
+            writeLock.withLock { w in
+                w.failed = true
+                w.pending.removeAll()
+            }
             _ = Glibc.close(fd)
         }
     }

@@ -24,25 +24,23 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         let (fd, tcp) = try connectFn()
         let c = StreamConnection(fd: fd, isTCP: tcp, label: name)
         connection.withLock { $0 = c }
-        c.start(onPacket: { [weak sink] p in sink?.transport(didReceive: p) },
+        c.start(onPackets: { [weak sink] ps in sink?.transport(didReceivePackets: ps) },
                 onClose: { [weak sink] e in sink?.transportDidClose(error: e) })
     }
 
     public func send(_ packet: HCIPacket) {
-        _ = connection.withLock { $0 }?.write(packet.h4Bytes)
+        _ = connection.withLock { $0 }?.write(packet: packet)
     }
 
     public var deliversOnReaderThread: Bool { true }
 
     public func send(batch packets: [HCIPacket]) {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(packets.reduce(0) { $0 + $1.bytes.count + 1 })
-        for p in packets {
-            bytes.append(p.type.rawValue)
-            bytes.append(contentsOf: p.bytes)
-        }
-        _ = connection.withLock { $0 }?.write(bytes)
+        _ = connection.withLock { $0 }?.write(packets: packets)
     }
+
+    public var statistics: TransportStatistics? { connection.withLock { $0 }?.statistics }
+
+    public func hostBacklogChanged(_ hasBacklog: Bool) { connection.withLock { $0 }?.hostBacklogChanged(hasBacklog) }
 
     public func close() {
         connection.withLock { c in c?.close(); c = nil }

@@ -32,12 +32,12 @@ public final class TCPServerTransport: HCITransport, @unchecked Sendable {
                 return q
             }
             guard let queued else { c.close(); return }   // one controller at a time
-            c.start(onPacket: { p in sink.transport(didReceive: p) },
+            c.start(onPackets: { ps in sink.transport(didReceivePackets: ps) },
                     onClose: { [weak self] e in
                         self?.state.withLock { $0.connection = nil }
                         sink.transportDidClose(error: e)
                     })
-            for p in queued { c.write(p.h4Bytes) }
+            if !queued.isEmpty { c.write(packets: queued) }
         }
     }
 
@@ -47,8 +47,12 @@ public final class TCPServerTransport: HCITransport, @unchecked Sendable {
             s.waiting.append(packet)
             return nil
         }
-        c?.write(packet.h4Bytes)
+        c?.write(packet: packet)
     }
+
+    public var statistics: TransportStatistics? { state.withLock { $0.connection }?.statistics }
+
+    public func hostBacklogChanged(_ hasBacklog: Bool) { state.withLock { $0.connection }?.hostBacklogChanged(hasBacklog) }
 
     public func close() {
         let (l, c) = state.withLock { s in (s.listener, s.connection) }

@@ -55,6 +55,8 @@ public final class VirtualAir: @unchecked Sendable {
     var scanners: [VirtualController] = []
     var initiators: [VirtualController] = []
     var rng: SeededRandom
+    /// Faults a test has switched on (VirtualAir+Faults.swift).
+    var faults = AirFaults()
 
     func listening(_ c: VirtualController, scanning on: Bool) {
         if on { scanners.append(c) } else { scanners.removeAll { $0 === c } }

@@ -111,6 +111,9 @@ extension VirtualController {
             scanning = on
             filterDuplicates = dup
             complete(op)
+        case .leReadFilterAcceptListSize:
+            guard reportsFilterAcceptListSize else { return complete(op, .unknownCommand) }
+            complete(op, LEReadFilterAcceptListSizeReturn(status: .success, size: UInt8(clamping: filterAcceptListCapacity)))
         case .leClearFilterAcceptList:
             // The list may not change while an initiator uses it (Vol 4 Part E §7.8.15).
             guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
@@ -119,7 +122,7 @@ extension VirtualController {
         case let .leAddDeviceToFilterAcceptList(a):
             guard initiating?.initiatorFilterPolicy != 1 else { return complete(op, .commandDisallowed) }
             if !filterAcceptList.contains(where: { $0.bytes == a.bytes && $0.type.isRandom == a.type.isRandom }) {
-                guard filterAcceptList.count < Self.filterAcceptListCapacity else { return complete(op, .memoryCapacityExceeded) }
+                guard filterAcceptList.count < filterAcceptListCapacity else { return complete(op, .memoryCapacityExceeded) }
                 filterAcceptList.append(a)
             }
             complete(op)
@@ -258,7 +261,11 @@ extension VirtualController {
                 return complete(op, LEEncryptReturn(status: .invalidParameters, encryptedData: [UInt8](repeating: 0, count: 16)))
             }
             complete(op, LEEncryptReturn(status: .success, encryptedData: out.reversed()))
-        case .setEventMaskPage2, .unknown:
+        case .setEventMaskPage2, .unknown, .leSetAdvertisingSetRandomAddress, .leSetExtendedAdvertisingParameters,
+             .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable,
+             .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet,
+             .leClearAdvertisingSets, .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection:
+            // A legacy-advertising controller: the extended commands are not in its supported-commands map.
             complete(op, .unknownCommand)
         }
     }

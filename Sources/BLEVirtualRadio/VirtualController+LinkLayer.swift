@@ -52,13 +52,14 @@ extension VirtualController {
         guard let air = airRef else { return }
         let me = ownAddress
         let myType: UInt8 = me.type.isRandom ? 1 : 0
-        for other in air.initiators where other !== self && other.isPoweredOn {
+        for other in air.initiators where other !== self && other.isPoweredOn && air.delivers(from: self, to: other) {
             if let target = other.initiating, isConnectableAdvertising, other.initiates(to: me, type: myType, with: target) {
                 connect(initiator: other, parameters: target)
                 return   // advertising stopped with the connection
             }
         }
         for other in air.scanners where other !== self && other.isPoweredOn && other.scanning {
+            guard air.delivers(from: self, to: other) else { continue }
             let rssi = air.rssi(from: self, to: other)
             other.report(LEAdvertisingReport(eventType: reportType, addressType: myType, address: me, data: advertisingData, rssi: rssi))
             if other.scanParameters.scanType == .active && isScannableAdvertising {

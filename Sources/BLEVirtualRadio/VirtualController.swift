@@ -89,7 +89,10 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     var reportedDuplicates: Set<[UInt8]> = []
     /// The filter accept list (Vol 6 Part B §4.3.1): devices an initiator with filter policy 1 connects to.
     var filterAcceptList: [BluetoothAddress] = []
-    static let filterAcceptListCapacity = VirtualControllerLimits.filterAcceptListCapacity
+    /// How many devices the accept list holds (a test may give a controller a smaller or larger one), and
+    /// whether LE Read Filter Accept List Size tells the host (false answers Unknown HCI Command). Loop-confined.
+    public var filterAcceptListCapacity = VirtualControllerLimits.filterAcceptListCapacity
+    public var reportsFilterAcceptListSize = true
     var initiating: LECreateConnection? {
         didSet { if (initiating == nil) != (oldValue == nil) { airRef?.listening(self, initiating: initiating != nil) } }
     }
@@ -109,6 +112,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     public func open(sink: any HCITransportSink) throws {
         guard poweredFlag.withLock({ $0 }) else { throw VirtualRadioError.poweredOff }
+        if let refusal = accessRefusal { throw refusal }   // VirtualAir+Faults.swift
         sinkLock.withLock { $0 = sink }
     }
 
@@ -239,6 +243,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     func handle(acl: ACLPacket) {
         guard let link = links[acl.handle] else { return }
+        // A silenced device (VirtualAir+Faults.swift): its link layer still acknowledges, its data is lost.
+        if airRef?.faults.silenced.contains(ObjectIdentifier(self)) == true { return creditReturned(handle: acl.handle) }
         if let model = airtime(for: link) {
             return enqueueForAir(acl, on: link, model: model)
         }

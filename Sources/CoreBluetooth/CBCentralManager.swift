@@ -22,12 +22,12 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     package let leHost: LEHost?
     private var storedIsScanning = false
 
-    // Loop-confined. Peripherals are held weakly (the app keeps those it uses, as on iOS), so a long scan
-    // among rotating private addresses does not grow memory; pending and connected ones are held by
-    // `connectingPeripherals` and by their connection's context.
+    // Loop-confined. Peripherals are held weakly, pending and connected ones too: the app keeps those it
+    // uses, as on iOS, and one it releases has its connection cancelled (`sweepReleased`). A long scan among
+    // rotating private addresses does not grow memory.
     private var scan: ScanState?
     private var peripheralsByAddress = WeakTable<BluetoothAddress, CBPeripheral>()
-    private var connectingPeripherals: [BluetoothAddress: CBPeripheral] = [:]
+    private var connectingPeripherals: [BluetoothAddress: WeakPeripheral] = [:]
     private var cancelledConnects: Set<BluetoothAddress> = []
     private var connectionEventOptions: [CBConnectionEventMatchingOption: Any]?
     /// The host's hub, which this manager shares with the others on the host (set on the loop; read
@@ -92,9 +92,11 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
                   self.hub = hub
                   // Once a device has told us its identity, its later private addresses find the same CBPeripheral.
                   host.addSecurityObserver { [weak self] c, e in
-                      guard let self, case .paired = e, let p = c.context as? CBPeripheral, p.manager === self else { return }
-                      peripheralsByAddress[c.identityAddress] = p
-                      deviceCache?.bind(p.identifier, toIdentity: c.identityAddress)
+                      guard let self, case .paired = e, let link = SharedLink.existing(c) else { return }
+                      for p in link.peripherals(of: self) {
+                          peripheralsByAddress[c.identityAddress] = p
+                          deviceCache?.bind(p.identifier, toIdentity: c.identityAddress)
+                      }
                   }
               },
               powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
@@ -145,9 +147,19 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    /// Whether this platform supports a feature.
+    /// Whether the controller supports a feature: `.extendedScanAndConnect` when it reports LE Extended
+    /// Advertising and the extended scanning and connection commands, which the host then uses. Answered
+    /// from the controllers this process has powered on (a manager in `.poweredOn`); before any, or on the
+    /// virtual radio, which advertises the legacy way, it is false.
     @discardableResult
-    open class func supports(_ features: Feature) -> Bool { features.isEmpty }
+    open class func supports(_ features: Feature) -> Bool {
+        if features.isEmpty { return true }
+        let running = LEHost.runningControllers
+        guard !running.isEmpty else { return false }
+        var have: Feature = []
+        if running.allSatisfy(\.supportsExtendedAdvertising) { have.insert(.extendedScanAndConnect) }
+        return have.isSuperset(of: features)
+    }
 
     open var isScanning: Bool { managerLock.withLock { storedIsScanning } }
 
@@ -183,6 +195,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): an advertising report, delivered as `centralManager(_:didDiscover:advertisementData:rssi:)`.
     public func host(_ host: LEHost, didReceive report: AdvertisingReport) {
         guard var s = scan else { return }
         guard let decision = s.accept(report) else { scan = s; return }
@@ -312,6 +325,11 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     // as iOS does on every connection, and only then announces didConnect: `maximumWriteValueLength` is
     // final in didConnect, and `retrieveConnectedPeripherals(withServices:)` finds the peripheral at once.
     // A link lost before that is a failed connection (didFailToConnect with the reason).
+    //
+    // Managers on one host share links as apps on an iPhone do (SharedLink): a connect to a device another
+    // manager is connected to, or connecting to, joins that link; a cancel, or releasing the peripheral,
+    // lets go of it, and the link drops (or the pending connection is cancelled) only when nobody else
+    // wants it. The others hear nothing until then.
 
     /// Connects; never times out. Ends in exactly one of didConnect or didFailToConnect (or didDisconnect
     /// with a nil error, when cancelled first).
@@ -334,8 +352,14 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         host.loop.execute { [self] in
             let start = { [self] in
                 guard peripheral.isCurrentConnectAttempt(attempt), peripheral.state == .connecting else { return }
-                connectingPeripherals[peripheral.deviceAddress] = peripheral
-                host.connect(to: peripheral.deviceAddress)
+                let link = hub?.centralLink(to: peripheral.deviceAddress)
+                if let link, !SharedLink.of(link).isClosing {
+                    // Another manager's link to this device: share it.
+                    return attach(peripheral, to: link)
+                }
+                connectingPeripherals[peripheral.deviceAddress] = WeakPeripheral(peripheral)
+                // A link closing as its last user let go: connected anew once it is gone (HostHub).
+                if link == nil { host.connect(to: peripheral.deviceAddress) }
             }
             if delay > 0 { host.loop.schedule(after: .seconds(delay), start) } else { start() }
         }
@@ -351,12 +375,26 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         peripheral.setState(wasState == .connecting ? .disconnected : .disconnecting)
         peripheral.beginConnectAttempt()   // a start delay still running will not start
         host.loop.execute { [self] in
+            let address = peripheral.deviceAddress
             if let c = peripheral.connection {
-                peripheral.localCancel = true
-                c.disconnect()
-            } else if connectingPeripherals[peripheral.deviceAddress] === peripheral {
-                cancelledConnects.insert(peripheral.deviceAddress)
-                host.cancelConnect(to: peripheral.deviceAddress)
+                if let link = SharedLink.existing(c), link.hasUser(besides: peripheral) {
+                    // Another manager still uses the link: only this one lets go.
+                    link.remove(peripheral)
+                    peripheral.connection = nil
+                    announceDisconnect(peripheral, error: nil)
+                } else {
+                    peripheral.localCancel = true
+                    SharedLink.close(c)
+                }
+            } else if connectingPeripherals[address]?.value === peripheral {
+                if hub?.isConnecting(to: address, besides: self) == true {
+                    // Another manager still waits for this device: the connection stays pending for it.
+                    connectingPeripherals[address] = nil
+                    announceDisconnect(peripheral, error: nil)
+                } else {
+                    cancelledConnects.insert(address)
+                    host.cancelConnect(to: address)
+                }
             } else {
                 // Still waiting for a start delay: nothing on air yet.
                 announceDisconnect(peripheral, error: nil)
@@ -364,41 +402,110 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    public func host(_ host: LEHost, didConnect connection: HostConnection) {
-        _ = claim(connection)
+    /// Whether this manager waits for a connection to `address`. Loop.
+    func isConnecting(to address: BluetoothAddress) -> Bool {
+        connectingPeripherals[address]?.value != nil && !cancelledConnects.contains(address)
     }
 
-    /// Takes a new central link if this manager asked for it (several managers may share the host).
-    package func claim(_ connection: HostConnection) -> Bool {
-        guard let host = leHost else { return false }
+    /// Loop: the connects that waited for `connection` (closing when they were made) start.
+    func resumeConnects(afterClosing connection: HostConnection) {
+        guard let host = leHost else { return }
+        for (address, w) in connectingPeripherals where w.value != nil && !cancelledConnects.contains(address) {
+            if address == connection.peerAddress || host.identity(of: address) == connection.identityAddress {
+                host.connect(to: address)
+            }
+        }
+    }
+
+    /// A peripheral of this manager was released (any thread): its pending connection is cancelled and its
+    /// link let go, on the loop.
+    func peripheralReleased() {
+        leHost?.loop.execute { [weak self] in self?.sweepReleased() }
+    }
+
+    /// Loop: cancels the pending connections whose peripheral the app released (unless another manager
+    /// waits for the same device), and lets go of the links whose users are gone.
+    func sweepReleased() {
+        guard let host = leHost else { return }
+        for (address, w) in connectingPeripherals where w.value == nil {
+            connectingPeripherals[address] = nil
+            if cancelledConnects.remove(address) == nil, hub?.isConnecting(to: address, besides: self) != true {
+                host.cancelConnect(to: address)
+            }
+        }
+        for c in host.connections.values where c.role == .central {
+            if let link = SharedLink.existing(c), link.sweep() { SharedLink.close(c) }
+        }
+    }
+
+    /// Host plumbing (Linux addition, not for apps): a link is up; `centralManager(_:didConnect:)` follows once the MTU and services are known.
+    public func host(_ host: LEHost, didConnect connection: HostConnection) {
+        switch claim(connection) {
+        case .claimed, .notMine: break
+        case let .cancelled(p): closeCancelled(p, on: connection)
+        }
+    }
+
+    package enum Claim {
+        /// Nobody here asked for the link.
+        case notMine
+        case claimed
+        /// This manager asked for it, then cancelled: the peripheral is not attached.
+        case cancelled(CBPeripheral)
+    }
+
+    /// Takes a new central link if this manager asked for it (several managers may share it).
+    package func claim(_ connection: HostConnection) -> Claim {
         let address = connection.peerAddress
-        let asked = connectingPeripherals.removeValue(forKey: address)
-        guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else {
-            // A link nobody here asked for (another manager on the same host): leave it alone.
-            return false
-        }
+        let asked = connectingPeripherals.removeValue(forKey: address)?.value
+        guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else { return .notMine }
+        // Cancelled on the loop, or by the app before the loop heard of it (the state changes at the call). An
+        // automatic reconnection may still read `.connected` here: its `.connecting` is set on the delegate
+        // queue, with the didDisconnect before it.
+        if cancelledConnects.remove(address) != nil || p.state == .disconnected || p.state == .disconnecting { return .cancelled(p) }
+        attach(p, to: connection)
+        return .claimed
+    }
+
+    /// A link this manager cancelled while it was being made, and nobody else wants: it is closed, and
+    /// didDisconnect (nil error) follows. Loop.
+    package func closeCancelled(_ p: CBPeripheral, on connection: HostConnection) {
+        SharedLink.of(connection).add(p)
         p.connection = connection
-        connection.context = p
         p.announcedConnected = false
-        if cancelledConnects.remove(address) != nil || p.state != .connecting {
-            // Cancelled while the link was being made: close it; didDisconnect (nil error) follows.
-            p.localCancel = true
-            connection.disconnect()
-            return true
-        }
-        p.watchServiceChanged(on: connection)
-        let bonded = host.bondStore.bond(matching: address) != nil
+        p.localCancel = true
+        SharedLink.close(connection)
+    }
+
+    /// A link this manager cancelled while it was being made, which another manager keeps: this one only
+    /// hears didDisconnect (nil error). Loop.
+    package func dropCancelled(_ p: CBPeripheral) {
+        announceDisconnect(p, error: nil)
+    }
+
+    /// Makes `p` a user of the link, then announces didConnect once the link is set up: the ATT MTU
+    /// exchanged and the primary services discovered, once per link (a later user reuses them). Loop.
+    private func attach(_ p: CBPeripheral, to connection: HostConnection) {
+        let link = SharedLink.of(connection)
+        link.add(p)
+        p.connection = connection
+        p.announcedConnected = false
+        link.watchServiceChanged()
+        let bonded = leHost?.bondStore.bond(matching: connection.peerAddress) != nil
         deviceCache?.markConnected(p.identifier, bonded: bonded)
+        if let services = link.systemServices {
+            return announceConnected(p, on: connection, mtu: connection.attMTU, services: services)
+        }
         connection.exchangeMTU { [self, weak connection] _ in
             guard let connection, connection.isOpen else { return }
             connection.gatt(.discoverAllPrimaryServices) { [self, weak connection] r in
                 guard let connection, connection.isOpen, p.connection === connection else { return }
                 var uuids: Set<CBUUID> = []
                 if case let .success(.services(found)) = r { uuids = Set(found.prefix(CBPeripheral.maximumServices).map { CBUUID($0.uuid) }) }
-                announceConnected(p, on: connection, mtu: connection.attMTU, services: uuids)
+                if link.systemServices == nil { link.systemServices = uuids }
+                announceConnected(p, on: connection, mtu: connection.attMTU, services: link.systemServices ?? uuids)
             }
         }
-        return true
     }
 
     /// The link is set up: hands the values the delegate queue reads over to it, then calls didConnect. Loop.
@@ -417,12 +524,23 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a connection failed, delivered as `centralManager(_:didFailToConnect:error:)`.
     public func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) {
-        guard let p = connectingPeripherals.removeValue(forKey: address) else { return }
+        guard let p = connectingPeripherals[address]?.value else {
+            connectingPeripherals[address] = nil
+            return
+        }
         if cancelledConnects.remove(address) != nil {
+            connectingPeripherals[address] = nil
             announceDisconnect(p, error: nil)
             return
         }
+        if status == .unknownConnectionIdentifier && host.powerState == .on {
+            // Cancelled, but not by this manager (another one, or a released peripheral, that waited for the
+            // same device): this connection never times out, so it is asked for again.
+            return host.connect(to: address)
+        }
+        connectingPeripherals[address] = nil
         announceFailure(p, CBError.from(hciStatus: status, connecting: true))
     }
 
@@ -435,8 +553,15 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a link is down, delivered as `centralManager(_:didDisconnectPeripheral:error:)`.
     public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
-        guard let p = connection.context as? CBPeripheral, p.manager === self, p.connection === connection else { return }
+        for p in SharedLink.existing(connection)?.peripherals(of: self) ?? [] where p.connection === connection {
+            linkClosed(p, reason: reason)
+        }
+    }
+
+    private func linkClosed(_ p: CBPeripheral, reason: HCIStatus) {
+        guard let host = leHost else { return }
         let local = p.localCancel
         p.localCancel = false
         p.connection = nil
@@ -450,7 +575,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         let reconnect = !local && p.autoReconnect
         announceDisconnect(p, error: local ? nil : CBError.from(hciStatus: reason, connecting: false), isReconnecting: reconnect)
         if reconnect {
-            connectingPeripherals[p.deviceAddress] = p
+            connectingPeripherals[p.deviceAddress] = WeakPeripheral(p)
             host.connect(to: p.deviceAddress)
         }
     }
@@ -470,19 +595,23 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a notification or indication, delivered as `peripheral(_:didUpdateValueFor:error:)`.
     public func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        (connection.context as? CBPeripheral)?.received(value: value, handle: handle)
+        for p in SharedLink.existing(connection)?.recipients(of: handle) ?? [] where p.manager === self {
+            p.received(value: value, handle: handle)
+        }
     }
 
+    /// Host plumbing (Linux addition, not for apps): room for writes without response, delivered as `peripheralIsReady(toSendWriteWithoutResponse:)`.
     public func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
-        (connection.context as? CBPeripheral)?.readyToSendWriteWithoutResponse()
+        for p in SharedLink.existing(connection)?.peripherals(of: self) ?? [] { p.readyToSendWriteWithoutResponse() }
     }
 
+    /// Host plumbing (Linux addition, not for apps): the ATT MTU of a link changed.
     public func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
         // Handed over in order with the other link events, so didConnect's value is never overwritten by an
         // older one.
-        guard let p = connection.context as? CBPeripheral else { return }
-        queue.async { p.setMTU(mtu) }
+        for p in SharedLink.existing(connection)?.peripherals(of: self) ?? [] { queue.async { p.setMTU(mtu) } }
     }
 
     // MARK: Connection events

@@ -35,6 +35,7 @@ public let CBHCIStatusKey = "OCBHCIStatus"
 /// Seconds since 2001-01-01, as Core Foundation counts them.
 public typealias CFAbsoluteTime = Double
 
+/// The current time in seconds since 2001-01-01 (Linux addition: Core Foundation provides it on Apple platforms).
 @discardableResult
 public func CFAbsoluteTimeGetCurrent() -> CFAbsoluteTime {
     Date().timeIntervalSinceReferenceDate

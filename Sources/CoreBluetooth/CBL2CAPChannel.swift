@@ -17,10 +17,11 @@ import BLETransport
 import BoundStreams
 
 open class CBL2CAPChannel: NSObject, @unchecked Sendable {
-    private let storedPeer: CBPeer
-    private let input: PipeInputStream
-    private let output: PipeOutputStream
-    let bridge: ChannelBridge
+    private let storedPeer: CBPeer?
+    private let input: PipeInputStream?
+    private let output: PipeOutputStream?
+    /// The stack's side of the channel; nil for a channel made with `init()` (a test double, as on iOS).
+    let bridge: ChannelBridge?
 
     /// The peer at the other end (a CBPeripheral for a central, a CBCentral for a peripheral manager).
     open var peer: CBPeer! { storedPeer }
@@ -28,23 +29,36 @@ open class CBL2CAPChannel: NSObject, @unchecked Sendable {
     open var inputStream: InputStream! { input }
     /// What we send.
     open var outputStream: OutputStream! { output }
-    open var psm: CBL2CAPPSM { bridge.channel.psm }
+    open var psm: CBL2CAPPSM { bridge?.channel.psm ?? 0 }
+
+    /// The initializer CBL2CAPChannel inherits from NSObject on Apple platforms: a channel attached to nothing
+    /// (`peer`, `inputStream` and `outputStream` nil, `psm` 0), for test doubles that override those properties.
+    /// Real channels come from `peripheral(_:didOpen:error:)` and `peripheralManager(_:didOpen:error:)`.
+    public override init() {
+        storedPeer = nil
+        input = nil
+        output = nil
+        bridge = nil
+        super.init()
+    }
 
     /// Call on the host loop.
     init(peer: CBPeer, channel: HostL2CAPChannel, loop: EventLoop) {
         storedPeer = peer
-        input = PipeInputStream()
-        output = PipeOutputStream(capacity: max(64 * 1024, 2 * channel.peerMTU))
+        let input = PipeInputStream()
+        let output = PipeOutputStream(capacity: max(64 * 1024, 2 * channel.peerMTU))
+        self.input = input
+        self.output = output
         bridge = ChannelBridge(channel: channel, loop: loop, input: input, output: output)
         super.init()
     }
 
     deinit {
-        bridge.release()
+        bridge?.release()
     }
 
     open override var description: String {
-        "<CBL2CAPChannel: \(address(of: self)), peer = \(storedPeer.identifier.uuidString), psm = \(psm)>"
+        "<CBL2CAPChannel: \(address(of: self)), peer = \(storedPeer?.identifier.uuidString ?? "nil"), psm = \(psm)>"
     }
 }
 

@@ -6,6 +6,8 @@
 // before the callback that announces the change, so the app never sees a value change under its feet.
 import Foundation
 import BLEHost
+import Logging
+import StackLog
 
 open class CBManager: NSObject, @unchecked Sendable {
     package let managerLock = CBLock()
@@ -83,14 +85,16 @@ open class CBManager: NSObject, @unchecked Sendable {
     }
 }
 
-/// Diagnostics in Core Bluetooth's words, on standard error.
+/// Diagnostics in Core Bluetooth's words (iOS's "API MISUSE" lines and warnings), through swift-log with the
+/// label `opencorebluetooth.corebluetooth`: misuse at `error`, warnings at `warning`. The logger is made at
+/// each call (these are rare), so it follows whatever backend the application has bootstrapped by then.
 package enum CBLog {
-    package static func misuse(_ message: String) {
-        FileHandle.standardError.write(Data("[CoreBluetooth] API MISUSE: \(message)\n".utf8))
+    package static func misuse(_ message: @autoclosure () -> String) {
+        Logger(.coreBluetooth).error("API MISUSE: \(message())")
     }
 
-    package static func warning(_ message: String) {
-        FileHandle.standardError.write(Data("[CoreBluetooth] WARNING: \(message)\n".utf8))
+    package static func warning(_ message: @autoclosure () -> String) {
+        Logger(.coreBluetooth).warning("\(message())")
     }
 }
 

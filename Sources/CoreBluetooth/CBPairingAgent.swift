@@ -84,7 +84,13 @@ extension CBCentralManager {
     /// The agent that answers pairing prompts for links this manager makes; nil accepts Just Works only.
     public var pairingAgent: (any CBPairingAgent)? {
         get { managerLock.withLock { storedPairingAgent } }
-        set { installPairingAgent(newValue, on: leHost) { $0.context as? CBPeer } }
+        set {
+            // A shared link's peer: this manager's peripheral for it, else another manager's.
+            installPairingAgent(newValue, on: leHost) { [weak self] c in
+                let all = SharedLink.existing(c)?.peripherals ?? []
+                return all.first { $0.manager === self } ?? all.first
+            }
+        }
     }
 }
 

@@ -92,8 +92,27 @@ extension CBPeripheral {
             continuation.finish()
             throw CBATTError(.requestNotSupported)
         }
-        try await gattAsync(.write(handle: cccd.handle, value: cccdValue)) { _ in characteristic._isNotifying = true }
+        try await configureNotifications(characteristic, descriptor: cccd.handle, value: cccdValue)
         return stream
+    }
+
+    /// Writes the link's configuration of a characteristic (SharedLink) and sets `isNotifying` to match.
+    func configureNotifications(_ characteristic: CBCharacteristic, descriptor: UInt16, value: [UInt8]?) async throws {
+        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        let q = queue
+        let valueHandle = characteristic.valueHandle
+        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Void, any Error>) in
+            host.loop.execute { [self] in
+                guard let c = connection, c.isOpen else { return cont.resume(throwing: CBError(.notConnected)) }
+                SharedLink.of(c).configure(user: linkUserID, valueHandle: valueHandle, descriptor: descriptor, value: value) { f in
+                    q.async {
+                        if let f { return cont.resume(throwing: self.cbError(f)) }
+                        characteristic._isNotifying = value != nil
+                        cont.resume()
+                    }
+                }
+            }
+        }
     }
 
     /// Reads the RSSI of the link in dBm.

@@ -218,15 +218,16 @@ extension CBPeripheral {
         let value: [UInt8] = !enabled ? [0, 0] : props.contains(.notify) ? [1, 0] : [2, 0]
         let known = characteristic._descriptors?.first { $0.uuid.bluetoothUUID == .clientCharacteristicConfiguration }?.handle
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
+        let valueHandle = characteristic.valueHandle
         withConnection("setNotifyValue") { [self] c in
+            // The descriptor is the link's (shared with other managers' peripherals on it, as on iOS).
             let write: (UInt16) -> Void = { [self] cccd in
-                c.gatt(.write(handle: cccd, value: value)) { [self] r in
-                    switch r {
-                    case .success:
+                SharedLink.of(c).configure(user: linkUserID, valueHandle: valueHandle, descriptor: cccd, value: enabled ? value : nil) { [self] f in
+                    if let f {
+                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: self.cbError(f)) }
+                    } else {
                         deliver({ $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
                                 prepare: { characteristic._isNotifying = enabled })
-                    case let .failure(f):
-                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: self.cbError(f)) }
                     }
                 }
             }

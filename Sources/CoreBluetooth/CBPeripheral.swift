@@ -46,6 +46,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     private var storedAutoReconnect = false
     /// The peer's Service Changed value handle, once found.
     package var serviceChangedHandle: UInt16 = 0
+    /// This peripheral's place among the users of its link (SharedLink).
+    package var linkUserID: UInt64 = 0
     /// Async listeners of notifications and indications.
     let valueListeners = ValueListeners()
     /// Notifications and indications waiting for the delegate queue.
@@ -55,6 +57,20 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         self.manager = manager
         self.storedDeviceAddress = address
         super.init(identifier: identifier)
+    }
+
+    /// Releasing a peripheral cancels its connection, pending or made, unless another manager's peripheral
+    /// still uses the link. CBCentralManager.h says "Pending attempts are cancelled automatically upon
+    /// deallocation of peripheral", and Apple's page for connect(_:options:) "Deallocating peripheral also
+    /// implicitly calls cancelPeripheralConnection(_:)", which disconnects a connected one: iOS logs this
+    /// warning, then bluetoothd disconnects the device (device logs show "Disconnecting device" right after
+    /// it, for peripherals apps forgot to keep after didConnect). This stack then calls no delegate method
+    /// for it: the app no longer has the object it would name.
+    deinit {
+        let s = lock.withLock { storedState }
+        guard s != .disconnected, let m = manager else { return }
+        CBLog.misuse("Cancelling connection for unused peripheral <CBPeripheral: identifier = \(identifier.uuidString), state = \(s)>, Did you forget to keep a reference to it?")
+        m.peripheralReleased()
     }
 
     /// A new connect (or a cancel) supersedes the previous attempt; returns the new attempt's number.

@@ -309,10 +309,12 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     // MARK: Requests
 
+    /// Host plumbing (Linux addition, not for apps): a central connected.
     public func host(_ host: LEHost, didConnect connection: HostConnection) {
         _ = central(for: connection)
     }
 
+    /// Host plumbing (Linux addition, not for apps): a central disconnected; its subscriptions end.
     public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
         guard let central = managerLock.withLock({ centrals.removeValue(forKey: connection.handle) }) else { return }
         queue.async { [self] in
@@ -344,10 +346,12 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): the ATT MTU of a link changed.
     public func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
         central(for: connection)._maximumUpdateValueLength = Int(mtu) - 3
     }
 
+    /// Host plumbing (Linux addition, not for apps): a read request, delivered as `peripheralManager(_:didReceiveRead:)`.
     public func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {
         guard let connection = host.connections[request.connectionHandle] else { return }
         let central = central(for: connection)
@@ -360,6 +364,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         queue.async { [self] in delegate?.peripheralManager(self, didReceiveRead: r) }
     }
 
+    /// Host plumbing (Linux addition, not for apps): write requests, delivered as `peripheralManager(_:didReceiveWrite:)`.
     public func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
         guard let connection = host.connections[request.connectionHandle] else { return }
         let central = central(for: connection)
@@ -399,6 +404,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
     }
 
+    /// Host plumbing (Linux addition, not for apps): a subscription changed, delivered as `peripheralManager(_:central:didSubscribeTo:)` or `…didUnsubscribeFrom:`.
     public func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
         guard let c = managerLock.withLock({ characteristicsByValueHandle[valueHandle] }) else { return }
         let central = central(for: connection)

@@ -3,8 +3,9 @@
 // peripheral delegate and hands each event to the manager it belongs to:
 // - advertising reports go to every central (each applies its own scan filters); the controller scans
 //   while any central wants it;
-// - a new central link goes to the manager that asked for it; its later events follow the CBPeripheral
-//   in the connection's context;
+// - a new central link goes to every manager that asked for it, and a connect to a device another manager
+//   is linked to joins that link (SharedLink, in the connection's context): the link's events go to every
+//   manager using it, each to its own CBPeripheral; a link nobody wants any more is closed;
 // - links made to us as peripheral go to every peripheral manager (each has its CBCentral for it); reads,
 //   writes and subscriptions go to the manager that published the attribute (the GATT database is shared);
 // - when the last manager goes away, the host is powered off.
@@ -49,6 +50,10 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
         centralManagers.removeAll { $0.value == nil }
         peripheralManagers.removeAll { $0.value == nil }
         centralsSnapshot.withLock { $0 = centralManagers }
+        // The links of a manager that is gone are let go of (the others' stay).
+        for c in (host?.connections ?? [:]).values where c.role == .central {
+            if let link = SharedLink.existing(c), link.sweep() { SharedLink.close(c) }
+        }
         let live = Set(centrals.map(ObjectIdentifier.init))
         scanners.formIntersection(live)
         if scanners.isEmpty, host?.isScanning == true { host?.stopScanning() }
@@ -56,6 +61,10 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     }
 
     var managerCount: Int { centrals.count + peripherals.count }
+
+    /// The queues the delegates of this host's managers run on (CoreBluetoothTesting waits on them to tell
+    /// when the app has finished reacting).
+    var delegateQueues: [DispatchQueue] { centrals.map(\.queue) + peripherals.map(\.queue) }
 
     /// The central managers on this host. Any thread.
     var centralManagersOnHost: [CBCentralManager] { centralsSnapshot.withLock { $0.compactMap(\.value) } }
@@ -84,8 +93,26 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     func host(_ host: LEHost, didConnect connection: HostConnection) {
         if connection.role == .peripheral {
             for p in peripherals { p.host(host, didConnect: connection) }
+            return
+        }
+        // Every manager that asked for the device shares the link; those that cancelled meanwhile hear
+        // didDisconnect, and the link closes only when nobody keeps it.
+        var claimed = false
+        var cancelled: [(CBCentralManager, CBPeripheral)] = []
+        for c in centrals {
+            switch c.claim(connection) {
+            case .claimed: claimed = true
+            case let .cancelled(p): cancelled.append((c, p))
+            case .notMine: break
+            }
+        }
+        if claimed {
+            for (c, p) in cancelled { c.dropCancelled(p) }
+        } else if !cancelled.isEmpty {
+            for (c, p) in cancelled { c.closeCancelled(p, on: connection) }
         } else {
-            for c in centrals where c.claim(connection) { return }
+            // Asked for by a manager or a peripheral that is gone since.
+            SharedLink.close(connection)
         }
     }
 
@@ -97,28 +124,41 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
         if connection.role == .peripheral {
             for p in peripherals { p.host(host, didDisconnect: connection, reason: reason) }
         } else {
-            owner(of: connection)?.host(host, didDisconnect: connection, reason: reason)
+            for c in centrals { c.host(host, didDisconnect: connection, reason: reason) }
+            // A connect made while the link was closing waited for it to go: it starts now.
+            for c in centrals { c.resumeConnects(afterClosing: connection) }
         }
     }
 
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        owner(of: connection)?.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication)
+        for c in centrals { c.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication) }
     }
 
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
-        owner(of: connection)?.host(host, connectionIsReadyToSendWriteWithoutResponse: connection)
+        for c in centrals { c.host(host, connectionIsReadyToSendWriteWithoutResponse: connection) }
     }
 
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {
         if connection.role == .peripheral {
             for p in peripherals { p.host(host, connection: connection, didChangeMTU: mtu) }
         } else {
-            owner(of: connection)?.host(host, connection: connection, didChangeMTU: mtu)
+            for c in centrals { c.host(host, connection: connection, didChangeMTU: mtu) }
         }
     }
 
-    private func owner(of connection: HostConnection) -> CBCentralManager? {
-        (connection.context as? CBPeripheral)?.manager
+    /// An open central link to the device at `address` (its link address or identity), for a manager that
+    /// connects to a device another one is linked to.
+    func centralLink(to address: BluetoothAddress) -> HostConnection? {
+        guard let host else { return nil }
+        let identity = host.identity(of: address)
+        return host.connections.values.first { c in
+            c.role == .central && c.isOpen && (c.peerAddress == address || c.identityAddress == identity)
+        }
+    }
+
+    /// Whether a central manager other than `m` waits for a connection to `address`.
+    func isConnecting(to address: BluetoothAddress, besides m: CBCentralManager) -> Bool {
+        centrals.contains { $0 !== m && $0.isConnecting(to: address) }
     }
 
     // MARK: Peripheral role (the LEHost calls these for links where we are the peripheral)

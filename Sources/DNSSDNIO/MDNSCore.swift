@@ -4,8 +4,10 @@
 // the next start). In `running`, every engine call and every action happens on `loop`.
 import DNSSD
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
+import StackLog
 
 final class MDNSCore: @unchecked Sendable {
     enum State {
@@ -42,7 +44,7 @@ final class MDNSCore: @unchecked Sendable {
         self.interfaces = interfaces
         self.ipv4 = ipv4
         self.ipv6 = ipv6
-        self.log = log ?? { line in FileHandle.standardError.write(Data(("[mdns] " + line + "\n").utf8)) }
+        self.log = log ?? { line in Logger(.mdns).notice("\(line)") }
     }
 
     // MARK: Life cycle
@@ -64,9 +66,9 @@ final class MDNSCore: @unchecked Sendable {
         let group = existingGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
         lock.withLock { self.group = group }
         let loop = group.next()
-        let sockets = try MDNSSockets.open(on: loop, interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, log: log) { [weak self] bytes, peer in
-            self?.received(bytes, from: peer)
-        }
+        let sockets = try MDNSSockets.open(on: loop, interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, log: log,
+                                           receive: { [weak self] bytes, peer in self?.received(bytes, from: peer) },
+                                           changed: { [weak self] change in self?.networkChanged(change) })
         let host = (try? DNSName(hostNameString)) ?? (try! DNSName("linux.local"))
         let seed = UInt64.random(in: 0...UInt64.max)
         try? loop.submit {
@@ -197,6 +199,16 @@ final class MDNSCore: @unchecked Sendable {
         perform(actions, sockets: sockets)
     }
 
+    /// Interfaces or addresses changed (on the loop): withdraw addresses we lost and announce the new
+    /// ones, announce our records again on interfaces gained, forget what was learnt on interfaces lost.
+    private func networkChanged(_ change: MDNSNetworkChange) {
+        guard case .running(let sockets) = lock.withLock({ state }), var engine = self.engine else { return }
+        var actions = engine.setAddresses(change.addresses, now: now())
+        actions += engine.interfacesChanged(added: change.added, removed: change.removed, now: now())
+        self.engine = engine
+        perform(actions, sockets: sockets)
+    }
+
     private func timerFired(sockets: MDNSSockets) {
         guard var engine = self.engine else { return }
         let actions = engine.timerFired(now: now())
@@ -243,9 +255,10 @@ final class MDNSCore: @unchecked Sendable {
                 texts.append(address.description)
                 if let sa = try? SocketAddress(ipAddress: address.description, port: Int(s.port)) { socketAddresses.append(sa) }
             case .v6(let bytes):
+                // A link-local address is reachable through the interface it was learnt on.
                 let linkLocal = bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80
-                let scope = linkLocal ? sockets.ipv6ScopeID : 0
-                texts.append(address.description + (scope != 0 ? "%\(sockets.ipv6ScopeName ?? String(scope))" : ""))
+                let scope = linkLocal ? (s.interfaces[address] ?? 0) : 0
+                texts.append(address.description + (scope != 0 ? "%\(MDNSSockets.name(of: scope) ?? String(scope))" : ""))
                 socketAddresses.append(MDNSSockets.socketAddress(v6: bytes, port: s.port, scope: scope))
             }
         }

@@ -6,6 +6,12 @@
 // (RFC 6762 §15: one responder per host is the model; we share port 5353 with avahi-daemon via
 // SO_REUSEADDR/SO_REUSEPORT).
 //
+// The responder follows the machine's network (MDNSSockets.swift): interfaces and addresses that appear,
+// disappear or change are noticed through netlink; records are announced again on an interface gained, the
+// addresses we lost are withdrawn (TTL 0), and services learnt through an interface that went away are
+// reported lost. A send that fails is reported once through `log`, never closes anything, and the interfaces
+// are enumerated again. Starting with no usable interface is not an error: the service waits for one.
+//
 // Threading contract: every method may be called from any thread. Event callbacks run on the service's
 // event-loop thread, one at a time, in order; they must not block. Sockets open lazily on the first
 // `register` or `browse`; if port 5353 cannot be opened the handle's callback gets `.failed(.socketUnavailable)`.
@@ -17,7 +23,7 @@ public typealias BonjourServiceType = DNSSD.BonjourServiceType
 
 /// Errors reported through `RegistrationEvent.failed` and `BrowseEvent.failed`.
 public enum MDNSError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// UDP port 5353 could not be opened or no multicast group could be joined. `reason` says why.
+    /// UDP port 5353 could not be bound in any family. `reason` says why.
     case socketUnavailable(reason: String)
     /// The service type is not `_name._tcp` / `_name._udp` with a valid name.
     case invalidServiceType(String)
@@ -126,7 +132,8 @@ public final class MDNSService: Sendable {
     ///   - ipv4: join 224.0.0.251.
     ///   - ipv6: join ff02::fb.
     ///   - hostName: our host name; default `<uuid>.local.`.
-    ///   - log: where diagnostic lines go (malformed packets, socket errors); default standard error.
+    ///   - log: where diagnostic lines go (malformed packets, name conflicts, socket errors); by default swift-log,
+    ///     label `opencorebluetooth.mdns`, level `notice`.
     public init(interfaces: [String]? = nil, ipv4: Bool = true, ipv6: Bool = true, hostName: String? = nil,
                 log: (@Sendable (String) -> Void)? = nil) {
         self.core = MDNSCore(interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, hostName: hostName, log: log)
@@ -136,8 +143,13 @@ public final class MDNSService: Sendable {
     public var hostName: String { core.hostNameString }
 
     /// Advertises `instanceName._foo._tcp.local.` on `port` with `txt`.
-    /// - Parameter serviceType: `"_foo._tcp"` or `"_foo._udp"` (a trailing `.local.` is accepted).
     /// Events arrive on the service's thread; the first is `.registered`, `.renamed` or `.failed`.
+    /// - Parameters:
+    ///   - serviceType: `"_foo._tcp"` or `"_foo._udp"` (a trailing `.local.` is accepted).
+    ///   - instanceName: the name to claim; a conflict renames it (`.renamed`).
+    ///   - port: the service's port.
+    ///   - txt: the TXT record's keys and values.
+    ///   - onEvent: called with each registration event.
     public func register(serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
                          onEvent: @escaping @Sendable (RegistrationEvent) -> Void) -> MDNSRegistration {
         core.register(serviceType: serviceType, instanceName: instanceName, port: port, txt: txt, onEvent: onEvent)

@@ -1,7 +1,9 @@
 // What a GKSession keeps about peers, mapped from Multipeer events: found peers (available/unavailable),
 // connection requests waiting for accept/deny, connections in progress, and the data handler.
 import Foundation
+import Logging
 import MultipeerConnectivity
+import StackLog
 
 final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDelegate, MCNearbyServiceBrowserDelegate, @unchecked Sendable {
     let serviceType: String
@@ -64,7 +66,7 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
             advertiser?.stopAdvertisingPeer()
             browser?.stopBrowsingForPeers()
             let lost = lock.withLock { () -> [MCPeerID] in defer { nearby.removeAll() }; return nearby.compactMap { known[$0] } }
-            for p in lost { changed(p, .unavailable) }
+            for p in lost { changed(p, .stateUnavailable) }
         }
     }
 
@@ -99,9 +101,9 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
     func peers(in state: GKPeerConnectionState, connected now: [MCPeerID]) -> [MCPeerID] {
         lock.withLock {
             switch state {
-            case .available: return nearby.subtracting(now.map(\.token)).subtracting(connecting.keys).compactMap { known[$0] }.sorted { $0.token < $1.token }
-            case .connected: return now
-            case .connecting: return connecting.keys.compactMap { known[$0] }.sorted { $0.token < $1.token }
+            case .stateAvailable: return nearby.subtracting(now.map(\.token)).subtracting(connecting.keys).compactMap { known[$0] }.sorted { $0.token < $1.token }
+            case .stateConnected: return now
+            case .stateConnecting: return connecting.keys.compactMap { known[$0] }.sorted { $0.token < $1.token }
             default: return []
             }
         }
@@ -110,6 +112,7 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
     private func changed(_ p: MCPeerID, _ state: GKPeerConnectionState) {
         guard let s = owner else { return }
         let id = String(p.token)
+        Logger(.gameKit).debug("peer state changed", metadata: ["session": "\(serviceType)", "peer": "\(id)", "state": "\(state)"])
         let obs = Unchecked(observers)
         s.delegateQueue.async {
             s.delegate?.session(s, peer: id, didChange: state)
@@ -121,12 +124,12 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
 
     func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?) {
         let new = lock.withLock { () -> Bool in known[peerID.token] = peerID; return nearby.insert(peerID.token).inserted }
-        if new { changed(peerID, .available) }
+        if new { changed(peerID, .stateAvailable) }
     }
 
     func browser(_ browser: MCNearbyServiceBrowser, lostPeer peerID: MCPeerID) {
         let was = lock.withLock { nearby.remove(peerID.token) != nil }
-        if was { changed(peerID, .unavailable) }
+        if was { changed(peerID, .stateUnavailable) }
     }
 
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
@@ -150,22 +153,23 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
         switch state {
         case .connecting:
             lock.withLock { if connecting[peerID.token] == nil { connecting[peerID.token] = Date() } }
-            changed(peerID, .connecting)
+            changed(peerID, .stateConnecting)
         case .connected:
             lock.withLock {
                 connecting[peerID.token] = nil
                 connected.insert(peerID.token)
             }
-            changed(peerID, .connected)
+            changed(peerID, .stateConnected)
         case .notConnected:
             let (wasConnected, wasConnecting) = lock.withLock { () -> (Bool, Bool) in
                 (connected.remove(peerID.token) != nil, connecting.removeValue(forKey: peerID.token) != nil)
             }
             if wasConnected {
-                changed(peerID, .disconnected)
+                changed(peerID, .stateDisconnected)
             } else if wasConnecting {
                 let id = String(peerID.token)
-                s.delegateQueue.async { s.delegate?.session(s, connectionWithPeerFailed: id, withError: GKSessionError(.connectionFailed)) }
+                Logger(.gameKit).debug("connection failed", metadata: ["session": "\(serviceType)", "peer": "\(id)"])
+                s.delegateQueue.async { s.delegate?.session(s, connectionWithPeerFailed: id, withError: GKSessionError(.connectionFailedError)) }
             }
         @unknown default:
             break
@@ -174,9 +178,11 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
 
     func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {
         guard let s = owner else { return }
-        guard let r = lock.withLock({ receiver }) else { return }
         let id = String(peerID.token)
-        s.delegateQueue.async {
+        // The handler is read where the data is delivered, after the state changes queued before it: an app
+        // that sets it when it hears of the connection (the seed does, in didConnectPeer) gets the first message.
+        s.delegateQueue.async { [self] in
+            guard let r = lock.withLock({ receiver }) else { return }
             r.object?.receiveData(data, fromPeer: id, inSession: s, context: r.context)
             r.closure?(data, id, s, r.context)
         }

@@ -1,15 +1,16 @@
-// GKPeerPickerController without UIKit: the same delegate sequence — (didSelect when several connection
-// types are allowed) → sessionFor (a session in .peer mode; the picker makes one when the delegate does
+// GKPeerPickerController without UIKit: the same delegate sequence — sessionFor (a session in .peer mode; the picker makes one when the delegate does
 // not) → a peer is chosen → the other side accepts → didConnectPeer; or peerPickerControllerDidCancel.
 // `chooser` stands in for the user's tap (default: the first peer found; `GKTerminalPicker.choose` asks
 // on the terminal), `requestPresenter` for the other side's "accept?" alert (default: accept).
+// `peerPickerController(_:didSelect:)` is never called: it answers a choice between several connection types,
+// and Apple's Swift `GKPeerPickerConnectionType` is an enumeration whose mask can only name one (`.nearby`).
 import Foundation
 
-public protocol GKPeerPickerControllerDelegate: AnyObject {
+public protocol GKPeerPickerControllerDelegate: NSObjectProtocol {
     func peerPickerController(_ picker: GKPeerPickerController, didSelect type: GKPeerPickerConnectionType)
     /// Return a session in .peer mode; without this method the picker makes its own.
     func peerPickerController(_ picker: GKPeerPickerController, sessionFor type: GKPeerPickerConnectionType) -> GKSession
-    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, toSession session: GKSession)
+    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, to session: GKSession)
     func peerPickerControllerDidCancel(_ picker: GKPeerPickerController)
 }
 
@@ -18,14 +19,21 @@ public extension GKPeerPickerControllerDelegate {
     func peerPickerController(_ picker: GKPeerPickerController, sessionFor type: GKPeerPickerConnectionType) -> GKSession {
         GKSession(sessionID: nil, displayName: nil, sessionMode: .peer)
     }
-    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, toSession session: GKSession) {}
+    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, to session: GKSession) {}
     func peerPickerControllerDidCancel(_ picker: GKPeerPickerController) {}
 }
 
 open class GKPeerPickerController: NSObject, @unchecked Sendable {
+    /// The allowed connection type: `.nearby` (the default), the one iOS requires and the one Linux has.
     open var connectionTypesMask: GKPeerPickerConnectionType = .nearby
     open weak var delegate: (any GKPeerPickerControllerDelegate)?
-    open private(set) var isVisible = false
+    /// Read from any thread (the delegate's calls come on the main queue): behind a lock.
+    open private(set) var isVisible: Bool {
+        get { visibleLock.withLock { visible } }
+        set { visibleLock.withLock { visible = newValue } }
+    }
+    private let visibleLock = NSLock()
+    private var visible = false
     /// Picks a peer among those shown (ID → display name); nil waits for more. Runs on the session's queue.
     public var chooser: ([String: String]) -> String? = { $0.keys.sorted().first }
     /// Answers a connection request from the peer with this display name (the remote side's alert).
@@ -40,10 +48,9 @@ open class GKPeerPickerController: NSObject, @unchecked Sendable {
     open func show() {
         guard !isVisible else { return }
         isVisible = true
-        if connectionTypesMask.contains(.online) && connectionTypesMask.contains(.nearby) {
-            delegate?.peerPickerController(self, didSelect: .nearby)
-        }
-        let s = delegate?.peerPickerController(self, sessionFor: .nearby) ?? GKSession(sessionID: nil, displayName: nil, sessionMode: .peer)
+        // iOS requires the Bluetooth (nearby) type among the allowed ones and raises otherwise.
+        precondition(connectionTypesMask == .nearby, "GKPeerPickerController: connectionTypesMask must include GKPeerPickerConnectionType.nearby")
+        let s: GKSession = delegate?.peerPickerController(self, sessionFor: .nearby) ?? GKSession(sessionID: nil, displayName: nil, sessionMode: .peer)
         precondition(s.sessionMode == .peer, "the session a GKPeerPickerController uses must be in GKSessionModePeer")
         session = s
         s.engine.observers.append { [weak self, weak s] peer, state in
@@ -66,16 +73,16 @@ open class GKPeerPickerController: NSObject, @unchecked Sendable {
 
     private func stateChanged(_ peer: String, _ state: GKPeerConnectionState, in s: GKSession) {
         switch state {
-        case .available where chosen == nil:
+        case .stateAvailable where chosen == nil:
             var shown: [String: String] = [:]
-            for id in s.peers(with: .available) { shown[id] = s.displayName(forPeer: id) ?? id }
+            for id in s.peerIDs(with: .stateAvailable) { shown[id] = s.displayName(forPeer: id) ?? id }
             guard let pick = chooser(shown) else { return }
             chosen = pick
             s.connect(toPeer: pick, withTimeout: 30)
-        case .connected where !connectedReported:
+        case .stateConnected where !connectedReported:
             connectedReported = true
-            delegate?.peerPickerController(self, didConnectPeer: peer, toSession: s)
-        case .disconnected, .unavailable:
+            delegate?.peerPickerController(self, didConnectPeer: peer, to: s)
+        case .stateDisconnected, .stateUnavailable:
             if peer == chosen, !connectedReported { chosen = nil }
         default:
             break

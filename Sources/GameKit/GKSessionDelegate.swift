@@ -6,7 +6,7 @@
 // the seed's handler compiles with only its `@objc` removed and the conformance added. A closure form exists too.
 import Foundation
 
-public protocol GKSessionDelegate: AnyObject {
+public protocol GKSessionDelegate: NSObjectProtocol {
     func session(_ session: GKSession, peer peerID: String, didChange state: GKPeerConnectionState)
     func session(_ session: GKSession, didReceiveConnectionRequestFromPeer peerID: String)
     func session(_ session: GKSession, connectionWithPeerFailed peerID: String, withError error: any Error)
@@ -22,5 +22,6 @@ public extension GKSessionDelegate {
 
 /// What `setDataReceiveHandler(_:withContext:)` calls for each message, on the main queue.
 public protocol GKSessionDataReceiveHandler: AnyObject {
+    /// One message from `peer`, with the context pointer given to `setDataReceiveHandler(_:withContext:)` passed through untouched.
     func receiveData(_ data: Data, fromPeer peer: String, inSession session: GKSession, context: UnsafeMutableRawPointer?)
 }

@@ -1,4 +1,5 @@
-// GameKit's peer-session enums and errors (GKPublicConstants.h, GKSessionError.h), with their raw values.
+// GameKit's peer-session enums (GKPublicConstants.h, GKPeerPickerController.h), with their raw values and
+// the Swift names Xcode shows an iOS app.
 @_exported import Foundation
 
 public enum GKSessionMode: Int, Sendable {
@@ -10,16 +11,15 @@ public enum GKSessionMode: Int, Sendable {
     case peer = 2
 }
 
-public enum GKPeerConnectionState: Int, Sendable, CustomStringConvertible {
-    case available = 0
-    case unavailable = 1
-    case connected = 2
-    case disconnected = 3
-    case connecting = 4
-    case connectedRelay = 5
-    public var description: String {
-        ["available", "unavailable", "connected", "disconnected", "connecting", "connectedRelay"][rawValue]
-    }
+/// A peer's state as `session(_:peer:didChange:)` reports it (GKPeerConnectionState, whose Swift cases keep
+/// the `state` prefix of GKPeerStateAvailable…).
+public enum GKPeerConnectionState: Int, Sendable {
+    case stateAvailable = 0
+    case stateUnavailable = 1
+    case stateConnected = 2
+    case stateDisconnected = 3
+    case stateConnecting = 4
+    case stateConnectedRelay = 5
 }
 
 public enum GKSendDataMode: Int, Sendable {
@@ -29,34 +29,11 @@ public enum GKSendDataMode: Int, Sendable {
     case unreliable = 1
 }
 
-public struct GKPeerPickerConnectionType: OptionSet, Sendable {
-    public let rawValue: UInt
-    public init(rawValue: UInt) { self.rawValue = rawValue }
-    public static let online = GKPeerPickerConnectionType(rawValue: 1 << 0)
-    public static let nearby = GKPeerPickerConnectionType(rawValue: 1 << 1)
-}
-
-public let GKSessionErrorDomain: String = "com.apple.gamekit.GKSessionErrorDomain"
-
-public struct GKSessionError: CustomNSError, Hashable, @unchecked Sendable {
-    public let _nsError: NSError
-    public init(_nsError error: NSError) { _nsError = error }
-    public init(_ code: Code, userInfo: [String: Any] = [:]) {
-        var info = userInfo
-        if info[NSLocalizedDescriptionKey] == nil { info[NSLocalizedDescriptionKey] = "\(code)" }
-        _nsError = NSError(domain: GKSessionErrorDomain, code: code.rawValue, userInfo: info)
-    }
-    public static var errorDomain: String { GKSessionErrorDomain }
-    public var errorCode: Int { _nsError.code }
-    public var errorUserInfo: [String: Any] { _nsError.userInfo }
-    public var code: Code { Code(rawValue: _nsError.code) ?? .unknown }
-    public static func == (a: GKSessionError, b: GKSessionError) -> Bool { a._nsError.code == b._nsError.code }
-    public func hash(into h: inout Hasher) { h.combine(_nsError.code) }
-
-    public enum Code: Int, Sendable {
-        case invalidParameter = 30500, peerNotFound = 30501, declined = 30502, timedOut = 30503, cancelled = 30504
-        case connectionFailed = 30505, connectionClosed = 30506, dataTooBig = 30507, notConnected = 30508
-        case cannotEnable = 30509, inProgress = 30510
-        case connectivity = 30201, transport = 30202, `internal` = 30203, unknown = 30204, system = 30205
-    }
+/// The picker's connection types. Apple's Swift declaration is an enumeration (GKPeerPickerConnectionTypeOnline
+/// = 1 << 0, …Nearby = 1 << 1), so an exhaustive `switch` needs no `default`. The mask of both types has no
+/// case here (an imported C enum holds any raw value; a Swift one cannot): `GKPeerPickerConnectionType(rawValue: 3)`
+/// is nil. Only `.nearby` connects on Linux, as on iOS since Game Center took over online play.
+public enum GKPeerPickerConnectionType: UInt, Sendable {
+    case online = 1
+    case nearby = 2
 }

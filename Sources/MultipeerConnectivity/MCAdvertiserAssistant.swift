@@ -4,7 +4,7 @@
 // around each decision, as on iOS.
 import Foundation
 
-public protocol MCAdvertiserAssistantDelegate: AnyObject {
+public protocol MCAdvertiserAssistantDelegate: NSObjectProtocol {
     func advertiserAssistantWillPresentInvitation(_ advertiserAssistant: MCAdvertiserAssistant)
     func advertiserAssistantDidDismissInvitation(_ advertiserAssistant: MCAdvertiserAssistant)
 }
@@ -35,6 +35,7 @@ open class MCAdvertiserAssistant: NSObject, MCNearbyServiceAdvertiserDelegate, @
     open func start() { advertiser.startAdvertisingPeer() }
     open func stop() { advertiser.stopAdvertisingPeer() }
 
+    /// Advertiser plumbing (Linux addition, not for apps): an invitation, answered through `invitationPresenter`.
     public func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
                            invitationHandler: @escaping (Bool, MCSession?) -> Void) {
         delegate?.advertiserAssistantWillPresentInvitation(self)

@@ -4,7 +4,7 @@
 // controller does on iOS), `invite(_:)` is a tap on a peer, `done()` and `cancel()` are the buttons.
 import Foundation
 
-public protocol MCBrowserViewControllerDelegate: AnyObject {
+public protocol MCBrowserViewControllerDelegate: NSObjectProtocol {
     func browserViewControllerDidFinish(_ browserViewController: MCBrowserViewController)
     func browserViewControllerWasCancelled(_ browserViewController: MCBrowserViewController)
     func browserViewController(_ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,

@@ -1,4 +1,5 @@
-// MCError (MCError.h): domain "MCErrorDomain", codes 0–6, in the shape of Apple's Swift overlay.
+// MCError (MCError.h): domain "MCErrorDomain", codes 0–6, in the shape of Apple's Swift overlay: the struct,
+// its `Code`, one static shorthand per code, and the `~=` that lets `catch MCError.notConnected` match.
 import Foundation
 
 public let MCErrorDomain: String = "MCErrorDomain"
@@ -34,6 +35,13 @@ public struct MCError: CustomNSError, Hashable, @unchecked Sendable {
         case timedOut = 4
         case cancelled = 5
         case unavailable = 6
+
+        /// Matches any error whose NSError form has domain MCErrorDomain and this code: `catch MCError.notConnected`
+        /// (on Apple platforms Foundation's `_ErrorCodeProtocol` gives the overlay this operator).
+        public static func ~= (match: Code, error: any Error) -> Bool {
+            let ns = error as NSError
+            return ns.domain == MCErrorDomain && ns.code == match.rawValue
+        }
 
         var defaultDescription: String {
             switch self {

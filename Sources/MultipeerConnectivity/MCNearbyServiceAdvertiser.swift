@@ -7,7 +7,7 @@ import PeerSession
 import PeerTransport
 import PeerBluetooth
 
-public protocol MCNearbyServiceAdvertiserDelegate: AnyObject {
+public protocol MCNearbyServiceAdvertiserDelegate: NSObjectProtocol {
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
                     invitationHandler: @escaping (Bool, MCSession?) -> Void)
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didNotStartAdvertisingPeer error: any Error)
@@ -39,10 +39,16 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     private var bluetoothAdvert: UInt64?
     private var advertising = false
 
-    /// Traps, as iOS raises an exception, on an invalid service type or discoveryInfo.
+    /// Why advertising cannot start (what iOS refuses: a service type or discoveryInfo that breaks DNS-SD's
+    /// rules); reported to the delegate by `startAdvertisingPeer`, as iOS reports it, instead of a crash.
+    private let refusal: NSError?
+
+    /// A service type that breaks RFC 6335's rules, or discoveryInfo that breaks RFC 6763's, is accepted here
+    /// and reported by `startAdvertisingPeer()` through `advertiser(_:didNotStartAdvertisingPeer:)` (an
+    /// NSError of NSNetServicesErrorDomain, -72008). Upper-case letters are valid (see `MCServiceType`).
     public init(peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String) {
-        MCServiceType.require(serviceType)
-        if let why = MCServiceType.discoveryInfoFailure(info) { preconditionFailure("Invalid discoveryInfo passed to MCNearbyServiceAdvertiser: \(why)") }
+        refusal = MCServiceType.refusal(serviceType)
+            ?? MCServiceType.discoveryInfoFailure(info).map { MCServiceType.badArgument("Invalid discoveryInfo: \($0) (RFC 6763 §6)") }
         self.myPeerID = myPeerID
         self.discoveryInfo = info
         self.serviceType = serviceType
@@ -63,6 +69,10 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard !advertising else { return }
+        if let refusal {
+            PeerLog.warning("MCNearbyServiceAdvertiser: not advertising: \(refusal.localizedFailureReason ?? "")")
+            return queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: refusal) }
+        }
         advertising = true
         if transports.contains(.bluetooth) { startBluetooth() }
         guard transports.contains(.network) else { return }
@@ -72,7 +82,7 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
             var txt = discoveryInfo ?? [:]
             txt["_d"] = myPeerID.displayName
             txt["_lx"] = String(PeerMessage.version)
-            registration = mdns.register(serviceType: "_\(serviceType)._tcp", instanceName: myPeerID.instanceName, port: l.port, txt: txt) { [weak self] e in
+            registration = mdns.register(serviceType: "_\(MCServiceType.canonical(serviceType))._tcp", instanceName: myPeerID.instanceName, port: l.port, txt: txt) { [weak self] e in
                 guard let self, case let .failed(error) = e else { return }
                 queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "\(error)"])) }
             }
@@ -103,7 +113,7 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         }
         let advertise: @Sendable (UInt16) -> Void = { [weak self] psm in
             guard let self else { return }
-            let advert = PeerAdvert(service: PeerAdvert.serviceUUID(forServiceType: serviceType), token: myPeerID.token, psm: psm)
+            let advert = PeerAdvert(service: PeerAdvert.serviceUUID(forServiceType: MCServiceType.canonical(serviceType)), token: myPeerID.token, psm: psm)
             lock.withLock {
                 guard advertising, bluetoothAdvert == nil else { return }
                 bluetoothAdvert = node.addAdvert(advert, name: myPeerID.displayName)

@@ -7,7 +7,7 @@ import PeerTransport
 import PeerSession
 import PeerBluetooth
 
-public protocol MCNearbyServiceBrowserDelegate: AnyObject {
+public protocol MCNearbyServiceBrowserDelegate: NSObjectProtocol {
     func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?)
     func browser(_ browser: MCNearbyServiceBrowser, lostPeer peerID: MCPeerID)
     func browser(_ browser: MCNearbyServiceBrowser, didNotStartBrowsingForPeers error: any Error)
@@ -50,8 +50,14 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     static let concurrentFetches = 4
     static let maximumFound = 256
 
+    /// Why browsing cannot start (a service type iOS refuses); reported by `startBrowsingForPeers()`.
+    private let refusal: NSError?
+
+    /// A service type that breaks RFC 6335's rules is accepted here and reported by `startBrowsingForPeers()`
+    /// through `browser(_:didNotStartBrowsingForPeers:)` (NSNetServicesErrorDomain, -72008), as iOS does.
+    /// Upper-case letters are valid and find the same peers as the lowercase type (see `MCServiceType`).
     public init(peer myPeerID: MCPeerID, serviceType: String) {
-        MCServiceType.require(serviceType)
+        refusal = MCServiceType.refusal(serviceType)
         self.myPeerID = myPeerID
         self.serviceType = serviceType
         super.init()
@@ -69,14 +75,18 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard !browsing else { return }
+        if let refusal {
+            PeerLog.warning("MCNearbyServiceBrowser: not browsing: \(refusal.localizedFailureReason ?? "")")
+            return queue.async { [self] in delegate?.browser(self, didNotStartBrowsingForPeers: refusal) }
+        }
         browsing = true
         if transports.contains(.network) {
-            browse = mdns.browse(serviceType: "_\(serviceType)._tcp") { [weak self] e in self?.event(e) }
+            browse = mdns.browse(serviceType: "_\(MCServiceType.canonical(serviceType))._tcp") { [weak self] e in self?.event(e) }
         }
         if transports.contains(.bluetooth) {
             if bluetooth == nil { bluetooth = BluetoothPeerNode.acquire(forPeer: myPeerID.token) }
             if let node = bluetooth {
-                bluetoothBrowse = node.browse(service: PeerAdvert.serviceUUID(forServiceType: serviceType)) { [weak self] e in self?.bluetoothEvent(e) }
+                bluetoothBrowse = node.browse(service: PeerAdvert.serviceUUID(forServiceType: MCServiceType.canonical(serviceType))) { [weak self] e in self?.bluetoothEvent(e) }
             } else if !transports.contains(.network) {
                 let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "no Bluetooth controller"])
                 queue.async { [self] in delegate?.browser(self, didNotStartBrowsingForPeers: e) }

@@ -1,6 +1,15 @@
-// Joining a session: invitations (ours to an advertiser, with a timeout; theirs through our advertiser, with
-// the mutual-invitation race settled by token order) and the custom-discovery trio, where apps exchange
-// connection data themselves.
+// Joining a session: invitations (ours to an advertiser, with a timeout; theirs through our advertiser) and
+// the custom-discovery trio, where apps exchange connection data themselves.
+//
+// Mutual invitations. Two peers may invite each other at once, and each app answers the other's invitation
+// on its own: accept, decline or ignore it. An invitation an app accepted always leads to a connection, and
+// the pair ends on one link:
+// - accepting an invitation never declines it because we invited that peer too; when we are already
+//   connected with the peer (through the other invitation), the acceptance is satisfied by that connection;
+// - when both invitations are accepted, the link of the invitation sent by the lower token wins: the side
+//   that sent it moves the peer onto it quietly (the app saw `.connected` once), the other drops its own;
+// - the end of our own invitation (declined, timed out, dropped) is not reported while the peer is
+//   connected, or being admitted, through theirs.
 import Foundation
 import PeerSession
 import PeerTransport
@@ -23,9 +32,10 @@ extension MCSession {
                 return entry
             }
             guard let link else { return }   // answered already
+            link?.onClose = nil
             link?.close()
             PeerLog.write("invitation to \(peer.displayName) timed out")
-            notify(peer, .notConnected)
+            invitationEnded(peer)
         }
         connect(to: addresses, peer: peer) { [weak self] link in
             guard let self else { return }
@@ -38,7 +48,7 @@ extension MCSession {
             guard stillWanted else { return link.close() }
             let backlog = Backlog()
             link.onMessage = { [weak self] m in self?.inviteAnswer(m, link: link, peer: peer, backlog: backlog) }
-            link.onClose = { [weak self] _ in self?.inviteFailed(peer) }
+            link.onClose = { [weak self] _ in self?.inviteFailed(peer, link: link) }
             let ctx = context.map { [UInt8]($0) }
             link.send([hello(), .invite(id: id, mesh: lock.withLock { mesh }, context: ctx)])
         }
@@ -60,22 +70,39 @@ extension MCSession {
             }
             backlog.accepted = true
             admit(link, peer: peer) { [self] ok in
-                let mine = lock.withLock { () -> Bool in
-                    guard case .some(.some(let l)) = pendingInvites[peer.token], l === link else { return false }
+                enum Outcome { case notOurs, refused, adopt(movedConnected: Bool), keepTheirs, moveOntoOurs(PeerConnection) }
+                let outcome = lock.withLock { () -> Outcome in
+                    guard case .some(.some(let l)) = pendingInvites[peer.token], l === link else { return .notOurs }
                     pendingInvites[peer.token] = nil
-                    return true
+                    guard ok else { return .refused }
+                    if let existing = peers[peer.token] {
+                        // Both invitations were accepted: the lower token's invitation link wins.
+                        return myPeerID.token < peer.token ? .moveOntoOurs(existing) : .keepTheirs
+                    }
+                    return .adopt(movedConnected: movingToOurInvitation.remove(peer.token) != nil)
                 }
-                guard mine else { return }
-                // Its member port and Bluetooth endpoint come with the hello after its reply.
-                guard ok, let c = adopt(link, peer: peer, memberPort: 0) else {
+                switch outcome {
+                case .notOurs:
+                    return
+                case .refused:
+                    link.onClose = nil
                     link.close()
-                    return notify(peer, .notConnected)
-                }
-                becameConnected(c, sendMembers: true)
-                let held = Unchecked(self)
-                link.execute {
-                    for m in backlog.messages { held.value.received(m, on: c) }
-                    backlog.messages.removeAll()
+                    return invitationEnded(peer)
+                case .keepTheirs:
+                    link.onClose = nil
+                    link.close()
+                    return
+                case let .moveOntoOurs(existing):
+                    move(existing, onto: link, backlog: backlog)
+                    return
+                case let .adopt(movedConnected):
+                    // Its member port and Bluetooth endpoint come with the hello after its reply.
+                    guard let c = adopt(link, peer: peer, memberPort: 0) else {
+                        link.close()
+                        return notify(peer, .notConnected)
+                    }
+                    if movedConnected { connectQuietly(c) } else { becameConnected(c, sendMembers: true) }
+                    deliver(backlog, on: c)
                 }
             }
         default:
@@ -84,11 +111,68 @@ extension MCSession {
         }
     }
 
-    private func inviteFailed(_ peer: MCPeerID) {
-        let was = lock.withLock { pendingInvites.removeValue(forKey: peer.token) != nil }
-        if was { notify(peer, .notConnected) }
+    /// Hands what arrived between the acceptance and the admission to the session.
+    private func deliver(_ backlog: Backlog, on c: PeerConnection) {
+        let held = Unchecked(self)
+        c.link.execute {
+            for m in backlog.messages { held.value.received(m, on: c) }
+            backlog.messages.removeAll()
+        }
     }
 
+    /// Both invitations of a pair were accepted and ours (the lower token's) wins: the peer, connected through
+    /// theirs, moves onto our link without the app seeing it leave; theirs is dropped (its inviter drops it too).
+    private func move(_ existing: PeerConnection, onto link: PeerLink, backlog: Backlog) {
+        existing.link.onMessage = nil
+        existing.link.onResourceChunk = nil
+        existing.link.onWritable = nil
+        existing.link.onClose = nil
+        existing.link.close()
+        let wasConnected = lock.withLock { () -> Bool in
+            if peers[existing.peer.token] === existing { peers[existing.peer.token] = nil }
+            // We are the inviter of the link that stays: the mesh is ours again.
+            if let m = meshBeforeAccepting.removeValue(forKey: existing.peer.token) { mesh = m }
+            return existing.connected
+        }
+        failTransfers(of: existing)
+        guard let c = adopt(link, peer: existing.peer, memberPort: existing.memberPort, bluetooth: existing.bluetooth) else {
+            link.close()
+            return wasConnected ? notify(existing.peer, .notConnected) : ()
+        }
+        if wasConnected { connectQuietly(c) } else { becameConnected(c, sendMembers: true) }
+        deliver(backlog, on: c)
+    }
+
+    /// A peer whose `.connected` the app already heard, now on another link.
+    private func connectQuietly(_ c: PeerConnection) {
+        lock.withLock {
+            c.connected = true
+            c.lastHeard = Date()
+        }
+        updateMemberAdvert()
+    }
+
+    private func inviteFailed(_ peer: MCPeerID, link: PeerLink? = nil) {
+        let was = lock.withLock { () -> Bool in
+            guard let entry = pendingInvites[peer.token] else { return false }
+            // A link we already replaced (a timeout, a new invitation) is not this invitation.
+            if let link, let l = entry, l !== link { return false }
+            pendingInvites[peer.token] = nil
+            return true
+        }
+        if was { invitationEnded(peer) }
+    }
+
+    /// Our invitation to `peer` ended without a connection: tell the app, unless the peer is connected (or
+    /// being admitted) through its own invitation to us — then the pair is settled on that link.
+    private func invitationEnded(_ peer: MCPeerID) {
+        let (report, wasMoving) = lock.withLock { () -> (Bool, Bool) in
+            let moving = movingToOurInvitation.remove(peer.token) != nil
+            meshBeforeAccepting[peer.token] = nil
+            return (peers[peer.token] == nil && !accepting.contains(peer.token), moving)
+        }
+        if report || wasMoving { notify(peer, .notConnected) }
+    }
     /// Tries each address in turn, over the transports this session uses: TCP hosts, and Bluetooth
     /// endpoints (`ble:` hosts, the port being the SPSM). TLS as the encryption preference says (mesh
     /// joins always offer it when we have an identity: the member admits or refuses it).
@@ -114,36 +198,76 @@ extension MCSession {
         }
     }
 
-    /// Mutual invitations: when `peer` invites us while we invite it, the lower token's invitation wins.
-    /// Returns false when theirs must be declined.
-    func settleMutualInvitation(from peer: MCPeerID) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let entry = pendingInvites[peer.token] else { return true }
-        if myPeerID.token < peer.token { return false }
-        pendingInvites[peer.token] = nil
-        if let link = entry {
-            link.onClose = nil
-            link.close()
-        }
-        return true
-    }
-
-    /// An invitation our advertiser received was accepted with this session.
+    /// An invitation our advertiser received was accepted with this session. The app's yes stands even when
+    /// we invited that peer too (see the top of this file).
     func acceptInvitation(link: PeerLink, peer: MCPeerID, inviteID: UInt32, mesh theirMesh: UInt64, memberPort port: UInt16,
                           bluetooth: PeerBluetoothEndpoint? = nil) {
-        guard settleMutualInvitation(from: peer) else {
+        let satisfied = lock.withLock { () -> Bool in
+            // Connected already (through our invitation, accepted meanwhile): that connection is the answer.
+            if peers[peer.token] != nil || accepting.contains(peer.token) { return true }
+            accepting.insert(peer.token)
+            return false
+        }
+        if satisfied {
             link.send(.inviteReply(id: inviteID, accepted: false))
             return link.close()
         }
         admit(link, peer: peer) { [self] ok in
+            guard link.isOpen else {
+                // The inviter gave up (withdrew, timed out) before our app answered.
+                let otherwise = lock.withLock { () -> Bool in
+                    accepting.remove(peer.token)
+                    return peers[peer.token] != nil || pendingInvites[peer.token] != nil
+                }
+                return otherwise ? () : notify(peer, .notConnected)
+            }
             guard ok, let c = adopt(link, peer: peer, memberPort: port, bluetooth: bluetooth) else {
                 link.send(.inviteReply(id: inviteID, accepted: false))
                 link.close()
-                return notify(peer, .notConnected)
+                let connectedOtherwise = lock.withLock { () -> Bool in
+                    accepting.remove(peer.token)
+                    return peers[peer.token] != nil || pendingInvites[peer.token] != nil
+                }
+                return connectedOtherwise ? () : notify(peer, .notConnected)
             }
-            // A session that is alone joins the inviter's mesh.
-            lock.withLock { if peers.count == 1 { mesh = theirMesh } }
+            let ourInvitation = lock.withLock { () -> PeerLink?? in
+                accepting.remove(peer.token)
+                let pending = pendingInvites[peer.token]
+                // A session that is alone joins the inviter's mesh (remembering its own while its invitation
+                // to the same peer may still win).
+                if peers.count == 1 {
+                    if pending != nil, myPeerID.token < peer.token { meshBeforeAccepting[peer.token] = mesh }
+                    mesh = theirMesh
+                }
+                return pending
+            }
+            if let ourInvitation {
+                if myPeerID.token < peer.token {
+                    // Ours would win if the peer accepts it too: then the peer drops this link, and we wait
+                    // for our invitation's answer before telling the app anything.
+                    link.onClose = { [weak self, weak c] e in
+                        guard let self, let c else { return }
+                        let moving = lock.withLock { () -> Bool in
+                            guard peers[peer.token] === c, case .some(.some(let l)) = pendingInvites[peer.token], l.isOpen else { return false }
+                            peers[peer.token] = nil
+                            if c.connected { movingToOurInvitation.insert(peer.token) }
+                            return true
+                        }
+                        if moving { failTransfers(of: c) } else { linkClosed(c, error: e) }
+                    }
+                } else {
+                    // Theirs wins a tie: our invitation has nothing left to do.
+                    let withdrawn = lock.withLock { () -> Bool in
+                        guard pendingInvites[peer.token] != nil else { return false }
+                        pendingInvites[peer.token] = nil
+                        return true
+                    }
+                    if withdrawn, let l = ourInvitation {
+                        l.onClose = nil
+                        l.close()
+                    }
+                }
+            }
             link.send([.inviteReply(id: inviteID, accepted: true), hello()])
             // Both ends of an invitation tell the newcomer about the members they know.
             becameConnected(c, sendMembers: true)
@@ -160,6 +284,15 @@ extension MCSession {
         let data = try? JSONSerialization.data(withJSONObject: info, options: [.sortedKeys])
         nonisolated(unsafe) let handler = completionHandler
         delegateCalls.async { handler(data, data == nil ? MCError(.unknown) : nil) }
+    }
+
+    /// The async form Swift gives `nearbyConnectionData(forPeer:withCompletionHandler:)` on Apple platforms.
+    public func nearbyConnectionData(forPeer peerID: MCPeerID) async throws -> Data {
+        try await withCheckedThrowingContinuation { (done: CheckedContinuation<Data, any Error>) in
+            nearbyConnectionData(forPeer: peerID) { data, error in
+                if let data { done.resume(returning: data) } else { done.resume(throwing: error ?? MCError(.unknown)) }
+            }
+        }
     }
 
     /// Connects to a peer whose connection data the app obtained itself; both sides call this.

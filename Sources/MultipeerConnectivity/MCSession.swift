@@ -29,6 +29,12 @@ open class MCSession: NSObject, @unchecked Sendable {
     var peers: [UInt64: PeerConnection] = [:]
     /// Our invitations in flight: the link once connected (nil while connecting).
     var pendingInvites: [UInt64: PeerLink?] = [:]
+    /// Mutual invitations (MCSession+Invitations.swift): peers whose invitation our app accepted and that we
+    /// are admitting; peers whose connection (through their invitation) moves to our own invitation's link,
+    /// `.connected` already reported; and our mesh from before we took an inviter's while ours was pending.
+    var accepting: Set<UInt64> = []
+    var movingToOurInvitation: Set<UInt64> = []
+    var meshBeforeAccepting: [UInt64: UInt64] = [:]
     /// Peers the app asked to connect with custom discovery data (they may connect to us).
     var expectedPeers: Set<UInt64> = []
     /// Joins from peers we did not expect (yet): held briefly for `connectPeer`.
@@ -41,9 +47,19 @@ open class MCSession: NSObject, @unchecked Sendable {
     var parkedJoins: [UInt64: ParkedJoin] = [:]
     let tls: PeerTLSIdentity?
     private var listener: PeerListener?
-    private var keepAlive: DispatchSourceTimer?
-    /// How long a silent peer stays connected (keep-alive pings go every third of it).
-    package var livenessTimeout: TimeInterval = 10
+    private var keepAlive: DispatchSourceTimer?   // guarded by `lock`
+    /// How long a silent peer stays connected (GKSession's disconnectTimeout sets it). Keep-alive pings go
+    /// every third of it, and silence is checked four times per timeout (at least once a second), so a peer
+    /// whose link broke is reported disconnected within the timeout and a quarter of it at most (a second).
+    package var livenessTimeout: TimeInterval {
+        get { lock.withLock { storedLivenessTimeout } }
+        set {
+            lock.withLock { storedLivenessTimeout = max(0.2, newValue) }
+            restartKeepAlive()
+        }
+    }
+    private var storedLivenessTimeout: TimeInterval = 10   // guarded by `lock`
+    private var lastPing = Date.distantPast               // guarded by `lock`
 
     /// The transports this session accepts and makes links on (Linux addition; `MCTransports.default`).
     public let transports: MCTransports
@@ -58,8 +74,19 @@ open class MCSession: NSObject, @unchecked Sendable {
         self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .required)
     }
 
-    public convenience init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
-        self.init(peer: myPeerID, securityIdentity: identity, encryptionPreference: encryptionPreference, transports: .default)
+    /// Apple's designated initializer (a subclass's init may call it); the transports are `MCTransports.default`.
+    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        let setup = Setup(peer: myPeerID, identity: identity, encryptionPreference: encryptionPreference)
+        self.myPeerID = myPeerID
+        self.transports = .default
+        self.securityIdentity = identity
+        self.encryptionPreference = encryptionPreference
+        self.delegateQueue = setup.queue
+        self.delegateCalls = DelegateCalls(queue: setup.queue)
+        self.mesh = setup.mesh
+        self.tls = setup.tls
+        super.init()
+        openTransports()
     }
 
     /// `identity`: on Linux a `PeerTLSIdentity` as its first element (Apple's SecIdentity does not exist
@@ -67,27 +94,44 @@ open class MCSession: NSObject, @unchecked Sendable {
     /// reached.
     public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
                 transports: MCTransports) {
+        let setup = Setup(peer: myPeerID, identity: identity, encryptionPreference: encryptionPreference)
         self.myPeerID = myPeerID
         self.transports = transports
         self.securityIdentity = identity
         self.encryptionPreference = encryptionPreference
-        self.delegateQueue = DispatchQueue(label: "MCSession \(myPeerID.displayName)")
-        self.delegateCalls = DelegateCalls(queue: delegateQueue)
-        var m: UInt64 = 0
-        while m == 0 { m = UInt64.random(in: 1...UInt64.max) }
-        self.mesh = m
-        if let given = identity?.first as? PeerTLSIdentity {
-            tls = given
-        } else {
-            tls = encryptionPreference == .none ? nil : TLSIdentities.identity(for: myPeerID)
-        }
+        self.delegateQueue = setup.queue
+        self.delegateCalls = DelegateCalls(queue: setup.queue)
+        self.mesh = setup.mesh
+        self.tls = setup.tls
         super.init()
+        openTransports()
+    }
+
+    /// What both designated initializers compute.
+    private struct Setup {
+        let queue: DispatchQueue
+        let mesh: UInt64
+        let tls: PeerTLSIdentity?
+        init(peer: MCPeerID, identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+            queue = DispatchQueue(label: "MCSession \(peer.displayName)")
+            var m: UInt64 = 0
+            while m == 0 { m = UInt64.random(in: 1...UInt64.max) }
+            mesh = m
+            if let given = identity?.first as? PeerTLSIdentity {
+                tls = given
+            } else {
+                tls = encryptionPreference == .none ? nil : TLSIdentities.identity(for: peer)
+            }
+        }
+    }
+
+    private func openTransports() {
         if transports.contains(.network) { openListener() } else { startKeepAlive() }
         if transports.contains(.bluetooth) { openBluetoothListener() }
     }
 
     deinit {
-        keepAlive?.cancel()
+        lock.withLock { keepAlive }?.cancel()
         listener?.close()
         for (_, c) in peers { c.link.close() }
         if let bluetooth {
@@ -378,26 +422,43 @@ open class MCSession: NSObject, @unchecked Sendable {
     // MARK: Keep-alive
 
     private func startKeepAlive() {
-        guard keepAlive == nil else { return }
-        let t = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
-        let period = max(0.2, livenessTimeout / 3)
-        t.schedule(deadline: .now() + period, repeating: period)
-        t.setEventHandler { [weak self] in self?.checkLiveness() }
-        t.resume()
-        keepAlive = t
+        lock.withLock {
+            guard keepAlive == nil else { return }
+            let t = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
+            let period = min(1, storedLivenessTimeout / 4)
+            t.schedule(deadline: .now() + period, repeating: period)
+            t.setEventHandler { [weak self] in self?.checkLiveness() }
+            t.resume()
+            keepAlive = t
+        }
+    }
+
+    /// The timeout changed: check at the new pace (a timer made for 10 s would notice a 1 s timeout late).
+    private func restartKeepAlive() {
+        let old = lock.withLock { () -> DispatchSourceTimer? in defer { keepAlive = nil }; return keepAlive }
+        guard let old else { return }
+        old.cancel()
+        startKeepAlive()
     }
 
     private func checkLiveness() {
         let now = Date()
-        let (quiet, dead) = lock.withLock { () -> ([PeerConnection], [PeerConnection]) in
+        let (ping, dead, timeout) = lock.withLock { () -> ([PeerConnection], [PeerConnection], TimeInterval) in
+            let timeout = storedLivenessTimeout
             let connected = peers.values.filter(\.connected)
-            return (connected, connected.filter { now.timeIntervalSince($0.lastHeard) > livenessTimeout })
+            let dead = connected.filter { now.timeIntervalSince($0.lastHeard) > timeout }
+            guard now.timeIntervalSince(lastPing) >= timeout / 3 else { return ([], dead, timeout) }
+            lastPing = now
+            return (connected.filter { c in !dead.contains { $0 === c } }, dead, timeout)
         }
         for c in dead {
-            PeerLog.write("\(c.peer.displayName) silent for \(livenessTimeout) s: disconnected")
+            PeerLog.write("\(c.peer.displayName) silent for \(timeout) s: disconnected")
+            // Reported now: closing a TLS link waits up to 5 s for the peer's close_notify, which a peer
+            // that fell silent never sends.
+            linkClosed(c, error: nil)
             c.link.close()
         }
-        for c in quiet where !dead.contains(where: { $0 === c }) { c.link.send(.ping) }
+        for c in ping { c.link.send(.ping) }
     }
 }
 

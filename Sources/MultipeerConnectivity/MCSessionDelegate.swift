@@ -3,7 +3,7 @@
 // implement it).
 import Foundation
 
-public protocol MCSessionDelegate: AnyObject {
+public protocol MCSessionDelegate: NSObjectProtocol {
     func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState)
     func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID)
     func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID)

@@ -4,11 +4,16 @@
 import Foundation
 import PeerBluetooth
 
+/// Which transports a session, an advertiser or a browser uses (Linux addition: iOS chooses among Wi-Fi,
+/// peer-to-peer Wi-Fi and Bluetooth itself). The default comes from `MC_TRANSPORTS`, else the network, plus
+/// Bluetooth when `BLE_TRANSPORT` is set.
 public struct MCTransports: OptionSet, Sendable, CustomStringConvertible {
     public let rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
+    /// The local network: our mDNS/DNS-SD responder for discovery, TCP (TLS 1.3 by default) for sessions.
     public static let network = MCTransports(rawValue: 1)
+    /// Bluetooth LE through this package's own stack: LE adverts for discovery, L2CAP credit-based channels for sessions.
     public static let bluetooth = MCTransports(rawValue: 2)
 
     /// `MC_TRANSPORTS` (`network`, `bluetooth` or `network,bluetooth`; `tcp`/`ble` also read) when set;

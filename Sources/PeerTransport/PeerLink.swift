@@ -4,10 +4,12 @@
 // Threading contract: callbacks run on the link's NIO event loop, in order. `send`, `close` and the
 // properties are safe from any thread.
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
 import PeerSession
+import StackLog
 
 public final class PeerLink: @unchecked Sendable {
     let channel: Channel
@@ -267,15 +269,15 @@ final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 }
 
-/// Diagnostics of the peer transport: warnings (a misbehaving peer, a refused connection) always go to
-/// standard error; `MC_LOG=1` adds the rest.
+/// Diagnostics of Multipeer Connectivity and its peer transports, through swift-log with the label
+/// `opencorebluetooth.multipeer`: what a peer or the network did wrong (a misbehaving peer, a refused
+/// connection) at `warning`, the rest at `debug`. The logger is made at each call (these are rare), so it
+/// follows whatever backend the application has bootstrapped by then.
 public enum PeerLog {
-    public static let enabled = ProcessInfo.processInfo.environment["MC_LOG"].map { $0 != "0" } ?? false
     public static func write(_ s: @autoclosure () -> String) {
-        guard enabled else { return }
-        FileHandle.standardError.write(Data("[multipeer] \(s())\n".utf8))
+        Logger(.multipeer).debug("\(s())")
     }
-    public static func warning(_ s: String) {
-        FileHandle.standardError.write(Data("[multipeer] \(s)\n".utf8))
+    public static func warning(_ s: @autoclosure () -> String) {
+        Logger(.multipeer).warning("\(s())")
     }
 }

@@ -1,10 +1,11 @@
 // `ble`: the command-line tool of OpenCoreBluetooth.
 import ArgumentParser
+import BLEHost
 import Foundation
 
 @main
 struct BLETool: ParsableCommand {
-    static let version = "0.14.0"
+    static let version = OpenCoreBluetooth.version
 
     static let configuration = CommandConfiguration(
         commandName: "ble",
@@ -20,13 +21,15 @@ struct BLETool: ParsableCommand {
         A controller that cannot be opened makes a command fail with the reason.
 
         Also: BLE_SNOOP=FILE records every HCI packet (btsnoop format);
-        BLE_LOG=1 prints host diagnostics; OCB_STATE_DIR holds bonds and
-        identities; NO_COLOR turns colours off.
+        BLE_LOG=1 prints the stack's diagnostics (BLE_LOG=trace adds every
+        packet); OCB_STATE_DIR holds bonds and identities; NO_COLOR turns
+        colours off.
         """,
         version: version,
         subcommands: [ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self, ShellCommand.self,
                       PairCommand.self, BondsCommand.self, ServeCommand.self, RadioCommand.self, SnoopCommand.self,
-                      DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self])
+                      DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self,
+                      DoctorCommand.self])
 
     /// As ArgumentParser's, except that a ValidationError raised once a subcommand runs shows that
     /// subcommand's usage, not the top-level one (ArgumentParser only knows the subcommand while parsing).
@@ -34,6 +37,7 @@ struct BLETool: ParsableCommand {
         // A controller connection (ble radio, rootcanal) that closes under a write must be a reported
         // loss, not a silent death by SIGPIPE: writes then fail with EPIPE, which the transports handle.
         signal(SIGPIPE, SIG_IGN)
+        ToolLogging.bootstrap()
         var command: any ParsableCommand
         do { command = try parseAsRoot() } catch { exit(withError: error) }
         do {

@@ -199,11 +199,17 @@ extension BenchClassicCommand {
 
 struct BenchResult {
     var mode: String, bytes: Int, packets: Int, seconds: Double, cpuSeconds: Double, rtts: [Double]
+    /// What the measured stretch cost in detail (CPU split, system calls, HCI packets), when measured.
+    var cost: BenchMeter.Cost?
     var throughput: Double { Double(bytes) / seconds }
+    /// Processor seconds per megabyte (10⁶ octets) moved, and microseconds per packet.
+    var cpuSecondsPerMB: Double { bytes > 0 ? cpuSeconds / (Double(bytes) / 1e6) : 0 }
+    var cpuMicrosecondsPerPacket: Double { packets > 0 ? cpuSeconds * 1e6 / Double(packets) : 0 }
     var summary: String {
-        var s = String(format: "%@: %d bytes in %.3f s = %.1f kB/s (%.0f packets/s), CPU %.3f s", mode, bytes, seconds, throughput / 1000,
-                       Double(packets) / seconds, cpuSeconds)
+        var s = String(format: "%@: %d bytes in %.3f s = %.1f kB/s (%.0f packets/s), CPU %.3f s (%.3f s/MB, %.2f µs/packet)", mode, bytes,
+                       seconds, throughput / 1000, Double(packets) / seconds, cpuSeconds, cpuSecondsPerMB, cpuMicrosecondsPerPacket)
         if !rtts.isEmpty { s += String(format: ", RTT p50 %.3f ms p99 %.3f ms", percentile(0.5), percentile(0.99)) }
+        if let cost { s += "\n  " + cost.summary }
         return s
     }
     func percentile(_ p: Double) -> Double {
@@ -212,6 +218,8 @@ struct BenchResult {
     }
     var json: String {
         var j = "{\"mode\":\"\(mode)\",\"bytes\":\(bytes),\"packets\":\(packets),\"seconds\":\(seconds),\"throughput_bytes_per_s\":\(throughput),\"cpu_seconds\":\(cpuSeconds)"
+        j += ",\"cpu_seconds_per_mb\":\(cpuSecondsPerMB),\"cpu_us_per_packet\":\(cpuMicrosecondsPerPacket)"
+        if let cost { j += "," + cost.jsonFields }
         if !rtts.isEmpty { j += ",\"rtt_ms\":{\"p50\":\(percentile(0.5)),\"p99\":\(percentile(0.99))}" }
         return j + "}"
     }
@@ -235,6 +243,8 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
     var lastSend = 0.0
     let done = DispatchSemaphore(value: 0)
     let payload: [UInt8]
+    let meter = BenchMeter()
+    var startSnapshot: BenchMeter.Snapshot?, endSnapshot: BenchMeter.Snapshot?
 
     let aclBuffer: Int
 
@@ -271,7 +281,7 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
         }
         ready.wait()
         air.loop.sync {
-            start = now(); cpuStart = cpuSeconds()
+            start = now(); cpuStart = cpuSeconds(); startSnapshot = meter.snapshot()
             switch mode {
             case .notify: pumpNotifications()
             case .write: pumpWrites()
@@ -282,8 +292,9 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
         let progress = BenchProgress(label: mode.rawValue, total: count, loop: air.loop) { [unowned self] in received }
         done.wait()
         progress.finish()
-        let cpu = cpuSeconds() - cpuStart
-        return BenchResult(mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cpu, rtts: rtts)
+        let cost = air.loop.sync { startSnapshot.flatMap { a in endSnapshot.map { BenchMeter.cost(from: a, to: $0) } } }
+        return BenchResult(mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cost?.cpu ?? 0,
+                           rtts: rtts, cost: cost)
     }
 
     // Notify: the peripheral sends while the transmit queue has room, and resumes when told it drained.
@@ -338,6 +349,7 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
 
     func finish() {
         end = now()
+        endSnapshot = meter.snapshot()
         done.signal()
     }
 
@@ -362,7 +374,7 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
             channel = chs[0]
             channel!.sendQueueLimit = 256 * 1024
             channel!.onWritable = { [unowned self] in pumpChannel() }
-            start = now(); cpuStart = cpuSeconds()
+            start = now(); cpuStart = cpuSeconds(); startSnapshot = meter.snapshot()
             pumpChannel()
         }
     }

@@ -18,6 +18,8 @@ final class CoreBluetoothNotifyBench: NSObject, CBPeripheralManagerDelegate, CBC
     var start = 0.0, end = 0.0, cpuStart = 0.0
     let done = DispatchSemaphore(value: 0)
     let payload: Data
+    let meter = BenchMeter()
+    var startSnapshot: BenchMeter.Snapshot?, endSnapshot: BenchMeter.Snapshot?
     let uuid = CBUUID(string: "016A2CC7-E14B-4819-935F-1F56EAE4098D")   // bumble-bench's RX (notify) characteristic
 
     init(size: Int, count: Int) {
@@ -29,8 +31,9 @@ final class CoreBluetoothNotifyBench: NSObject, CBPeripheralManagerDelegate, CBC
         pm = CBPeripheralManager(delegate: self, queue: pq, options: nil, host: try HostFactory.makeHost(on: air, name: "p"))
         cm = CBCentralManager(delegate: self, queue: cq, options: nil, host: try HostFactory.makeHost(on: air, name: "c"))
         done.wait()
+        let cost = cq.sync { startSnapshot.flatMap { a in endSnapshot.map { BenchMeter.cost(from: a, to: $0) } } }
         return BenchResult(mode: "notify (Core Bluetooth)", bytes: bytes, packets: received, seconds: end - start,
-                           cpuSeconds: cpuSeconds() - cpuStart, rtts: [])
+                           cpuSeconds: cost?.cpu ?? 0, rtts: [], cost: cost)
     }
 
     func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -46,6 +49,8 @@ final class CoreBluetoothNotifyBench: NSObject, CBPeripheralManagerDelegate, CBC
 
     func peripheralManager(_ p: CBPeripheralManager, central: CBCentral, didSubscribeTo c: CBCharacteristic) {
         start = now(); cpuStart = cpuSeconds()
+        let snapshot = meter.snapshot()
+        cq.sync { startSnapshot = snapshot }
         pump()
     }
 
@@ -75,6 +80,6 @@ final class CoreBluetoothNotifyBench: NSObject, CBPeripheralManagerDelegate, CBC
     func peripheral(_ p: CBPeripheral, didUpdateValueFor c: CBCharacteristic, error: Error?) {
         received += 1
         bytes += c.value?.count ?? 0
-        if received == count { end = now(); done.signal() }
+        if received == count { end = now(); endSnapshot = meter.snapshot(); done.signal() }
     }
 }

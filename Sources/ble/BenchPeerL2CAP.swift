@@ -69,6 +69,20 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     var rtts: [Double] = []
     var lastPing = 0.0
     var failure: String?
+    /// Cost of the transfer: from the first packet (RESET) to the last (or its ACK), on the loop.
+    lazy var meter = BenchMeter(transport: { [host] in host.transport.statistics })
+    var startSnapshot: BenchMeter.Snapshot?, endSnapshot: BenchMeter.Snapshot?
+
+    func markStart() {
+        start = now()
+        startSnapshot = meter.snapshot()
+        endSnapshot = nil
+    }
+
+    func markEnd() {
+        end = now()
+        endSnapshot = meter.snapshot()
+    }
 
     init(role: Role, scenario: Scenario, size: Int, count: Int, peer: BluetoothAddress) throws {
         self.role = role
@@ -84,7 +98,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     func say(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
 
     func run(timeout: Double) throws -> BenchResult {
-        let cpuStart = cpuSeconds()
+        _ = host.loop.sync { meter }   // perf counters opened before the transfer
         host.loop.execute { [self] in
             host.centralDelegate = self
             host.peripheralDelegate = self
@@ -103,13 +117,16 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         }
         guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
         if let failure { throw BenchError(failure) }
-        let cpu = cpuSeconds() - cpuStart
+        let cost = host.loop.sync { () -> BenchMeter.Cost? in
+            guard let a = startSnapshot, let b = endSnapshot else { return nil }
+            return BenchMeter.cost(from: a, to: b)
+        }
         // Let the last ACK (or the channel's last K-frames) leave before switching off.
         usleep(200_000)
         Controller.close(host)
         let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
         return BenchResult(mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
-                           packets: max(sent, received), seconds: end - start, cpuSeconds: cpu, rtts: rtts)
+                           packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
     }
 
     // MARK: Peripheral: the L2CAP server on SPSM 128.
@@ -187,7 +204,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     }
 
     func startSending() {
-        start = now()
+        markStart()
         transmit(.reset)
         if scenario == .ping { ping() }
     }
@@ -219,29 +236,29 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         case (.reset, _):
             received = 0
             receivedBytes = 0
-            start = now()
+            markStart()
         case let (.sequence(last, seq, _, _), .receive):
             received += 1
             receivedBytes += bytes.count + 2
             if received % 1024 == 0 { say("received \(received)") }
             if last {
-                end = now()
+                markEnd()
                 transmit(.ack(last: true, sequence: seq))
                 done.signal()
             }
         case let (.sequence(last, seq, _, _), .pong):
             received += 1
             receivedBytes += bytes.count + 2
-            if received == 1 { start = now() }
+            if received == 1 { markStart() }
             transmit(.ack(last: last, sequence: seq))
-            if last { end = now(); done.signal() }
+            if last { markEnd(); done.signal() }
         case let (.ack(last, _), .send):
-            end = now()
+            markEnd()
             if last { done.signal() }
         case let (.ack(last, _), .ping):
             rtts.append((now() - lastPing) * 1000)
             received += 1
-            if last || sent >= count { end = now(); done.signal() } else { ping() }
+            if last || sent >= count { markEnd(); done.signal() } else { ping() }
         default:
             break
         }

@@ -1,5 +1,5 @@
 // `ble gk`: the seed's GameKit photo demo. `ble gk pick` shows a GKPeerPickerController (headless: the
-// first peer found, or --peer, is chosen) and, once connected, sends the photo with sendDataToAllPeers;
+// first peer found, or --peer, is chosen) and, once connected, sends the photo with sendData(toAllPeers:with:);
 // `ble gk session` makes a GKSession in peer mode that accepts connection requests and stores what its
 // data-receive handler gets. GameKit API only (the handler adopts GKSessionDataReceiveHandler: on iOS the
 // same class would be found by the receiveData:fromPeer:inSession:context: selector).
@@ -44,7 +44,7 @@ final class GKDemo: NSObject, GKPeerPickerControllerDelegate, GKSessionDelegate,
         GKSession(sessionID: options.sessionID, displayName: options.name, sessionMode: .peer)
     }
 
-    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, toSession session: GKSession) {
+    func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, to session: GKSession) {
         self.session = session
         say("connected to \(session.displayName(forPeer: peerID) ?? peerID)")
         session.setDataReceiveHandler(self, withContext: nil)
@@ -52,7 +52,7 @@ final class GKDemo: NSObject, GKPeerPickerControllerDelegate, GKSessionDelegate,
         guard let photo else { return }
         do {
             let data = try Data(contentsOf: URL(fileURLWithPath: photo))
-            try session.sendDataToAllPeers(data, with: .reliable)
+            try session.sendData(toAllPeers: data, with: .reliable)
             say("sent \(data.count) bytes")
         } catch {
             say("sending failed: \(error.localizedDescription)")
@@ -116,7 +116,7 @@ struct GKSessionCommand: ParsableCommand {
 
     func run() throws {
         let demo = GKDemo(options: options, photo: nil, exitAfterReceiving: once)
-        let session = GKSession(sessionID: options.sessionID, displayName: options.name, sessionMode: .peer)
+        let session: GKSession = GKSession(sessionID: options.sessionID, displayName: options.name, sessionMode: .peer)
         session.delegate = demo
         session.setDataReceiveHandler(demo, withContext: nil)
         session.isAvailable = true

@@ -15,7 +15,7 @@ struct MCCommand: ParsableCommand {
 struct MCOptions: ParsableArguments {
     @Option(help: "This peer's display name (1 to 63 octets).")
     var name: String
-    @Option(help: "The service type (1–15 lowercase letters, digits, hyphens).")
+    @Option(help: "The service type (1–15 ASCII letters, digits, hyphens; letters compare without case).")
     var service: String = "cmj-stream"
     @Option(help: "A chat line to send once connected.")
     var say: String?
@@ -34,7 +34,7 @@ struct MCOptions: ParsableArguments {
 
     func validate() throws {
         guard MCPeerID.isValidDisplayName(name) else { throw ValidationError("--name must be 1 to 63 octets of UTF-8") }
-        guard MCServiceType.isValid(service) else { throw ValidationError("--service: 1–15 lowercase letters, digits and hyphens, with a letter, no hyphen first, last or doubled") }
+        guard MCServiceType.isValid(service) else { throw ValidationError("--service: 1–15 ASCII letters, digits and hyphens, with a letter, no hyphen first, last or doubled") }
         guard ["required", "optional", "none"].contains(encryption) else { throw ValidationError("--encryption required, optional or none") }
         if let photo, !FileManager.default.isReadableFile(atPath: photo) { throw ValidationError("--photo: cannot read \(photo)") }
         if let transport, MCTransports(parsing: transport) == nil { throw ValidationError("--transport network, bluetooth or both") }

@@ -1,4 +1,6 @@
-// `ble serve FILE.json`: advertises and serves a GATT database described in JSON (see GATTDatabaseFile).
+// `ble serve FILE.json`: advertises and serves a GATT database described in JSON (see GATTDatabaseFile). A
+// file that fixes every service's handles is served exactly as written, with a warning for each place where
+// that departs from the specification.
 import ArgumentParser
 import Foundation
 import BLEWire
@@ -46,6 +48,10 @@ struct ServeCommand: ParsableCommand {
             database = try description.makeDatabase(deviceName: description.advertise.name ?? "OpenCoreBluetooth")
         } catch {
             throw ToolError("\(file): \(error)")
+        }
+        // An exact layout copies a device as it is: where it departs from the specification, say so, change nothing.
+        for w in description.warnings {
+            FileHandle.standardError.write(Data("warning: \(file): \(w)\n".utf8))
         }
         let packed = AdvertisingPacker.pack(localName: description.advertise.name, serviceUUIDs: description.advertise.serviceUUIDs)
         let agent = TerminalAgent(io.capability, autoAccept: yes || io == .none)

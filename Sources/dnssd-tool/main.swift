@@ -2,6 +2,7 @@
 //
 //   dnssd-tool register --type _chat._tcp --name NAME --port N [--txt k=v]… [--interface IF]… [--seconds S]
 //   dnssd-tool browse   --type _chat._tcp [--interface IF]… [--seconds S]
+//   (both: --family 4 or --family 6 to use one address family only)
 //
 // Each line starts with milliseconds since start (monotonic): `123 registered NAME`, `123 renamed A -> B`,
 // `123 found NAME host=H port=P addrs=a,b txt=k=v;k2=v2`, `123 updated …`, `123 lost NAME`, `123 failed …`.
@@ -30,6 +31,7 @@ guard let command = args.first, command == "register" || command == "browse" els
 }
 args.removeFirst()
 var type = "_chat._tcp", name = "dnssd-tool", port: UInt16 = 9, txt: [String: String] = [:], interfaces: [String] = [], seconds: Double = 0
+var family = 0
 while !args.isEmpty {
     let flag = args.removeFirst()
     guard let value = args.first else { say("failed missing value for \(flag)"); exit(2) }
@@ -43,11 +45,12 @@ while !args.isEmpty {
         txt[parts[0]] = parts.count > 1 ? parts[1] : ""
     case "--interface": interfaces.append(value)
     case "--seconds": seconds = Double(value) ?? 0
+    case "--family": family = Int(value) ?? 0
     default: say("failed unknown flag \(flag)"); exit(2)
     }
 }
 
-let service = MDNSService(interfaces: interfaces.isEmpty ? nil : interfaces, log: { say("log \($0)") })
+let service = MDNSService(interfaces: interfaces.isEmpty ? nil : interfaces, ipv4: family != 6, ipv6: family != 4, log: { say("log \($0)") })
 var stopper: () -> Void = {}
 if command == "register" {
     let reg = service.register(serviceType: type, instanceName: name, port: port, txt: txt) { event in

@@ -21,7 +21,7 @@ let allCommands: [HCICommand] = [
                                            ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28, maxLatency: 0,
                                            supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0)),
     .leCreateConnectionCancel, .disconnect(handle: 0x40, reason: .remoteUserTerminated),
-    .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList(peer),
+    .leReadFilterAcceptListSize, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList(peer),
     .leRemoveDeviceFromFilterAcceptList(BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6], type: .public)),
     .leConnectionUpdate(LEConnectionUpdate(connectionHandle: 0x40, connectionIntervalMin: 6, connectionIntervalMax: 12, maxLatency: 0, supervisionTimeout: 100)),
     .leReadRemoteFeatures(handle: 0x41), .leSetDataLength(handle: 0x40, txOctets: 251, txTime: 2120), .leReadSuggestedDefaultDataLength,
@@ -135,6 +135,7 @@ let allEvents: [HCIEvent] = [
         }
         try check(StatusReturn(status: .success))
         try check(ConnectionHandleReturn(status: .success, handle: 0x40))
+        try check(LEReadFilterAcceptListSizeReturn(status: .success, size: 16))
         try check(ReadLocalVersionReturn(status: .success, hciVersion: 12, hciSubversion: 1, lmpVersion: 12, companyIdentifier: 0x5F1, lmpSubversion: 2))
         try check(ReadBDADDRReturn(status: .success, address: BluetoothAddress(string: "00:11:22:33:44:55")!))
         try check(ReadLocalSupportedCommandsReturn(status: .success, supportedCommands: Array(repeating: 0xFF, count: 64)))

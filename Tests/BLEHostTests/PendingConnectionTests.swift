@@ -80,16 +80,16 @@ final class PendingHosts: @unchecked Sendable {
         #expect(t.c.failures.isEmpty)
     }
 
-    /// More addresses than the controller's accept list holds: the list fails, and the addresses take
-    /// turns on the controller instead (none is lost, none times out).
+    /// A controller without a usable accept list (its adds fail at once): the addresses take turns on the
+    /// controller instead (none is lost, none times out).
     @Test func withoutAUsableAcceptListTheyTakeTurns() throws {
         let t = try PendingHosts(peripherals: 1)
+        let controller = t.central.transport as! VirtualController
         t.air.loop.sync {
+            controller.filterAcceptListCapacity = 0
+            controller.reportsFilterAcceptListSize = false
             t.central.connectRotationInterval = .milliseconds(50)
-            t.central.filterAcceptListLimit = VirtualControllerLimits.filterAcceptListCapacity + 4
-            for i in 0..<(VirtualControllerLimits.filterAcceptListCapacity + 3) {
-                t.central.connect(to: BluetoothAddress(bytes: [UInt8(i), 0x10, 0x20, 0x30, 0x40, 0x50]))
-            }
+            for i in 0..<19 { t.central.connect(to: BluetoothAddress(bytes: [UInt8(i), 0x10, 0x20, 0x30, 0x40, 0x50])) }
             t.central.connect(to: t.address(0))
         }
         t.air.loop.advance(by: .milliseconds(100))
@@ -98,6 +98,72 @@ final class PendingHosts: @unchecked Sendable {
         t.air.loop.advance(by: .seconds(3))
         #expect(t.connected == [t.address(0).string])
         #expect(t.c.failures.isEmpty)
-        #expect(t.air.loop.sync { t.central.pendingConnections.count } == VirtualControllerLimits.filterAcceptListCapacity + 3)
+        #expect(t.air.loop.sync { t.central.pendingConnections.count } == 19)
+    }
+
+    /// Issue 21: the list holds what the controller says (LE Read Filter Accept List Size), not 8: with 12
+    /// pending on a controller that holds 16, the twelfth connects as soon as it shows up, without turns.
+    @Test func theAcceptListHoldsWhatTheControllerSays() throws {
+        let t = try PendingHosts(peripherals: 1)
+        t.air.loop.sync {
+            t.central.connectRotationInterval = .seconds(1000)
+            for i in 0..<11 { t.central.connect(to: BluetoothAddress(bytes: [UInt8(i), 0x11, 0x20, 0x30, 0x40, 0x50])) }
+            t.central.connect(to: t.address(0))
+        }
+        t.air.loop.advance(by: .seconds(2))
+        #expect(t.air.loop.sync { t.central.filterAcceptListSize } == VirtualControllerLimits.filterAcceptListCapacity)
+        t.advertise(0)
+        t.air.loop.advance(by: .milliseconds(300))
+        #expect(t.connected == [t.address(0).string])
+        #expect(t.c.failures.isEmpty)
+        #expect(t.air.loop.sync { t.central.pendingConnections.count } == 11)
+        #expect(t.air.loop.sync { t.central.filterAcceptListUsable })
+    }
+
+    /// More pending than the list holds (4 here): the groups take turns, so the last one asked still
+    /// connects; none fails, none times out, the list stays in use.
+    @Test func moreThanTheListHoldsTakeTurnsByGroups() throws {
+        let t = try PendingHosts(peripherals: 1)
+        let controller = t.central.transport as! VirtualController
+        t.air.loop.sync {
+            controller.filterAcceptListCapacity = 4
+            t.central.connectRotationInterval = .milliseconds(100)
+            for i in 0..<9 { t.central.connect(to: BluetoothAddress(bytes: [UInt8(i), 0x12, 0x20, 0x30, 0x40, 0x50])) }
+            t.central.connect(to: t.address(0))
+        }
+        t.advertise(0)
+        t.air.loop.advance(by: .seconds(3))
+        #expect(t.connected == [t.address(0).string])
+        #expect(t.c.failures.isEmpty)
+        #expect(t.air.loop.sync { t.central.filterAcceptListSize } == 4)
+        #expect(t.air.loop.sync { t.central.filterAcceptListUsable })
+        #expect(t.air.loop.sync { t.central.pendingConnections.count } == 9)
+        // A cancel still reaches an address waiting for its group's turn.
+        let waiting = t.air.loop.sync { t.central.pendingConnections.last! }
+        t.air.loop.sync { t.central.cancelConnect(to: waiting) }
+        t.air.loop.advance(by: .milliseconds(500))
+        #expect(t.c.failures.map(\.0.string) == [waiting.string])
+        #expect(t.air.loop.sync { t.central.pendingConnections.count } == 8)
+    }
+
+    /// A controller that does not report its list size is assumed to hold 8; when its list is full sooner
+    /// (Memory Capacity Exceeded after 5), the host holds 5 from then on and the rest wait their turn.
+    @Test func aListFullSoonerThanAssumedIsUsedAtItsSize() throws {
+        let t = try PendingHosts(peripherals: 1)
+        let controller = t.central.transport as! VirtualController
+        t.air.loop.sync {
+            controller.filterAcceptListCapacity = 5
+            controller.reportsFilterAcceptListSize = false
+            t.central.connectRotationInterval = .milliseconds(100)
+            for i in 0..<6 { t.central.connect(to: BluetoothAddress(bytes: [UInt8(i), 0x13, 0x20, 0x30, 0x40, 0x50])) }
+            t.central.connect(to: t.address(0))
+        }
+        t.air.loop.advance(by: .milliseconds(50))
+        #expect(t.air.loop.sync { t.central.filterAcceptListSize } == 5)
+        t.advertise(0)
+        t.air.loop.advance(by: .seconds(2))
+        #expect(t.connected == [t.address(0).string])
+        #expect(t.c.failures.isEmpty)
+        #expect(t.air.loop.sync { t.central.filterAcceptListUsable })
     }
 }

@@ -16,14 +16,26 @@ import BLETransport
 import BLEVirtualRadio
 @testable import BLEHost
 
+/// A value the loop writes and the soak's thread reads between `advance` calls, behind a lock: the loop
+/// runs its work on whichever thread holds its queue, and ThreadSanitizer must see the hand-over.
+@propertyWrapper final class SoakLocked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(wrappedValue: Value) { value = wrappedValue }
+    var wrappedValue: Value {
+        get { lock.withLock { value } }
+        set { lock.withLock { value = newValue } }
+    }
+}
+
 /// A central that keeps only counts and the peripheral's latest advertised address.
 final class SoakCentral: HostCentralDelegate, @unchecked Sendable {
-    var target: BluetoothAddress?
-    var connection: HostConnection?
-    var connects = 0
-    var disconnects = 0
-    var handles: Set<UInt16> = []
-    var failures = 0
+    @SoakLocked var target: BluetoothAddress?
+    @SoakLocked var connection: HostConnection?
+    @SoakLocked var connects = 0
+    @SoakLocked var disconnects = 0
+    @SoakLocked var handles: Set<UInt16> = []
+    @SoakLocked var failures = 0
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {
         // "SOAK" as the complete local name: the peripheral, whatever private address it uses now.
         if report.data.count >= 6, Array(report.data.suffix(6)) == [5, 9, 0x53, 0x4F, 0x41, 0x4B] { target = report.address }
@@ -39,8 +51,8 @@ final class SoakCentral: HostCentralDelegate, @unchecked Sendable {
 }
 
 final class SoakPeripheral: HostPeripheralDelegate, @unchecked Sendable {
-    var connection: HostConnection?
-    var writes = 0
+    @SoakLocked var connection: HostConnection?
+    @SoakLocked var writes = 0
     func host(_ host: LEHost, didConnect connection: HostConnection) { self.connection = connection }
     func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { self.connection = nil }
     func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {
@@ -64,7 +76,7 @@ struct SoakCheckpoint: CustomStringConvertible {
     var queueStorage: Int
     var addresses: Int
     var description: String {
-        String(format: "hour %2d: RSS %.1f MB, connections %d, loop timers %d, bonds %d, queued commands/ACL %d (storage %d), addresses seen %d",
+        String(format: "hour %2d: \(SoakTests.memoryMeasure) %.1f MB, connections %d, loop timers %d, bonds %d, queued commands/ACL %d (storage %d), addresses seen %d",
                hour, rssMB, connections, timers, bonds, queued, queueStorage, addresses)
     }
 }
@@ -72,11 +84,23 @@ struct SoakCheckpoint: CustomStringConvertible {
 @Suite struct SoakTests {
     static var hours: Int { Int(ProcessInfo.processInfo.environment["OCB_SOAK_HOURS"] ?? "") ?? 24 }
 
+    /// The memory the soak judges, in MB. Normally the resident set. Under a sanitizer (ThreadSanitizer in
+    /// scripts/test) the resident set is mostly the sanitizer's shadow memory, which grows with every new
+    /// address the process touches and says nothing of what we keep alive: there the live heap is measured
+    /// instead, from the sanitizer allocator's own count (`__sanitizer_get_current_allocated_bytes`).
     static func rssMB() -> Double {
+        if let allocated = sanitizerAllocatedBytes { return Double(allocated()) / (1024 * 1024) }
         let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
         let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
         return Double(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "").map { $0 / 1024 } ?? 0
     }
+
+    /// The sanitizer runtime's count of live heap bytes, when the process runs under one.
+    static let sanitizerAllocatedBytes: (@convention(c) () -> Int)? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__sanitizer_get_current_allocated_bytes") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) () -> Int).self)
+    }()
+    static var memoryMeasure: String { sanitizerAllocatedBytes == nil ? "RSS" : "live heap (sanitizer allocator)" }
 
     /// What a soak leaves to check.
     final class Run: @unchecked Sendable {
@@ -116,7 +140,7 @@ struct SoakCheckpoint: CustomStringConvertible {
         // at the same time, whose own start-up shows in the first hours' figures, so the first half is not judged.
         if checkpoints.count > 3 {
             let mid = checkpoints[checkpoints.count / 2], last = checkpoints[checkpoints.count - 1]
-            #expect(last.rssMB - mid.rssMB < 16, "RSS \(mid.rssMB) MB at hour \(mid.hour) → \(last.rssMB) MB at hour \(last.hour)")
+            #expect(last.rssMB - mid.rssMB < 16, "\(Self.memoryMeasure) \(mid.rssMB) MB at hour \(mid.hour) → \(last.rssMB) MB at hour \(last.hour)")
         }
     }
 
@@ -143,12 +167,12 @@ struct SoakCheckpoint: CustomStringConvertible {
             ]))
         }
         let (encrypted, dynamic, writable) = (handles.characteristics[0].value, handles.characteristics[1].value, handles.characteristics[2].value)
-        var paired = 0, encryptions = 0
+        let paired = SoakLocked(wrappedValue: 0), encryptions = SoakLocked(wrappedValue: 0)
         loop.sync {
             central.addSecurityObserver { _, e in
                 switch e {
-                case .paired: paired += 1
-                case .encryptionChanged: encryptions += 1
+                case .paired: paired.wrappedValue += 1
+                case .encryptionChanged: encryptions.wrappedValue += 1
                 default: break
                 }
             }
@@ -160,10 +184,10 @@ struct SoakCheckpoint: CustomStringConvertible {
         loop.advance(by: .milliseconds(50))
 
         func procedure(_ procedure: GATTClient.Procedure, on link: HostConnection) -> Result<GATTClient.Outcome, GATTClient.Failure>? {
-            var result: Result<GATTClient.Outcome, GATTClient.Failure>?
-            loop.sync { link.gatt(procedure) { result = $0 } }
-            for _ in 0..<40 where result == nil { loop.advance(by: .milliseconds(50)) }
-            return result
+            let result = SoakLocked<Result<GATTClient.Outcome, GATTClient.Failure>?>(wrappedValue: nil)
+            loop.sync { link.gatt(procedure) { result.wrappedValue = $0 } }
+            for _ in 0..<40 where result.wrappedValue == nil { loop.advance(by: .milliseconds(50)) }
+            return result.wrappedValue
         }
 
         var checkpoints: [SoakCheckpoint] = []
@@ -224,8 +248,8 @@ struct SoakCheckpoint: CustomStringConvertible {
 
         run.cycles = cycles
         run.pairings = pairings
-        run.paired = paired
-        run.encryptions = encryptions
+        run.paired = paired.wrappedValue
+        run.encryptions = encryptions.wrappedValue
         run.failedCycles = failedCycles
         run.checkpoints = checkpoints
         run.addresses = addresses

@@ -1,6 +1,7 @@
 // The front door: a controller that cannot be opened makes every command say why and exit non-zero; a
 // scan that finds nothing on a working controller exits 0; bad input gets its message, the subcommand's
 // usage and ArgumentParser's validation status (64); the version and the help are right.
+import BLEHost
 import Foundation
 import Testing
 
@@ -79,6 +80,31 @@ import Testing
         let r = try Tool.run(["--version"])
         #expect(r.status == 0)
         #expect(r.stdout.range(of: #"^[0-9]+\.[0-9]+\.[0-9]+\n$"#, options: .regularExpression) != nil, "\(r.stdout)")
+        // The tool prints the library's version, and the changelog has an entry for it.
+        #expect(r.stdout == OpenCoreBluetooth.version + "\n")
+        let changelog = try String(contentsOf: Tool.root.appendingPathComponent("CHANGELOG.md"), encoding: .utf8)
+        #expect(changelog.contains("\n## [\(OpenCoreBluetooth.version)] - "), "CHANGELOG.md has no entry for \(OpenCoreBluetooth.version)")
+    }
+
+    /// The library logs only through swift-log; the tool bootstraps a standard-error backend at BLE_LOG's level.
+    @Test func bleLogChoosesWhatTheStackLogs() throws {
+        // Unset: the host's layers say nothing (the demo's own output is on standard output).
+        let quiet = try Tool.run(["demo"])
+        #expect(quiet.status == 0)
+        #expect(!quiet.stderr.contains("opencorebluetooth."), "\(quiet.stderr.prefix(500))")
+        // BLE_LOG=1: procedures at debug, packets not.
+        let debug = try Tool.run(["demo"], env: ["BLE_LOG": "1"])
+        #expect(debug.status == 0)
+        let lines = debug.stderr.split(separator: "\n")
+        #expect(lines.contains { $0.contains(" debug opencorebluetooth.gap:") && $0.contains("host=central") && $0.hasSuffix("connected") })
+        #expect(lines.contains { $0.contains(" info opencorebluetooth.hci:") && $0.hasSuffix("controller ready") })
+        #expect(!lines.contains { $0.contains(" trace ") })
+        // BLE_LOG=trace: every packet and PDU as well, each line with its layer's label.
+        let trace = try Tool.run(["demo"], env: ["BLE_LOG": "trace"])
+        #expect(trace.status == 0)
+        for label in ["hci", "l2cap", "att"] {
+            #expect(trace.stderr.contains(" trace opencorebluetooth.\(label):"), "no trace line for \(label)")
+        }
     }
 
     @Test func helpListsEveryTransportAndCommand() throws {

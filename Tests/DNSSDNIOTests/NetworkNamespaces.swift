@@ -37,28 +37,61 @@ final class VethPair: @unchecked Sendable {
     static let counter = NSLock()
     nonisolated(unsafe) static var next = 0
     let a: String, b: String, va: String, vb: String
+    let n: Int
     var children: [Child] = []
+    var addressA: String { "10.77.\(n % 250).1" }
+    var addressB: String { "10.77.\(n % 250).2" }
 
-    init() throws {
-        let n = VethPair.counter.withLock { VethPair.next += 1; return VethPair.next }
+    /// - Parameters:
+    ///   - configured: give the veth ends their IPv4 addresses and bring them up (else only loopback is up:
+    ///     call `configure()` later).
+    ///   - ipv4: with `configured`, add the IPv4 addresses (without, the link has only IPv6 link-local ones).
+    ///   - ipv6: false disables IPv6 in both namespaces before the link is made (no IPv6 address anywhere).
+    ///   - settle: wait for IPv6 duplicate address detection (2 s) before returning.
+    init(configured: Bool = true, ipv4: Bool = true, ipv6: Bool = true, settle: Bool = true) throws {
+        n = VethPair.counter.withLock { VethPair.next += 1; return VethPair.next }
         let tag = "\(getpid() % 10000)x\(n)"
         a = "dnsA\(tag)"; b = "dnsB\(tag)"; va = "vA\(tag)"; vb = "vB\(tag)"
-        let steps: [[String]] = [
-            ["ip", "netns", "add", a], ["ip", "netns", "add", b],
+        var steps: [[String]] = [["ip", "netns", "add", a], ["ip", "netns", "add", b]]
+        if !ipv6 {
+            for ns in [a, b] {
+                steps.append(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+                steps.append(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"])
+            }
+        }
+        steps += [
             ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
             ["ip", "link", "set", va, "netns", a], ["ip", "link", "set", vb, "netns", b],
-            ["ip", "-n", a, "addr", "add", "10.77.\(n % 250).1/24", "dev", va],
-            ["ip", "-n", b, "addr", "add", "10.77.\(n % 250).2/24", "dev", vb],
-            ["ip", "-n", a, "link", "set", va, "up"], ["ip", "-n", b, "link", "set", vb, "up"],
             ["ip", "-n", a, "link", "set", "lo", "up"], ["ip", "-n", b, "link", "set", "lo", "up"],
         ]
         for step in steps where Netns.run(step) != 0 {
             remove()
             throw NSError(domain: "netns", code: 1, userInfo: [NSLocalizedDescriptionKey: "failed: \(step.joined(separator: " "))"])
         }
+        if configured { try configure(ipv4: ipv4) }
         // IPv6 duplicate address detection must finish before link-local addresses are usable.
-        Thread.sleep(forTimeInterval: 2.0)
+        if configured && settle && ipv6 { Thread.sleep(forTimeInterval: 2.0) }
     }
+
+    /// Adds the IPv4 addresses (unless `ipv4` is false) and brings both veth ends up.
+    func configure(ipv4: Bool = true) throws {
+        var steps: [[String]] = []
+        if ipv4 {
+            steps += [["ip", "-n", a, "addr", "add", "\(addressA)/24", "dev", va], ["ip", "-n", b, "addr", "add", "\(addressB)/24", "dev", vb]]
+        }
+        steps += [["ip", "-n", a, "link", "set", va, "up"], ["ip", "-n", b, "link", "set", vb, "up"]]
+        for step in steps where Netns.run(step) != 0 {
+            throw NSError(domain: "netns", code: 1, userInfo: [NSLocalizedDescriptionKey: "failed: \(step.joined(separator: " "))"])
+        }
+    }
+
+    /// Runs `ip -n ns ARGS`; true when it succeeded.
+    @discardableResult
+    func ip(_ ns: String, _ args: String...) -> Bool { Netns.run(["ip", "-n", ns] + args) == 0 }
+
+    /// Runs `sysctl -qw SETTING` inside `ns`.
+    @discardableResult
+    func sysctl(_ ns: String, _ setting: String) -> Bool { Netns.run(["ip", "netns", "exec", ns, "sysctl", "-qw", setting]) == 0 }
 
     /// Starts `argv` inside namespace `ns`.
     func spawn(_ ns: String, _ argv: [String]) throws -> Child {
@@ -115,6 +148,19 @@ final class Child: @unchecked Sendable {
         }
         return nil
     }
+
+    /// Waits up to `timeout` seconds for a line containing `text` that arrived after `since`.
+    func waitFor(_ text: String, since: DispatchTime, timeout: Double) -> DispatchTime? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let hit = lock.withLock({ lines.first { $0.at > since && $0.text.contains(text) } }) { return hit.at }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return nil
+    }
+
+    /// The lines that contain `text`.
+    func lines(containing text: String) -> [String] { lock.withLock { lines.map(\.text).filter { $0.contains(text) } } }
 
     var output: String { lock.withLock { lines.map(\.text).joined(separator: "\n") } }
 

@@ -9,6 +9,8 @@ struct VirtualLAN {
         var address: IPAddress
         var wakeUp: MDNSInstant?
         var online = true
+        /// The index of the interface this machine's packets arrive on.
+        var interface: UInt32 = 1
     }
     struct Delivery {
         var at: MDNSInstant
@@ -51,8 +53,8 @@ struct VirtualLAN {
             switch action {
             case .send(let bytes, let destination):
                 sent.append((now, machine, try! DNSMessage(decoding: bytes), destination))
-                let from = MDNSPeer(address: machines[machine].address)
                 for target in machines.indices {
+                    let from = MDNSPeer(address: machines[machine].address, interface: machines[target].interface)
                     if case .unicast(let peer) = destination, machines[target].address != peer.address { continue }
                     if Int.random(in: 0..<100, using: &rng) < lossPercent { continue }
                     let latency = Int64.random(in: 0...maxLatency, using: &rng)

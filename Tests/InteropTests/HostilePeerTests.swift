@@ -329,7 +329,9 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
 
     /// Ten Bumble centrals (one process, ten controllers) flood our peripheral at once for 8 s, each with
     /// rounds of 20 Write Commands and a Read, while the bystander reads: every Write Command reaches the
-    /// app, every central is served, the bystander is not starved.
+    /// app, every central is served, and the bystander is served during the flood and fairly — its reads
+    /// wait no longer than the flooders' (judged against them, not against the wall clock: on a machine
+    /// busy with other work everyone gets less done in the 8 s; issue 25).
     @Test func tenFloodingCentrals() async throws {
         try Interop.requireReady()
         let (server, air) = try startRadio()
@@ -366,11 +368,32 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         // Every Write Command reached the app.
         try await waitFor("the writes", seconds: 10) { target.writes >= writes }
         #expect(target.writes == writes)
-        let last = try #require(bystander.events("bystander").last)
-        #expect(last["errors"] as? Int == 0 && (last["slowest_ms"] as? Double ?? .infinity) < 3000)
-        #expect((last["reads"] as? Int ?? 0) > readsBefore + 16, "bystander: \(last), \(readsBefore) before")
+        // The bystander during the flood, from its reports just before the crowd started and just after it
+        // ended (one clock, CLOCK_MONOTONIC, in both processes). Judged against the crowd, not the wall clock:
+        // on a busy machine every process gets less done in 8 s, the bystander as much as the crowd, and only
+        // our host treating its link worse than theirs would make it wait longer than they do.
+        let started = try #require(done["started"] as? Double), ended = try #require(done["ended"] as? Double)
+        let crowdReadMs = try #require(done["read_ms"] as? Double)
+        try await waitFor("a bystander report after the flood", seconds: 30) {
+            bystander.events("bystander").contains { ($0["t"] as? Double ?? 0) >= ended }
+        }
+        let reports = bystander.events("bystander")
+        let before = reports.last { ($0["t"] as? Double ?? 0) <= started } ?? ["reads": readsBefore, "waited_ms": 0.0]
+        let after = try #require(reports.first { ($0["t"] as? Double ?? 0) >= ended })
+        let servedDuring = (after["reads"] as? Int ?? 0) - (before["reads"] as? Int ?? 0)
+        let waitedDuring = (after["waited_ms"] as? Double ?? 0) - (before["waited_ms"] as? Double ?? 0)
+        let bystanderReadMs = servedDuring > 0 ? waitedDuring / Double(servedDuring) : .infinity
+        #expect(after["errors"] as? Int == 0, "bystander: \(after)")
+        // Served all along: it got reads through while ten centrals flooded.
+        #expect(servedDuring >= 2, "the bystander was served \(servedDuring) reads during the flood: \(after), before \(before)")
+        // Served fairly: a bystander's read, with nothing queued ahead of it on its own link, waits no longer than
+        // a flooding central's read (queued behind that central's 20 Write Commands) — three times as long at most,
+        // for the noise of two processes scheduled apart.
+        #expect(bystanderReadMs <= 3 * crowdReadMs + 50,
+                "bystander reads took \(bystanderReadMs) ms on average during the flood, the crowd's \(crowdReadMs) ms")
         let end = ProcessFigures.now()
-        print("ten flooding centrals: \(writes) Write Commands, reads per central \(reads); before \(baseline), peak \(peak), after \(end); bystander \(last)")
+        print("ten flooding centrals: \(writes) Write Commands, reads per central \(reads) (mean \(crowdReadMs) ms); bystander \(servedDuring) reads " +
+              "during the flood (mean \(String(format: "%.1f", bystanderReadMs)) ms); before \(baseline), peak \(peak), after \(end); bystander \(after)")
         #expect(peak.rssMB - baseline.rssMB < 256 && end.threads <= baseline.threads + 24)
         try await waitFor("the crowd's links to go", seconds: 10) { host.loop.sync { host.connections.count } == 1 }
     }

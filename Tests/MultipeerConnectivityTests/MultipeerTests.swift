@@ -4,6 +4,7 @@
 import Foundation
 import Testing
 import PeerSession
+import PeerBluetooth
 @testable import MultipeerConnectivity
 
 @Suite struct MCPeerIDTests {
@@ -20,8 +21,11 @@ import PeerSession
     }
 
     @Test func serviceTypeAndDiscoveryInfoRules() {
-        for ok in ["cmj-stream", "a", "abc123", "x-y-z", "123456789abcdef"] { #expect(MCServiceType.isValid(ok), "\(ok)") }
-        for bad in ["", "1234", "-ab", "ab-", "a--b", "Abc", "a_b", "1234567890abcdef", "héllo"] { #expect(!MCServiceType.isValid(bad), "\(bad)") }
+        // RFC 6335 §5.1; upper-case letters are accepted, as iOS does (DNS-SD compares names without case).
+        for ok in ["cmj-stream", "a", "abc123", "x-y-z", "123456789abcdef", "Abc", "MKSVC"] { #expect(MCServiceType.isValid(ok), "\(ok)") }
+        for bad in ["", "1234", "-ab", "ab-", "a--b", "a_b", "1234567890abcdef", "héllo"] { #expect(!MCServiceType.isValid(bad), "\(bad)") }
+        #expect(MCServiceType.canonical("MKSVC") == "mksvc")
+        #expect(PeerAdvert.serviceUUID(forServiceType: MCServiceType.canonical("Game-Room")) == PeerAdvert.serviceUUID(forServiceType: "game-room"))
         #expect(MCServiceType.discoveryInfoFailure(["k": "v"]) == nil)
         #expect(MCServiceType.discoveryInfoFailure(["a=b": "v"]) != nil)
         #expect(MCServiceType.discoveryInfoFailure(["k": String(repeating: "v", count: 254)]) != nil)

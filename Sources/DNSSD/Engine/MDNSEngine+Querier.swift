@@ -32,13 +32,13 @@ extension MDNSEngine {
     }
 
     /// Takes a response's answers and additionals into the cache (§10), then re-evaluates browses.
-    mutating func absorbResponse(_ msg: DNSMessage, now: MDNSInstant, out: inout [MDNSAction]) {
+    mutating func absorbResponse(_ msg: DNSMessage, from source: MDNSPeer, now: MDNSInstant, out: inout [MDNSAction]) {
         let records = (msg.answers + msg.additionals).filter { $0.rrclass == dnsClassIN && RecordCache.cacheable($0.type) }
         guard !records.isEmpty else { return }
         for rr in records where rr.cacheFlush && rr.ttl > 0 { cache.flush(like: rr, now: now) }
         for rr in records {
             let jitter = Int64.random(in: 0...Int64(max(rr.ttl, 1)) * 20, using: &rng)   // 2 % of the TTL in ms
-            cache.insert(rr, now: now, jitter: jitter)
+            cache.insert(rr, now: now, jitter: jitter, interface: source.interface)
         }
         evaluateBrowses(now: now, out: &out)
     }
@@ -104,12 +104,17 @@ extension MDNSEngine {
                     continue
                 }
                 var addresses: [IPAddress] = []
+                var interfaces: [IPAddress: UInt32] = [:]
                 for rr in cache.live(target, .a) + cache.live(target, .aaaa) {
+                    let address: IPAddress
                     switch rr.rdata {
-                    case .a(let b): addresses.append(.v4(b))
-                    case .aaaa(let b): addresses.append(.v6(b))
-                    default: break
+                    case .a(let b): address = .v4(b)
+                    case .aaaa(let b): address = .v6(b)
+                    default: continue
                     }
+                    addresses.append(address)
+                    let i = cache.interface(of: rr)
+                    if i != 0 { interfaces[address] = i }
                 }
                 addresses.sort { $0.description < $1.description }
                 guard !addresses.isEmpty else {
@@ -117,7 +122,7 @@ extension MDNSEngine {
                     continue
                 }
                 current[instance] = ResolvedService(instance: instance, txt: TXTRecord(rdataStrings: strings),
-                                                    host: target, port: port, addresses: addresses)
+                                                    host: target, port: port, addresses: addresses, interfaces: interfaces)
             }
             let id = browses[i].id
             for (name, service) in current.sorted(by: { $0.key < $1.key }) {

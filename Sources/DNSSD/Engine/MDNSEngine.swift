@@ -113,6 +113,35 @@ public struct MDNSEngine {
         return out
     }
 
+    /// The machine's interfaces changed (RFC 6762 §13): on `added` interfaces (new, back up, or with a
+    /// new address) our announced records are announced again and every browse starts querying afresh
+    /// (1 s, doubling); records learnt on `removed` interfaces are forgotten at once, so their services are
+    /// reported lost (and found again through another interface, if they are there, by the fresh queries).
+    ///
+    /// §13 asks for probing and announcing after a link change. We announce without probing again: the
+    /// records stay answerable meanwhile on the interfaces that did not change, and a clash on the new
+    /// link still shows as a conflicting response, which sends the registration back to probing (§9).
+    public mutating func interfacesChanged(added: Set<UInt32>, removed: Set<UInt32>, now: MDNSInstant) -> [MDNSAction] {
+        var out: [MDNSAction] = []
+        if !removed.isEmpty, cache.forget(interfaces: removed) {
+            evaluateBrowses(now: now, out: &out)
+        }
+        if !added.isEmpty || !removed.isEmpty {
+            for i in browses.indices {
+                browses[i].interval = 1000
+                browses[i].nextQuery = min(browses[i].nextQuery, now + Int64.random(in: 20...120, using: &rng))
+            }
+        }
+        if !added.isEmpty {
+            for i in registrations.indices where registrations[i].isAnnounced {
+                // The random delay spreads the announcements of hosts that saw the same link come up.
+                registrations[i].state = .announcing(sent: 0, next: now + Int64.random(in: 20...120, using: &rng))
+            }
+        }
+        finish(&out, now: now)
+        return out
+    }
+
     /// Handles a received datagram (RFC 6762 §6 for queries, §8–§10 for responses).
     public mutating func receive(_ bytes: [UInt8], from source: MDNSPeer, now: MDNSInstant) -> [MDNSAction] {
         var out: [MDNSAction] = []
@@ -128,7 +157,7 @@ public struct MDNSEngine {
             // §18.11: ignore responses with a non-zero rcode. §11: responses must come from port 5353.
             guard message.header.rcode == 0, source.port == 5353 else { return out }
             handleResponse(message, now: now, out: &out)
-            absorbResponse(message, now: now, out: &out)
+            absorbResponse(message, from: source, now: now, out: &out)
         } else {
             handleQuery(message, from: source, now: now, out: &out)
         }

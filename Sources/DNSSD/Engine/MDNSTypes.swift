@@ -45,13 +45,17 @@ public enum IPAddress: Hashable, Sendable, CustomStringConvertible {
     var type: RRType { switch self { case .v4: return .a; case .v6: return .aaaa } }
 }
 
-/// Where a packet came from: address, UDP port and IPv6 scope (interface index, 0 if none).
+/// Where a packet came from: address, UDP port, IPv6 scope, and the interface it arrived on (interface
+/// indexes; 0 when unknown).
 public struct MDNSPeer: Hashable, Sendable {
     public var address: IPAddress
     public var port: UInt16
     public var scopeID: UInt32
-    public init(address: IPAddress, port: UInt16 = 5353, scopeID: UInt32 = 0) {
-        self.address = address; self.port = port; self.scopeID = scopeID
+    /// The interface the packet arrived on (IP_PKTINFO / IPV6_PKTINFO); records learnt from it are
+    /// forgotten when that interface goes away.
+    public var interface: UInt32
+    public init(address: IPAddress, port: UInt16 = 5353, scopeID: UInt32 = 0, interface: UInt32 = 0) {
+        self.address = address; self.port = port; self.scopeID = scopeID; self.interface = interface
     }
 }
 
@@ -83,6 +87,8 @@ public struct ResolvedService: Hashable, Sendable {
     public var host: DNSName
     public var port: UInt16
     public var addresses: [IPAddress]
+    /// The interface each address was learnt on (for IPv6 link-local addresses, their scope); 0 when unknown.
+    public var interfaces: [IPAddress: UInt32] = [:]
     /// The instance label as text.
     public var instanceName: String { instance.firstLabel }
 }

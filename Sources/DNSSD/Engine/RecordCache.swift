@@ -14,6 +14,8 @@ struct CacheEntry: Equatable {
     var refreshesSent: Int
     /// 0–2 % of the TTL, in ms, added to each refresh point (§5.2).
     var jitter: Int64
+    /// The interface the record last arrived on (0: unknown).
+    var interface: UInt32 = 0
 
     /// When the next refresh query is due, if any remain.
     var nextRefresh: MDNSInstant? {
@@ -37,7 +39,7 @@ struct RecordCache {
     }
 
     /// Adds or refreshes a record received at `now` (TTL 0 marks a goodbye, §10.1).
-    mutating func insert(_ rr: DNSRecord, now: MDNSInstant, jitter: Int64) {
+    mutating func insert(_ rr: DNSRecord, now: MDNSInstant, jitter: Int64, interface: UInt32 = 0) {
         let key = RecordKey(rr)
         if rr.ttl == 0 {
             if var e = entries[key] {
@@ -50,7 +52,7 @@ struct RecordCache {
         var record = rr
         record.cacheFlush = false
         entries[key] = CacheEntry(record: record, received: now, expires: now + Int64(rr.ttl) * 1000,
-                                  stale: false, refreshesSent: 0, jitter: jitter)
+                                  stale: false, refreshesSent: 0, jitter: jitter, interface: interface)
         if entries.count > RecordCache.capacity, let victim = entries.min(by: { $0.value.expires < $1.value.expires })?.key {
             entries[victim] = nil
         }
@@ -69,6 +71,14 @@ struct RecordCache {
         }
     }
 
+    /// Forgets every record last heard on one of `interfaces` (they went away: RFC 6762 §13 leaves what
+    /// to do open; mDNSResponder purges them too). Returns whether anything went.
+    mutating func forget(interfaces: Set<UInt32>) -> Bool {
+        let before = entries.count
+        entries = entries.filter { !interfaces.contains($0.value.interface) }
+        return entries.count != before
+    }
+
     /// Removes expired entries; returns whether anything went.
     mutating func expire(now: MDNSInstant) -> Bool {
         let before = entries.count
@@ -83,6 +93,9 @@ struct RecordCache {
     }
 
     func entry(_ key: RecordKey) -> CacheEntry? { entries[key] }
+
+    /// The interface a live record of `name`, `type` and `rdata` arrived on (0 if unknown).
+    func interface(of rr: DNSRecord) -> UInt32 { entries[RecordKey(rr)]?.interface ?? 0 }
 
     mutating func markRefreshed(_ key: RecordKey, now: MDNSInstant) {
         guard var e = entries[key] else { return }

@@ -86,7 +86,10 @@ import CoreBluetooth
         let p = try #require(q.sync { d.found })
         q.sync { m.stopScan(); m.connect(p, options: [CBConnectPeripheralOptionEnableAutoReconnect: true]) }
         try await waitUntil("connected") { q.sync { d.connects } == 1 }
-        // The peripheral drops the link; it keeps advertising, so the system connects again.
+        // The peripheral drops the link; it keeps advertising, so the system connects again. The delegate
+        // queue is busy meanwhile, so the link is back before the app hears of the loss (a busy app, or a
+        // loaded machine): the reconnection must not be taken for a cancelled connection.
+        q.async { usleep(400_000) }
         adv.loop.sync { for (h, _) in adv.connections { adv.disconnect(handle: h) } }
         try await waitUntil("reconnected") { q.sync { d.connects } == 2 }
         let first = try #require(q.sync { d.disconnects.first })

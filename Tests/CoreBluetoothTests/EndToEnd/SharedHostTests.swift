@@ -114,15 +114,13 @@ import BLEVirtualRadio
         #expect(seen.map(\.identifier) == [p.identifier])
         #expect(seen.first !== p && seen.first?.state == .disconnected)
         #expect(second.manager.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180F")]).isEmpty)
-        // The documented limit: the second manager cannot share the first one's link (iOS would); its
-        // connect fails at once with the controller's reason instead of hanging.
+        // Connecting it shares the first manager's link, as iOS does for two apps (issue 21).
         let mine = try #require(seen.first)
         second.queue.sync { second.byName["LINKED"] = mine; second.manager.connect(mine) }
-        try await waitUntil("refused") { second.queue.sync { second.failed.count } == 1 }
-        let e = try #require(second.queue.sync { second.failed[0].1 } as? CBError)
-        #expect(e.code == .connectionFailed)
-        #expect((e.userInfo[CBHCIStatusKey] as? NSNumber)?.intValue == 0x0B)
-        #expect(p.state == .connected && mine.state == .disconnected)
+        try await waitUntil("shared") { second.queue.sync { second.connected.count } == 1 }
+        #expect(second.queue.sync { second.failed.isEmpty })
+        #expect(p.state == .connected && mine.state == .connected)
+        #expect(host.loop.sync { host.connections.count } == 1)
         _ = per
     }
 

@@ -13,7 +13,14 @@ import BLEWire
 final class BoardAgent: CBPairingAgent, @unchecked Sendable {
     let ioCapability: CBPairingIOCapability
     let lock = NSLock()
-    nonisolated(unsafe) static var shown: UInt32?
+    /// The passkey on the displaying side's screen: written by one agent, read by the other (another
+    /// thread), so behind a lock.
+    static var shown: UInt32? {
+        get { shownLock.withLock { shownValue } }
+        set { shownLock.withLock { shownValue = newValue } }
+    }
+    private static let shownLock = NSLock()
+    nonisolated(unsafe) private static var shownValue: UInt32?
     var calls: [String] = []
     init(_ io: CBPairingIOCapability) { ioCapability = io }
     func record(_ s: String) { lock.withLock { calls.append(s) } }

@@ -619,20 +619,28 @@ async def crowd(args):
 
     async def flood(d, c, q):
         writes = reads = 0
+        waited = 0.0
         end = time.monotonic() + args.seconds
         while time.monotonic() < end:
             for _ in range(20):
                 d.send_l2cap_pdu(c.handle, ATT_CID, struct.pack('<BH', 0x52, handles['FFF3']) + bytes(20))
             writes += 20
+            sent = time.monotonic()
             d.send_l2cap_pdu(c.handle, ATT_CID, read)
             rsp = await asyncio.wait_for(q.get(), 10)
+            waited += time.monotonic() - sent
             if rsp != b'\x0b' + HEALTH_VALUE:
                 raise RuntimeError(f'read answered {rsp.hex()}')
             reads += 1
-        return writes, reads
+        return writes, reads, waited
 
+    started = time.monotonic()
     results = await asyncio.gather(*(flood(*link) for link in links))
-    emit(event='crowd_done', writes=sum(w for w, _ in results), reads=[r for _, r in results])
+    # started/ended: CLOCK_MONOTONIC, the clock of the bystander's reports; read_ms: the crowd's mean read
+    # latency (each read waits behind its own 20 Write Commands and the other centrals' traffic).
+    total_reads = sum(r for _, r, _ in results)
+    emit(event='crowd_done', writes=sum(w for w, _, _ in results), reads=[r for _, r, _ in results],
+         read_ms=round(sum(t for _, _, t in results) / max(total_reads, 1) * 1000, 2), started=started, ended=time.monotonic())
     for d, c, _ in links:
         await c.disconnect()
     for t in transports:
@@ -650,20 +658,24 @@ async def bystander(args):
         lost = asyncio.get_running_loop().create_future()
         connection.on('disconnection', lambda reason: lost.done() or lost.set_result(reason))
         emit(event='reading')
-        reads, errors, slowest, last = 0, 0, 0.0, time.monotonic()
+        reads, errors, slowest, waited, last = 0, 0, 0.0, 0.0, time.monotonic()
         while not lost.done():
             t = time.monotonic()
             try:
                 value = await asyncio.wait_for(peer.read_value(characteristic), 5)
                 if bytes(value) == HEALTH_VALUE:
                     reads += 1
+                    waited += time.monotonic() - t
                 else:
                     errors += 1
             except Exception:
                 errors += 1
             slowest = max(slowest, time.monotonic() - t)
             if time.monotonic() - last >= 0.5:
-                emit(event='bystander', reads=reads, errors=errors, slowest_ms=round(slowest * 1000, 1), t=time.monotonic())
+                # waited_ms: the total latency of the successful reads so far (their mean over a window is
+                # the difference of two reports' waited_ms over that of their reads).
+                emit(event='bystander', reads=reads, errors=errors, slowest_ms=round(slowest * 1000, 1),
+                     waited_ms=round(waited * 1000, 1), t=time.monotonic())
                 last = time.monotonic()
             await asyncio.sleep(0.05)
         emit(event='error', error=f'bystander link lost ({lost.result()})')

@@ -1,0 +1,1 @@
+// CoreBluetooth.CBATTRequest: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

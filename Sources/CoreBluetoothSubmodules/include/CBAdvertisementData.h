@@ -1,0 +1,1 @@
+// CoreBluetooth.CBAdvertisementData: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

@@ -1,0 +1,1 @@
+// CoreBluetooth.CBAttribute: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

@@ -1,0 +1,1 @@
+// CoreBluetooth.CBCentral: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

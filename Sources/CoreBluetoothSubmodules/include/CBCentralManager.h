@@ -1,0 +1,1 @@
+// CoreBluetooth.CBCentralManager: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

@@ -1,0 +1,1 @@
+// CoreBluetooth.CBCentralManagerConstants: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

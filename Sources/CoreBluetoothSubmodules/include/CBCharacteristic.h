@@ -1,0 +1,1 @@
+// CoreBluetooth.CBCharacteristic: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

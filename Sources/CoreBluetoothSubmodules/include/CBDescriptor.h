@@ -1,0 +1,1 @@
+// CoreBluetooth.CBDescriptor: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

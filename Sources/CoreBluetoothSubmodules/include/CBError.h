@@ -1,0 +1,1 @@
+// CoreBluetooth.CBError: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

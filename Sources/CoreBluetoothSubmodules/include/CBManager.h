@@ -1,0 +1,1 @@
+// CoreBluetooth.CBManager: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

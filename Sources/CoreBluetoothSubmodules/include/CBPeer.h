@@ -1,0 +1,1 @@
+// CoreBluetooth.CBPeer: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

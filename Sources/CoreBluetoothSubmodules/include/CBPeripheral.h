@@ -1,0 +1,1 @@
+// CoreBluetooth.CBPeripheral: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

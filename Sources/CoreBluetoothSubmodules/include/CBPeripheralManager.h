@@ -1,0 +1,1 @@
+// CoreBluetooth.CBPeripheralManager: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

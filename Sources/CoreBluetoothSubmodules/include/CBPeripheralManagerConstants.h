@@ -1,0 +1,1 @@
+// CoreBluetooth.CBPeripheralManagerConstants: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

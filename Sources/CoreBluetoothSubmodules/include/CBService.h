@@ -1,0 +1,1 @@
+// CoreBluetooth.CBService: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

@@ -1,0 +1,1 @@
+// CoreBluetooth.CBUUID: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

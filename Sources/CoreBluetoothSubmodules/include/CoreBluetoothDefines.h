@@ -1,0 +1,1 @@
+// CoreBluetooth.CoreBluetoothDefines: the declarations are Swift (Sources/CoreBluetooth); see module.modulemap.

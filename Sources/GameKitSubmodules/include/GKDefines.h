@@ -1,0 +1,1 @@
+// GameKit.GKDefines: the declarations are Swift (Sources/GameKit); see module.modulemap.

@@ -1,0 +1,1 @@
+// GameKit.GKPeerPickerController: the declarations are Swift (Sources/GameKit); see module.modulemap.

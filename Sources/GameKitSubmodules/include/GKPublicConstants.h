@@ -1,0 +1,1 @@
+// GameKit.GKPublicConstants: the declarations are Swift (Sources/GameKit); see module.modulemap.

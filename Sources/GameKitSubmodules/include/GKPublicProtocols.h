@@ -1,0 +1,1 @@
+// GameKit.GKPublicProtocols: the declarations are Swift (Sources/GameKit); see module.modulemap.

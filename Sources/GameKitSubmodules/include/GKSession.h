@@ -1,0 +1,1 @@
+// GameKit.GKSession: the declarations are Swift (Sources/GameKit); see module.modulemap.

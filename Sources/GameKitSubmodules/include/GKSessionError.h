@@ -1,0 +1,1 @@
+// GameKit.GKSessionError: the declarations are Swift (Sources/GameKit); see module.modulemap.

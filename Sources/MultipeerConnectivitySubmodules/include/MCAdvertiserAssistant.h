@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCAdvertiserAssistant: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

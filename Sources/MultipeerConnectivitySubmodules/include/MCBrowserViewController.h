@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCBrowserViewController: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

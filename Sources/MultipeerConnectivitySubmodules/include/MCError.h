@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCError: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCNearbyServiceAdvertiser: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

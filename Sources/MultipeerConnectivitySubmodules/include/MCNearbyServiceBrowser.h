@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCNearbyServiceBrowser: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

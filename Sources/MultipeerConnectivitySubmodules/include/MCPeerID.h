@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCPeerID: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

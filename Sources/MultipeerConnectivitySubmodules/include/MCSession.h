@@ -1,0 +1,1 @@
+// MultipeerConnectivity.MCSession: the declarations are Swift (Sources/MultipeerConnectivity); see module.modulemap.

@@ -1,0 +1,278 @@
+// System calls per packet on stream transports: one read delivers every packet it holds in one batch, what
+// the host writes during a loop turn leaves in one write, and TCP_QUICKACK is re-armed only when a delayed
+// ACK could hold the peer back. Counted with the connection's own statistics, which count each call it makes.
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+import BLEHCI
+@testable import BLETransport
+
+@Suite struct LoopTurnTests {
+    @Test func hooksRunAfterTheTurnsWorkAndOnlyInsideATurn() async throws {
+        #expect(LoopTurn.atEnd {} == false)
+        #expect(!LoopTurn.inProgress)
+        let loop = EventLoop(label: "turns")
+        final class Log: @unchecked Sendable { let lock = NSLock(); var items: [String] = [] }
+        let log = Log()
+        let note: @Sendable (String) -> Void = { s in log.lock.withLock { log.items.append(s) } }
+        loop.sync {
+            let first = LoopTurn.atEnd { note("end 1") }
+            let second = LoopTurn.atEnd {
+                note("end 2")
+                // A hook may add another: it runs in the same turn.
+                let third = LoopTurn.atEnd { note("end 3") }
+                note(third ? "third added" : "third refused")
+            }
+            note(first && second ? "work" : "refused")
+        }
+        #expect(log.items == ["work", "end 1", "end 2", "third added", "end 3"])
+        #expect(!LoopTurn.inProgress)
+
+        // Work submitted with execute, timers and runWaiting are turns too.
+        let done = DispatchSemaphore(value: 0)
+        loop.execute {
+            _ = LoopTurn.atEnd { note("after execute") }
+            note("execute")
+        }
+        loop.execute {
+            loop.schedule(after: .milliseconds(5)) {
+                _ = LoopTurn.atEnd { note("after timer"); done.signal() }
+                note("timer")
+            }
+        }
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        loop.runWaiting {
+            _ = LoopTurn.atEnd { note("after runWaiting") }
+            note("runWaiting")
+        }
+        #expect(log.lock.withLock { log.items.suffix(6) } == ["execute", "after execute", "timer", "after timer", "runWaiting", "after runWaiting"])
+    }
+
+    @Test func isInLoopHoldsInsideTurnsAndNowhereElse() {
+        let a = EventLoop(label: "a"), b = EventLoop(label: "b")
+        #expect(!a.isInLoop)
+        a.sync {
+            #expect(a.isInLoop)
+            #expect(!b.isInLoop)
+            b.sync {
+                #expect(b.isInLoop)
+                #expect(!a.isInLoop)
+            }
+            #expect(a.isInLoop)
+        }
+        // Work that reaches the queue without a turn (a dispatch block on `queue`) is still on the loop.
+        #expect(a.queue.sync { a.isInLoop })
+    }
+}
+
+@Suite struct StreamCoalescingTests {
+    final class Batches: @unchecked Sendable {
+        let lock = NSLock()
+        var batches: [[HCIPacket]] = []
+        var all: [HCIPacket] { lock.withLock { batches.flatMap { $0 } } }
+    }
+
+    /// A connected UNIX stream pair: ours (a StreamConnection) and the peer's raw descriptor.
+    func pair() -> (StreamConnection, Int32) {
+        var fds: [Int32] = [0, 0]
+        precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        return (StreamConnection(fd: fds[0], isTCP: false, label: "ours"), fds[1])
+    }
+
+    func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
+            precondition(n > 0)
+            off += n
+        }
+    }
+
+    /// Reads exactly `count` bytes (or fewer if the peer closes).
+    func readExactly(_ fd: Int32, _ count: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        while out.count < count {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, min($0.count, count - out.count)) }
+            if n <= 0 { break }
+            out += buf[0..<n]
+        }
+        return out
+    }
+
+    static let event = HCIEvent.commandComplete(numHCICommandPackets: 1, opcode: .reset, returnParameters: [0]).encode()
+    static func acl(_ n: Int) -> HCIPacket { ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: Array(repeating: UInt8(n), count: 20 + n)).encode() }
+
+    @Test func oneReadDeliversEveryPacketItHoldsInOneBatch() async throws {
+        let (ours, peer) = pair()
+        defer { ours.close(); Glibc.close(peer) }
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        let packets = [Self.event, Self.acl(1), Self.acl(2), Self.acl(3)]
+        // One write of four packets: one read takes them all.
+        writeAll(peer, packets.flatMap(\.h4Bytes))
+        let deadline = Date().addingTimeInterval(10)
+        while got.all.count < 4 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        #expect(got.all == packets)
+        #expect(got.lock.withLock { got.batches.count } == 1)
+        let s = ours.statistics
+        #expect(s.packetsIn == 4)
+        #expect(s.reads == 1)
+        // A packet split across writes is delivered whole once its end arrives.
+        let split = Self.acl(9).h4Bytes
+        writeAll(peer, Array(split[0..<5]))
+        try await pause(nanoseconds: 20_000_000)
+        #expect(got.all.count == 4)
+        writeAll(peer, Array(split[5...]))
+        while got.all.count < 5 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        #expect(got.all.last == Self.acl(9))
+    }
+
+    @Test func writesOfOneLoopTurnLeaveInOneSystemCall() throws {
+        let (ours, peer) = pair()
+        defer { ours.close(); Glibc.close(peer) }
+        let loop = EventLoop(label: "w")
+        let packets = (1...5).map(Self.acl)
+        loop.sync {
+            for p in packets { #expect(ours.write(packet: p)) }
+            // Nothing has left yet: it leaves when the turn ends.
+            #expect(ours.statistics.writes == 0)
+        }
+        #expect(ours.statistics.writes == 1)
+        #expect(ours.statistics.packetsOut == 5)
+        #expect(readExactly(peer, packets.map(\.h4Bytes.count).reduce(0, +)) == packets.flatMap(\.h4Bytes))
+
+        // Outside a turn each write leaves at once.
+        for p in packets.prefix(2) { #expect(ours.write(packet: p)) }
+        #expect(ours.statistics.writes == 3)
+        #expect(readExactly(peer, packets.prefix(2).map(\.h4Bytes.count).reduce(0, +)) == packets.prefix(2).flatMap(\.h4Bytes))
+    }
+
+    @Test func answersToOneReadLeaveInOneWrite() async throws {
+        // The reader hands each read's packets to a loop (as the host does); the answers written while
+        // handling them, two per packet, leave together when that turn ends.
+        let (ours, peer) = pair()
+        defer { ours.close(); Glibc.close(peer) }
+        let loop = EventLoop(label: "answers")
+        ours.start(onPackets: { ps in
+            loop.runWaiting { for p in ps { ours.write(packet: p); ours.write(packet: Self.event) } }
+        }, onClose: { _ in })
+        let packets = (1...4).map(Self.acl)
+        writeAll(peer, packets.flatMap(\.h4Bytes))
+        let expected = packets.flatMap { $0.h4Bytes + Self.event.h4Bytes }
+        #expect(readExactly(peer, expected.count) == expected)
+        let s = ours.statistics
+        #expect(s.reads == 1)
+        #expect(s.writes == 1)
+        #expect(s.packetsOut == 8)
+    }
+
+    @Test func aWriteAfterCloseFailsAndNothingIsLeftPending() throws {
+        let (ours, peer) = pair()
+        defer { Glibc.close(peer) }
+        let loop = EventLoop(label: "c")
+        loop.sync {
+            #expect(ours.write(packet: Self.event))
+            ours.close()
+        }
+        #expect(ours.write(packet: Self.event) == false)
+        #expect(ours.statistics.writes == 0)
+    }
+
+    @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
+        let listener = try TCPListener(port: 0)
+        defer { listener.close() }
+        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
+        let accepted = Accepted()
+        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
+        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "tcp")
+        defer { ours.close() }
+        let deadline = Date().addingTimeInterval(10)
+        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        let peer = accepted.lock.withLock { accepted.fd }
+        defer { Glibc.close(peer) }
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        func receive(_ n: Int) async throws {
+            let before = got.all.count
+            for i in 0..<n {
+                writeAll(peer, Self.acl(i).h4Bytes)
+                while got.all.count < before + i + 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+            }
+        }
+        // A bulk receiver that never writes never re-arms.
+        try await receive(5)
+        #expect(got.all.count == 5)
+        #expect(ours.statistics.other == 0)
+        // After a write, the first read with no answer re-arms once; the next ones do not.
+        #expect(ours.write(packet: Self.event))
+        try await receive(3)
+        #expect(ours.statistics.other == 1)
+        // A read that holds only part of a packet counts too: rootcanal writes an H4 indicator on its own,
+        // and with Nagle on its side the rest waits for our ACK of it.
+        #expect(ours.write(packet: Self.event))
+        let next = Self.acl(7).h4Bytes
+        writeAll(peer, Array(next[0..<1]))
+        while ours.statistics.reads < 9 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == 2)
+        writeAll(peer, Array(next[1...]))
+        while got.all.count < 9 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(7))
+        #expect(ours.statistics.other == 2)
+        // While the host holds packets waiting for controller buffers, its next write carries the ACK: a
+        // partial read forces none.
+        ours.hostBacklogChanged(true)
+        #expect(ours.write(packet: Self.event))
+        let more = Self.acl(8).h4Bytes
+        writeAll(peer, Array(more[0..<1]))
+        while ours.statistics.reads < 11 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == 2)
+        writeAll(peer, Array(more[1...]))
+        while got.all.count < 10 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(8))
+        // A whole packet with no answer still re-arms (the host's write may not come).
+        #expect(ours.statistics.other == 3)
+    }
+
+    @Test func bulkReceptionDelaysAcksUntilAWrite() async throws {
+        let listener = try TCPListener(port: 0)
+        defer { listener.close() }
+        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
+        let accepted = Accepted()
+        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
+        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "bulk")
+        defer { ours.close() }
+        let deadline = Date().addingTimeInterval(20)
+        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        let peer = accepted.lock.withLock { accepted.fd }
+        defer { Glibc.close(peer) }
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        // A stream of packets we do not answer, each in a read of its own: after a run of them the reader
+        // switches ACKs to delayed (one setsockopt), and keeps every packet coming.
+        // The run must come within a quarter of a second: on a loaded machine a burst may take longer, so
+        // a few bursts are allowed.
+        let run = StreamConnection.BulkReception.runLength
+        var sent = 0
+        for _ in 0..<5 where ours.statistics.other == 0 {
+            for _ in 0..<(run + 8) {
+                writeAll(peer, Self.acl(sent % 50).h4Bytes)
+                sent += 1
+                while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+            }
+        }
+        #expect(got.all.count == sent)
+        #expect(ours.statistics.reads == sent)
+        let delaying = ours.statistics.other
+        #expect(delaying >= 1)
+        // A write ends it: the next read that goes unanswered switches quick ACKs back on.
+        #expect(ours.write(packet: Self.event))
+        writeAll(peer, Self.acl(1).h4Bytes)
+        while got.all.count < sent + 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == delaying + 1)
+    }
+}
