@@ -54,8 +54,11 @@ private func guestShell(_ command: String) throws -> String {
     return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
 }
 
-@Suite("Inside the kernel guest", .timeLimit(.minutes(4)), .enabled(if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
-                                            "runs only inside the kernel test guest (scripts/kernel/run manager-vanish)"))
+@Suite(
+    "Inside the kernel guest", .timeLimit(.minutes(4)),
+    .enabled(
+        if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
+        "runs only inside the kernel test guest (scripts/kernel/run manager-vanish)"))
 struct KernelGuestTests {
     @Test("a manager whose adapter vanishes goes .poweredOff, its link is gone, and it is .poweredOn again when the adapter is back")
     func managerFollowsTheAdapter() async throws {
@@ -69,7 +72,9 @@ struct KernelGuestTests {
         step("waiting for BlueZ's advertisement")
         try await waitFor("BlueZ's advertisement", seconds: 30) { central.log.has("discovered") }
         let peripheral = try #require(central.queue.sync { central.found })
-        central.queue.sync { central.manager.stopScan(); central.manager.connect(peripheral) }
+        central.queue.sync {
+            central.manager.stopScan(); central.manager.connect(peripheral)
+        }
         step("waiting for the connection")
         try await waitFor("the connection", seconds: 30) { central.log.has("connected") }
 
@@ -100,7 +105,9 @@ struct KernelGuestTests {
         central.queue.sync { central.manager.scanForPeripherals(withServices: nil) }
         step("waiting for BlueZ found again")
         try await waitFor("BlueZ found again", seconds: 30) { central.log.count(prefix: "discovered") > before }
-        central.queue.sync { central.manager.stopScan(); central.manager.connect(peripheral) }
+        central.queue.sync {
+            central.manager.stopScan(); central.manager.connect(peripheral)
+        }
         step("waiting for a new connection")
         try await waitFor("a new connection", seconds: 30) { central.log.count(prefix: "connected") >= 2 }
         central.queue.sync { central.manager.cancelPeripheralConnection(peripheral) }
@@ -141,10 +148,14 @@ final class GuestChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unch
     var received: Int { lock.withLock { _received } }
     init(index: Int) throws {
         host = try HostFactory.makeHost(spec: .hciSocket(index: index), name: "l2cap")
-        host.loop.sync { host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn() }
+        host.loop.sync {
+            host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn()
+        }
     }
     func count(_ ch: HostL2CAPChannel) {
-        ch.onReceive = { [unowned self] sdu in lock.withLock { _received += sdu.count }; ch.consumed(sdu.count) }
+        ch.onReceive = { [unowned self] sdu in
+            lock.withLock { _received += sdu.count }; ch.consumed(sdu.count)
+        }
     }
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
     func host(_ host: LEHost, didConnect connection: HostConnection) { lock.withLock { _links.append(connection) } }
@@ -157,8 +168,11 @@ final class GuestChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unch
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
 }
 
-@Suite("L2CAP with l2test inside the kernel guest", .timeLimit(.minutes(5)), .enabled(if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
-                                                          "runs only inside the kernel test guest (scripts/kernel/run l2cap-l2test)"))
+@Suite(
+    "L2CAP with l2test inside the kernel guest", .timeLimit(.minutes(5)),
+    .enabled(
+        if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
+        "runs only inside the kernel test guest (scripts/kernel/run l2cap-l2test)"))
 struct KernelGuestL2CAPTests {
     @Test("1 MB each way over an LE credit-based channel between our host on hci-socket:1 and BlueZ's l2test")
     func oneMegabyteEachWay() async throws {
@@ -196,13 +210,18 @@ struct KernelGuestL2CAPTests {
         ours.host.loop.sync { out.close() }
 
         // BlueZ sends: l2test connects to the SPSM we publish (over the same link) and sends 1024 × 1 KB.
-        let psm = try #require(ours.host.loop.sync { () -> UInt16? in
-            ours.host.publishL2CAP(parameters: L2CAPChannelParameters(mtu: 2048, mps: 247, window: 64 * 1024)) { [ours] ch in ours.count(ch) }
-        })
+        let psm = try #require(
+            ours.host.loop.sync { () -> UInt16? in
+                ours.host.publishL2CAP(parameters: L2CAPChannelParameters(mtu: 2048, mps: 247, window: 64 * 1024)) { [ours] ch in ours.count(ch) }
+            })
         let ourAddress = ours.host.loop.sync { ours.host.localAddress }
         let back = Date()
-        let sending = try GuestTool("/usr/bin/l2test", ["-s", "-i", "hci0", "-V", "le_public", "-P", String(psm), "-b", "1024", "-N", "1024",
-                                                        ourAddress.string])
+        let sending = try GuestTool(
+            "/usr/bin/l2test",
+            [
+                "-s", "-i", "hci0", "-V", "le_public", "-P", String(psm), "-b", "1024", "-N", "1024",
+                ourAddress.string,
+            ])
         defer { sending.stop() }
         step("waiting for 1 MB from l2test")
         do {
@@ -215,4 +234,3 @@ struct KernelGuestL2CAPTests {
         #expect(ours.received == megabyte, "l2test: \(sending.output)")
     }
 }
-

@@ -68,8 +68,9 @@ enum KernelGuest {
     }
 }
 
-@Suite("Linux kernel and BlueZ on the HCI user channel", .serialized,
-       .enabled(if: KernelGuest.enabled, "the kernel group runs in its own step of scripts/test (OCB_KERNEL_TESTS=1)"))
+@Suite(
+    "Linux kernel and BlueZ on the HCI user channel", .serialized,
+    .enabled(if: KernelGuest.enabled, "the kernel group runs in its own step of scripts/test (OCB_KERNEL_TESTS=1)"))
 struct KernelInteropTests {
     // MARK: Advertising and scanning
 
@@ -114,7 +115,9 @@ struct KernelInteropTests {
     @Test("an adapter bluetoothd holds: ble says who holds it and how to release it (exit 1); released, it works; bluetoothd takes it back after")
     func adapterBusy() throws {
         try KernelGuest.expectPassed("rule-busy")
-        #expect(try KernelGuest.log("rule-busy").contains("Error: hci-socket:1: could not connect: hci1 is in use by the kernel's Bluetooth stack (bluetoothd). Release it with `sudo systemctl stop bluetooth`"))
+        #expect(
+            try KernelGuest.log("rule-busy").contains(
+                "Error: hci-socket:1: could not connect: hci1 is in use by the kernel's Bluetooth stack (bluetoothd). Release it with `sudo systemctl stop bluetooth`"))
     }
 
     @Test("no CAP_NET_ADMIN: ble names the capability and setcap (exit 1)")
