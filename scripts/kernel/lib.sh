@@ -178,15 +178,22 @@ btctl_start() {
     bluetoothctl < "$OCB_RUN/btctl.in" > "$BTCTL_LOG" 2>&1 &
     BTCTL_PID=$!
     exec 7> "$OCB_RUN/btctl.in"
+    # bluetoothctl registers an agent of its own once it reaches bluetoothd: wait for it, or an "agent off"
+    # sent earlier is answered "No agent is registered" and the next "agent X" with "already registered".
+    wait_for "$BTCTL_LOG" "Agent registered" 30
 }
 btctl() { log "bluetoothctl> $*"; echo "$*" >&7; }
 
 # btctl_agent CAPABILITY: bluetoothctl's agent with that I/O capability (NoInputNoOutput, DisplayOnly,
 # DisplayYesNo, KeyboardOnly, KeyboardDisplay) as the default agent.
 btctl_agent() {
+    local before gone
+    before=$(clean "$BTCTL_LOG" | grep -c "Agent registered")
+    gone=$(clean "$BTCTL_LOG" | grep -c "Agent unregistered")
     btctl "agent off"
+    wait_for_count "$BTCTL_LOG" "Agent unregistered" $((gone + 1)) 30 || return 1
     btctl "agent $1"
-    wait_for_count "$BTCTL_LOG" "Agent registered" 2 30 || return 1
+    wait_for_count "$BTCTL_LOG" "Agent registered" $((before + 1)) 30 || return 1
     btctl "default-agent"
     wait_for "$BTCTL_LOG" "Default agent request successful" 30
 }
