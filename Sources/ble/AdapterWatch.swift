@@ -25,7 +25,9 @@ enum AdapterWatch {
 
     /// Set by long-running commands before they open the controller.
     static func keepRunning(onReturn: ((LEHost) -> Void)? = nil) {
-        settings.update { $0.mode = .wait; $0.onReturn = onReturn }
+        settings.update {
+            $0.mode = .wait; $0.onReturn = onReturn
+        }
     }
 
     /// Called by Controller.close before it powers the host off: that `.off` is the command's own doing.

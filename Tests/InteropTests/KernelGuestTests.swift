@@ -1,8 +1,8 @@
 // Runs inside the kernel test guest only (scripts/kernel/scenarios/manager-vanish.sh sets OCB_KERNEL_GUEST=1):
 // a CBCentralManager on the HCI user channel (BLE_TRANSPORT=hci-socket:1) whose adapter is removed while it is
 // connected to BlueZ (the vhci bridge killed, as a dongle pulled out) and then comes back at the same index.
-// What iOS does when the radio goes away is what the app must see: the state goes to .poweredOff, the link in
-// flight ends with an error, and once the adapter is back the same manager reports .poweredOn and can scan
+// What iOS does when the radio goes away is what the app must see: the state goes to .poweredOff once (no
+// flapping while the host retries), the link that was up ends with an error, and once the adapter is back the same manager reports .poweredOn and can scan
 // and connect again, with no new manager and no restart.
 import Foundation
 import Testing
@@ -35,6 +35,11 @@ final class VanishCentral: NSObject, CBCentralManagerDelegate, @unchecked Sendab
     }
 }
 
+/// A step of a guest test, on standard error with the time (the scenario's log shows how far it got).
+private func step(_ what: String) {
+    FileHandle.standardError.write(Data("[\(String(format: "%.2f", ProcessInfo.processInfo.systemUptime))] \(what)\n".utf8))
+}
+
 /// Runs a helper of scripts/kernel/lib.sh (remove_controller 1, add_controller, release 1) in the guest.
 private func guestShell(_ command: String) throws -> String {
     let p = Process()
@@ -49,27 +54,39 @@ private func guestShell(_ command: String) throws -> String {
     return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
 }
 
-@Suite("Inside the kernel guest", .enabled(if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
-                                            "runs only inside the kernel test guest (scripts/kernel/run manager-vanish)"))
+@Suite(
+    "Inside the kernel guest", .timeLimit(.minutes(4)),
+    .enabled(
+        if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
+        "runs only inside the kernel test guest (scripts/kernel/run manager-vanish)"))
 struct KernelGuestTests {
-    @Test("a manager whose adapter vanishes goes .poweredOff, its link fails, and it is .poweredOn again when the adapter is back")
+    @Test("a manager whose adapter vanishes goes .poweredOff, its link is gone, and it is .poweredOn again when the adapter is back")
     func managerFollowsTheAdapter() async throws {
         let target = ProcessInfo.processInfo.environment["OCB_PEER_NAME"] ?? "KernelPeer"
         let central = VanishCentral(target: target)
         central.manager = CBCentralManager(delegate: central, queue: central.queue)
         let on = "state:\(CBManagerState.poweredOn.rawValue)", off = "state:\(CBManagerState.poweredOff.rawValue)"
+        step("waiting for poweredOn")
         try await waitFor("poweredOn", seconds: 60) { central.log.has(on) }
         central.queue.sync { central.manager.scanForPeripherals(withServices: nil) }
+        step("waiting for BlueZ's advertisement")
         try await waitFor("BlueZ's advertisement", seconds: 30) { central.log.has("discovered") }
         let peripheral = try #require(central.queue.sync { central.found })
-        central.queue.sync { central.manager.stopScan(); central.manager.connect(peripheral) }
+        central.queue.sync {
+            central.manager.stopScan(); central.manager.connect(peripheral)
+        }
+        step("waiting for the connection")
         try await waitFor("the connection", seconds: 30) { central.log.has("connected") }
 
         _ = try guestShell("remove_controller 1")
+        step("waiting for poweredOff")
         try await waitFor("poweredOff", seconds: 20) { central.log.has(off) }
+        // The link that was up ends with an error, and the peripheral reads .disconnected.
+        step("waiting for the link's end")
         try await waitFor("the link's end", seconds: 20) { central.log.count(prefix: "disconnected:") > 0 }
         let ended = central.log.all.first { $0.hasPrefix("disconnected:") }!
         #expect(ended != "disconnected:nil", "the link that vanished must end with an error")
+        #expect(central.queue.sync { peripheral.state } == .disconnected)
         #expect(central.queue.sync { central.manager.state } == .poweredOff)
         // While the host retries every second, the manager does not flap between .unknown and .poweredOff.
         try await pause(nanoseconds: 3_000_000_000)
@@ -82,13 +99,19 @@ struct KernelGuestTests {
         let index = try guestShell("add_controller")
         #expect(index == "1")
         _ = try? guestShell("for i in 1 2 3 4 5 6 7 8 9 10; do release 1; sleep 0.5; done")
+        step("waiting for poweredOn again")
         try await waitFor("poweredOn again", seconds: 40) { central.log.count(prefix: on) >= 2 }
         let before = central.log.count(prefix: "discovered")
         central.queue.sync { central.manager.scanForPeripherals(withServices: nil) }
+        step("waiting for BlueZ found again")
         try await waitFor("BlueZ found again", seconds: 30) { central.log.count(prefix: "discovered") > before }
-        central.queue.sync { central.manager.stopScan(); central.manager.connect(peripheral) }
+        central.queue.sync {
+            central.manager.stopScan(); central.manager.connect(peripheral)
+        }
+        step("waiting for a new connection")
         try await waitFor("a new connection", seconds: 30) { central.log.count(prefix: "connected") >= 2 }
         central.queue.sync { central.manager.cancelPeripheralConnection(peripheral) }
+        step("waiting for the disconnection")
         try await waitFor("the disconnection", seconds: 20) { central.log.count(prefix: "disconnected:") >= 2 }
     }
 }
@@ -125,10 +148,14 @@ final class GuestChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unch
     var received: Int { lock.withLock { _received } }
     init(index: Int) throws {
         host = try HostFactory.makeHost(spec: .hciSocket(index: index), name: "l2cap")
-        host.loop.sync { host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn() }
+        host.loop.sync {
+            host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn()
+        }
     }
     func count(_ ch: HostL2CAPChannel) {
-        ch.onReceive = { [unowned self] sdu in lock.withLock { _received += sdu.count }; ch.consumed(sdu.count) }
+        ch.onReceive = { [unowned self] sdu in
+            lock.withLock { _received += sdu.count }; ch.consumed(sdu.count)
+        }
     }
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
     func host(_ host: LEHost, didConnect connection: HostConnection) { lock.withLock { _links.append(connection) } }
@@ -141,8 +168,11 @@ final class GuestChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unch
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
 }
 
-@Suite("L2CAP with l2test inside the kernel guest", .enabled(if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
-                                                          "runs only inside the kernel test guest (scripts/kernel/run l2cap-l2test)"))
+@Suite(
+    "L2CAP with l2test inside the kernel guest", .timeLimit(.minutes(5)),
+    .enabled(
+        if: ProcessInfo.processInfo.environment["OCB_KERNEL_GUEST"] == "1",
+        "runs only inside the kernel test guest (scripts/kernel/run l2cap-l2test)"))
 struct KernelGuestL2CAPTests {
     @Test("1 MB each way over an LE credit-based channel between our host on hci-socket:1 and BlueZ's l2test")
     func oneMegabyteEachWay() async throws {
@@ -154,34 +184,53 @@ struct KernelGuestL2CAPTests {
         defer { receiver.stop() }
         let ours = try GuestChannelPeer(index: 1)
         defer { ours.host.loop.sync { ours.host.powerOff() } }
+        step("waiting for powered on")
         try await waitFor("powered on", seconds: 60) { ours.host.loop.sync { ours.host.powerState == .on } }
         ours.host.loop.sync { ours.host.connect(to: bluez) }
+        step("waiting for the connection to BlueZ")
         try await waitFor("the connection to BlueZ", seconds: 30) { !ours.links.isEmpty }
         let link = ours.links[0]
         var opened: Result<[HostL2CAPChannel], L2CAPOpenError>?
         ours.host.loop.sync { link.openL2CAPChannel(psm: 128) { opened = $0 } }
+        step("waiting for the channel to l2test")
         try await waitFor("the channel to l2test", seconds: 20) { ours.host.loop.sync { opened != nil } }
         let out = try #require(try ours.host.loop.sync { opened }?.get().first)
         let data = (0..<megabyte).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 7) }
         let sender = ChannelSender(channel: out, data: data)
         let start = Date()
         ours.host.loop.sync { sender.start() }
-        try await waitFor("l2test to receive 1 MB", seconds: 240) { receiver.output.contains("\(megabyte) bytes in") }
+        step("waiting for l2test to receive 1 MB")
+        do {
+            try await waitFor("l2test to receive 1 MB", seconds: 240) { receiver.output.contains("\(megabyte) bytes in") }
+        } catch {
+            Issue.record("\(error): we had sent \(ours.host.loop.sync { sender.offset }) octets; l2test said: \(receiver.output)")
+            return
+        }
         FileHandle.standardError.write(Data("us → BlueZ: 1 MB in \(String(format: "%.1f", Date().timeIntervalSince(start))) s\n".utf8))
         ours.host.loop.sync { out.close() }
 
         // BlueZ sends: l2test connects to the SPSM we publish (over the same link) and sends 1024 × 1 KB.
-        let psm = try #require(ours.host.loop.sync { () -> UInt16? in
-            ours.host.publishL2CAP(parameters: L2CAPChannelParameters(mtu: 2048, mps: 247, window: 64 * 1024)) { [ours] ch in ours.count(ch) }
-        })
+        let psm = try #require(
+            ours.host.loop.sync { () -> UInt16? in
+                ours.host.publishL2CAP(parameters: L2CAPChannelParameters(mtu: 2048, mps: 247, window: 64 * 1024)) { [ours] ch in ours.count(ch) }
+            })
         let ourAddress = ours.host.loop.sync { ours.host.localAddress }
         let back = Date()
-        let sending = try GuestTool("/usr/bin/l2test", ["-s", "-i", "hci0", "-V", "le_public", "-P", String(psm), "-b", "1024", "-N", "1024",
-                                                        ourAddress.string])
+        let sending = try GuestTool(
+            "/usr/bin/l2test",
+            [
+                "-s", "-i", "hci0", "-V", "le_public", "-P", String(psm), "-b", "1024", "-N", "1024",
+                ourAddress.string,
+            ])
         defer { sending.stop() }
-        try await waitFor("1 MB from l2test", seconds: 240) { ours.received >= megabyte }
+        step("waiting for 1 MB from l2test")
+        do {
+            try await waitFor("1 MB from l2test", seconds: 240) { ours.received >= megabyte }
+        } catch {
+            Issue.record("\(error): we had received \(ours.received) octets; l2test said: \(sending.output)")
+            return
+        }
         FileHandle.standardError.write(Data("BlueZ → us: 1 MB in \(String(format: "%.1f", Date().timeIntervalSince(back))) s\n".utf8))
         #expect(ours.received == megabyte, "l2test: \(sending.output)")
     }
 }
-

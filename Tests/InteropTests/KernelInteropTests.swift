@@ -16,11 +16,13 @@ import Testing
 enum KernelGuest {
     static let enabled = ProcessInfo.processInfo.environment["OCB_KERNEL_TESTS"] == "1"
 
-    /// Every scenario, in the order the guest runs them (those that remove adapters last).
+    /// Every scenario, in the order the guest runs them.
     static let scenarios = [
         "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server",
-        "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
+        "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy", "l2cap-l2test",
         "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish", "manager-vanish",
+        // Last: the kernel keeps hci0's privacy setting after bluetoothd ends.
+        "privacy",
     ]
 
     struct Run {
@@ -36,7 +38,7 @@ enum KernelGuest {
         if keep == nil { atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-kernel-\(getpid())") } }
         let p = Process()
         p.executableURL = Interop.root.appendingPathComponent("scripts/kernel/run")
-        p.arguments = ["--timeout", "900", "--out", dir.path] + scenarios
+        p.arguments = ["--timeout", "2400", "--out", dir.path] + scenarios
         p.standardOutput = FileHandle.standardError
         p.standardError = FileHandle.standardError
         let start = Date()
@@ -68,8 +70,9 @@ enum KernelGuest {
     }
 }
 
-@Suite("Linux kernel and BlueZ on the HCI user channel", .serialized,
-       .enabled(if: KernelGuest.enabled, "the kernel group runs in its own step of scripts/test (OCB_KERNEL_TESTS=1)"))
+@Suite(
+    "Linux kernel and BlueZ on the HCI user channel", .serialized,
+    .enabled(if: KernelGuest.enabled, "the kernel group runs in its own step of scripts/test (OCB_KERNEL_TESTS=1)"))
 struct KernelInteropTests {
     // MARK: Advertising and scanning
 
@@ -101,12 +104,22 @@ struct KernelInteropTests {
     @Test("ble pair with no IO (legacy, then SC) against BlueZ with a KeyboardDisplay agent: Just Works, no MITM flag to refuse")
     func legacyPairing() throws { try KernelGuest.expectPassed("pair-legacy") }
 
+    @Test("BlueZ with privacy on: found by name from a resolvable private address, bonded, its next address resolved with its IRK")
+    func privacy() throws { try KernelGuest.expectPassed("privacy") }
+
+    // MARK: L2CAP
+
+    @Test("LE credit-based channels with BlueZ's l2test: 1 MB each way")
+    func l2capOneMegabyteEachWay() throws { try KernelGuest.expectPassed("l2cap-l2test") }
+
     // MARK: The kernel's rules for the user channel
 
     @Test("an adapter bluetoothd holds: ble says who holds it and how to release it (exit 1); released, it works; bluetoothd takes it back after")
     func adapterBusy() throws {
         try KernelGuest.expectPassed("rule-busy")
-        #expect(try KernelGuest.log("rule-busy").contains("Error: hci-socket:1: could not connect: hci1 is in use by the kernel's Bluetooth stack (bluetoothd). Release it with `sudo systemctl stop bluetooth`"))
+        #expect(
+            try KernelGuest.log("rule-busy").contains(
+                "Error: hci-socket:1: could not connect: hci1 is in use by the kernel's Bluetooth stack (bluetoothd). Release it with `sudo systemctl stop bluetooth`"))
     }
 
     @Test("no CAP_NET_ADMIN: ble names the capability and setcap (exit 1)")

@@ -48,25 +48,40 @@ start_rootcanal() {
 }
 
 # add_controller: one more vhci controller on rootcanal; prints its index once the kernel has set it up.
+# On a loaded machine the emulated kernel can time out a command during the set-up (it then gives up on the
+# adapter): the attempt is then made again with a new bridge, up to three times.
 add_controller() {
+    local attempt
+    for attempt in 1 2 3; do
+        try_add_controller && return 0
+        log "adding a controller failed (attempt $attempt)"
+    done
+    return 1
+}
+
+try_add_controller() {
     local out idx pid start=$SECONDS
     out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
     "$OCB_CACHE/vhci-bridge" 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
     until grep -q '^hci' "$out"; do
-        kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; return 1; }
-        [ $((SECONDS - start)) -lt 30 ] || { log "no adapter from vhci-bridge"; return 1; }
+        kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
+        [ $((SECONDS - start)) -lt 30 ] || { log "no adapter from vhci-bridge"; kill "$pid"; rm -f "$out"; return 1; }
         sleep 0.1
     done
     idx=$(sed -n 's/^hci//p' "$out" | head -1)
     rm -f "$out"
-    echo "$pid" > "$OCB_RUN/hci$idx.pid"
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
     # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
     until hciconfig "hci$idx" 2>/dev/null | grep -q 'DOWN'; do
-        [ $((SECONDS - start)) -lt 30 ] || { log "hci$idx never finished its set-up"; hciconfig "hci$idx" >&2; return 1; }
+        if ! kill -0 "$pid" 2>/dev/null || [ $((SECONDS - start)) -ge 40 ]; then
+            log "hci$idx never finished its set-up"
+            kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+            return 1
+        fi
         sleep 0.2
     done
+    echo "$pid" > "$OCB_RUN/hci$idx.pid"
     echo "$idx"
 }
 
@@ -109,6 +124,15 @@ start_bluez() {
     until bluetoothctl list 2>/dev/null | grep -q '^Controller'; do
         [ $((SECONDS - start)) -lt 30 ] || { log "bluetoothd shows no controller"; return 1; }
         sleep 0.3
+    done
+    # bluetoothd powers every adapter it finds (AutoEnable): wait for that, so that a `release` after this
+    # is not undone by a power-on still on its way.
+    local i
+    for i in /sys/class/bluetooth/hci*; do
+        until hciconfig "${i##*/}" 2>/dev/null | grep -q "UP RUNNING"; do
+            [ $((SECONDS - start)) -lt 30 ] || { log "bluetoothd did not power ${i##*/}"; break; }
+            sleep 0.3
+        done
     done
 }
 
@@ -154,17 +178,24 @@ btctl_start() {
     bluetoothctl < "$OCB_RUN/btctl.in" > "$BTCTL_LOG" 2>&1 &
     BTCTL_PID=$!
     exec 7> "$OCB_RUN/btctl.in"
+    # bluetoothctl registers an agent of its own once it reaches bluetoothd: wait for it, or an "agent off"
+    # sent earlier is answered "No agent is registered" and the next "agent X" with "already registered".
+    wait_for "$BTCTL_LOG" "Agent registered" 30
 }
 btctl() { log "bluetoothctl> $*"; echo "$*" >&7; }
 
 # btctl_agent CAPABILITY: bluetoothctl's agent with that I/O capability (NoInputNoOutput, DisplayOnly,
 # DisplayYesNo, KeyboardOnly, KeyboardDisplay) as the default agent.
 btctl_agent() {
+    local before gone
+    before=$(clean "$BTCTL_LOG" | grep -c "Agent registered")
+    gone=$(clean "$BTCTL_LOG" | grep -c "Agent unregistered")
     btctl "agent off"
+    wait_for_count "$BTCTL_LOG" "Agent unregistered" $((gone + 1)) 30 || return 1
     btctl "agent $1"
-    wait_for_count "$BTCTL_LOG" "Agent registered" 2 10 || return 1
+    wait_for_count "$BTCTL_LOG" "Agent registered" $((before + 1)) 30 || return 1
     btctl "default-agent"
-    wait_for "$BTCTL_LOG" "Default agent request successful" 10
+    wait_for "$BTCTL_LOG" "Default agent request successful" 30
 }
 
 # btctl_answer_yes: in the background, answers "yes" to each of the agent's (yes/no) questions.

@@ -14,7 +14,7 @@ btctl "system-alias PrivatePeer"
 btctl "advertise.name on"
 btctl "advertise on"
 wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
-ble scan --duration 5 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "ble scan failed"
+ble scan --duration 15 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "ble scan failed"
 cat "$OCB_OUT/$OCB_SCENARIO.scan1.json"
 grep -q '"address_type":"random private' "$OCB_OUT/$OCB_SCENARIO.scan1.json" || grep -q 'resolvable' "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "BlueZ does not advertise from a private address"
 first=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$OCB_OUT/$OCB_SCENARIO.scan1.json" | head -1)
@@ -28,7 +28,7 @@ bluez_power 0 false; sleep 1; bluez_power 0 true
 btctl "advertise off"
 btctl "advertise on"
 release 1
-ble scan --duration 5 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan2.json" || fail "ble scan failed"
+ble scan --duration 15 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan2.json" || fail "ble scan failed"
 cat "$OCB_OUT/$OCB_SCENARIO.scan2.json"
 second=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$OCB_OUT/$OCB_SCENARIO.scan2.json" | head -1)
 log "private addresses: $first then $second"
