@@ -245,7 +245,8 @@ extension LEHost {
     struct WeakHostRef: @unchecked Sendable { weak var host: LEHost? }
     static let started = Locked<[WeakHostRef]>([])
 
-    /// The controllers of this process's hosts that are up now (what `CBCentralManager.supports(_:)` asks).
+    /// The controllers of this process's hosts that are up now, in the order they started (what
+    /// `CBCentralManager.supports(_:)` asks when no shared host is up).
     public static var runningControllers: [ControllerInfo] {
         started.withLock { list in list.compactMap { $0.host?.controllerInfo } }
     }
