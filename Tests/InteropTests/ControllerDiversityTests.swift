@@ -262,7 +262,7 @@ func peripheralFlow(on host: LEHost, peer: DiversityController) async throws {
         #expect(c.peer.events("overflow").isEmpty)
     }
 
-    /// L2CAP credit-based channels on each kind of controller: our central sends 100 kB (20 kB through the
+    /// L2CAP credit-based channels on each kind of controller: our central sends 50 kB (20 kB through the
     /// single late buffer) through a Bumble echo
     /// server (bumble_l2cap.py on a controller of the same air) and gets it back, without ever overrunning the
     /// controller's buffers (one late buffer, shared BR/EDR buffers, 4.0 and 5.x).
@@ -289,7 +289,7 @@ func peripheralFlow(on host: LEHost, peer: DiversityController) async throws {
         let ch = try #require(try ours.host.loop.sync { opened }?.get().first)
         ours.host.loop.sync { ours.attach(ch, echo: false) }
         // One 27-octet buffer freed 30 ms after each packet carries about 900 octets a second: 20 kB there.
-        let data = (0..<(profile == "one-buffer" ? 20_000 : 100_000)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 7) }
+        let data = (0..<(profile == "one-buffer" ? 20_000 : 50_000)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 7) }
         let sender = ChannelSender(channel: ch, data: data)
         ours.host.loop.sync { sender.start() }
         try await waitFor("data echoed", seconds: 90) { ours.host.loop.sync { ours.received(ch.localCID).count >= data.count } }
