@@ -103,6 +103,12 @@ public enum HostFactory {
         }
     }
 
+    /// The shared host for `spec` if one is alive, without making one.
+    public static func runningSharedHost(spec: TransportSpec) -> LEHost? {
+        if case .virtual = spec { return nil }
+        return shared.withLock { $0[spec.description]?.host }
+    }
+
     /// `sharedHost(spec:)` for `BLE_TRANSPORT` (virtual when unset).
     public static func sharedHostFromEnvironment(name: String? = nil) throws -> LEHost {
         try sharedHost(spec: try TransportSpec.fromEnvironment(), name: name)

@@ -77,7 +77,7 @@ extension LEHost {
             h.leFeatures = f.features
         }),
         StartupStep(name: "LE Set Event Mask", command: { h in
-            .leSetEventMask(baseLEEventMask | (h.startupInfo.supportsExtendedAdvertising ? extendedLEEventMask : 0))
+            .leSetEventMask(baseLEEventMask | (h.startupInfo.supportsExtendedAdvertising && !h.prefersLegacyAdvertising ? extendedLEEventMask : 0))
         }),
         // Vol 4 Part E §7.8.2: a length or count of 0 means LE shares the BR/EDR ACL buffers (Read Buffer Size).
         StartupStep(name: "LE Read Buffer Size", need: .required, command: { _ in .leReadBufferSize }, answer: { h, p in
@@ -117,7 +117,7 @@ extension LEHost {
             let m = try LEReadNumberOfSupportedAdvertisingSetsReturn(decoding: p)
             if m.status == .success { h.startupInfo.advertisingSets = m.count }
         }),
-        StartupStep(name: "LE Clear Advertising Sets", when: { $0.startupInfo.supportsExtendedAdvertising && $0.startupInfo.supports(.leClearAdvertisingSets) }, command: { _ in .leClearAdvertisingSets }),
+        StartupStep(name: "LE Clear Advertising Sets", when: { $0.startupInfo.supportsExtendedAdvertising && !$0.prefersLegacyAdvertising && $0.startupInfo.supports(.leClearAdvertisingSets) }, command: { _ in .leClearAdvertisingSets }),
         // Zephyr's host asks for the vendor commands when the controller has no public address and speaks
         // HCI 5.0 or later (hci_core.c, CONFIG_BT_HCI_VS_EXT_DETECT); a 13-octet answer is Zephyr's.
         StartupStep(name: "Zephyr Read Version Information", when: { h in
@@ -192,7 +192,7 @@ extension LEHost {
         aclBufferSize = startupInfo.aclBufferSize
         aclBufferCount = startupInfo.aclBufferCount
         aclCredits = aclBufferCount
-        usesExtendedAdvertising = startupInfo.supportsExtendedAdvertising
+        usesExtendedAdvertising = startupInfo.supportsExtendedAdvertising && !prefersLegacyAdvertising
         controllerInfoSnapshot.withLock { $0 = startupInfo }
         loggers.hci.info("controller ready", metadata: [
             "hci-version": "\(startupInfo.version.map { ControllerInfo.coreVersionName($0.hciVersion) } ?? "?")",
@@ -249,9 +249,9 @@ extension LEHost {
     struct WeakHostRef: @unchecked Sendable { weak var host: LEHost? }
     static let started = Locked<[WeakHostRef]>([])
 
-    /// The controllers of this process's hosts that are up now (what `CBCentralManager.supports(_:)` asks). When
-    /// real controllers run beside in-process virtual ones (a test process), the real ones answer: a program on a
-    /// real controller asks about that controller, not about simulated devices elsewhere in the process.
+    /// The controllers of this process's hosts that are up now, in the order they started (what
+    /// `CBCentralManager.supports(_:)` asks when no shared host is up). When real controllers run beside in-process
+    /// virtual ones (a test process), the real ones answer.
     public static var runningControllers: [ControllerInfo] {
         started.withLock { list in
             let hosts = list.compactMap(\.host).filter { $0.controllerInfo != nil }

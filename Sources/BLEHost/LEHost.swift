@@ -61,6 +61,12 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// Extended advertising, scanning and initiating commands are used on this controller (decided at
     /// start-up from its features and supported commands; never mixed with the legacy ones).
     public internal(set) var usesExtendedAdvertising = false
+    /// Use the legacy advertising, scanning and connecting commands even on a controller with extended
+    /// advertising (a controller whose extended implementation misbehaves); `BLE_LEGACY_ADVERTISING=1` sets it.
+    public var prefersLegacyAdvertising: Bool = {
+        if let v = getenv("BLE_LEGACY_ADVERTISING") { return String(cString: v) == "1" }
+        return false
+    }()
     /// How long HCI_Reset may take: some controllers answer only after seconds (the Linux kernel waits 10 s).
     public var resetTimeout: LoopTime = .seconds(10)
 

@@ -7,6 +7,7 @@ import Foundation
 import BLEWire
 import BLEHCI
 import BLEHost
+import BLETransport
 
 open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable {
     public typealias Feature = CBCentralManagerFeature
@@ -148,16 +149,16 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     /// Whether the controller supports a feature: `.extendedScanAndConnect` when it reports LE Extended
-    /// Advertising and the extended scanning and connection commands, which the host then uses. Answered
-    /// from the controllers this process has powered on (a manager in `.poweredOn`); before any, or on the
-    /// virtual radio, which advertises the legacy way, it is false.
+    /// Advertising and the extended scanning and connection commands, which the host then uses. Answered from
+    /// the controller that BLE_TRANSPORT names once a manager has powered it on (else from the controller this
+    /// process started last); before any is on, and on the virtual radio, which advertises the legacy way, false.
     @discardableResult
     open class func supports(_ features: Feature) -> Bool {
         if features.isEmpty { return true }
-        let running = LEHost.runningControllers
-        guard !running.isEmpty else { return false }
+        let shared = (try? TransportSpec.fromEnvironment()).flatMap { HostFactory.runningSharedHost(spec: $0)?.controllerInfo }
+        guard let info = shared ?? LEHost.runningControllers.last else { return false }
         var have: Feature = []
-        if running.allSatisfy(\.supportsExtendedAdvertising) { have.insert(.extendedScanAndConnect) }
+        if info.supportsExtendedAdvertising { have.insert(.extendedScanAndConnect) }
         return have.isSuperset(of: features)
     }
 

@@ -13,6 +13,7 @@ import Foundation
 import BLEWire
 import BLEHCI
 import BLEHost
+import CoreBluetooth
 import BLETransport
 
 struct DoctorCommand: ParsableCommand {
@@ -288,6 +289,8 @@ enum Doctor {
         defer { Controller.close(host) }
         guard let info = host.controllerInfo else { say("  no start-up information"); return false }
         for l in controllerLines(info, host: host) { for s in l.render(indent: "  ") { say(s) } }
+        // What an app asks, answered by the Core Bluetooth API itself for this controller.
+        say("  CBCentralManager.supports(.extendedScanAndConnect): \(CBCentralManager.supports(.extendedScanAndConnect))")
         return true
     }
 

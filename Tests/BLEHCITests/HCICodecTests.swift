@@ -160,8 +160,8 @@ let allEvents: [HCIEvent] = [
 
     @Test func namesOfOpcodesAndStatuses() {
         #expect(HCIOpcode.reset.description == "HCI_Reset")
-        #expect(HCIOpcode(rawValue: 0xFC01).description == "Zephyr_Read_Version_Information")
-        #expect(HCIOpcode(rawValue: 0xFD55).description == "HCI opcode 0xfd55")
+        #expect(HCIOpcode(rawValue: 0xFC55).description == "HCI opcode 0xfc55")
+        #expect(HCIOpcode.zephyrReadStaticAddresses.description == "Zephyr_Read_Static_Addresses")
         #expect(HCIStatus.connectionTimeout.description == "Connection Timeout (0x08)")
         #expect(HCIStatus(rawValue: 0xEE).description == "HCI error 0xee")
     }

@@ -137,6 +137,7 @@ struct FakeMachine {
         #expect(feature(lines1, "LE 2M PHY")?.1 == "→ a Bluetooth 5 controller doubles the air rate")
         #expect(feature(lines1, "Data Length Extension")?.1 == "→ a Bluetooth 4.2 or later controller")
         #expect(feature(lines1, "extended advertising")?.1 == "→ a Bluetooth 5 controller with LE Extended Advertising")
+        #expect(lines1.contains("CBCentralManager.supports(.extendedScanAndConnect): false"))
         let zephyr = try await DiversityController("no-address", ["--zephyr"])
         defer { zephyr.stop() }
         let (_, out2) = try runDoctor(["--sysfs", "/nonexistent", "--timeout", "10"], transport: "tcp-client:127.0.0.1:\(zephyr.port)")
@@ -152,6 +153,7 @@ struct FakeMachine {
         let lines4 = out4.components(separatedBy: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
         #expect(feature(lines4, "extended advertising")?.0.contains("yes — CBCentralManager.supports(.extendedScanAndConnect) is true") == true)
         #expect(feature(lines4, "extended advertising")?.1 == nil)
+        #expect(lines4.contains("CBCentralManager.supports(.extendedScanAndConnect): true"))
     }
 
     @Test func unreachableControllerFailsWithTheReason() throws {

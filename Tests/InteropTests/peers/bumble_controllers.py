@@ -254,7 +254,35 @@ class H4Reader:
             self.on_packet(packet)
 
 
+async def serve_external_peer(args, link):
+    """A plain Bumble controller on the same link for a Bumble host in another process (bumble_pairing.py,
+    bumble_l2cap.py): it connects with tcp-client:127.0.0.1:PORT."""
+    state = {'writer': None}
+    controller = Controller('external', link=link, public_address='F0:F1:F2:F3:F4:F7')
+    controller.le_features = controller.le_features & ~F.LE_EXTENDED_ADVERTISING   # legacy ADV_IND, seen by every profile
+
+    def write(packet):
+        w = state['writer']
+        if w is not None and not w.is_closing():
+            w.write(packet)
+    controller.host = Sink(write)
+
+    async def on_client(reader, writer):
+        state['writer'] = writer
+        framer = H4Reader(controller.on_packet)
+        try:
+            while data := await reader.read(65536):
+                framer.feed(data)
+        except (ConnectionError, OSError):
+            pass
+    server = await asyncio.start_server(on_client, '127.0.0.1', 0)
+    emit(event='peer_listening', port=server.sockets[0].getsockname()[1])
+    return server
+
+
 async def make_peer(args, link):
+    if args.peer == 'external':
+        return await serve_external_peer(args, link)
     controller = Controller('peer', link=link, public_address=args.peer_address)
     # The peer's controller speaks extended advertising when asked to use it, legacy otherwise.
     if args.peer_extended:
@@ -404,9 +432,9 @@ async def serve_pty(args, link):
 async def run(args):
     link = FaithfulLink()
     keep = await (serve_pty(args, link) if args.pty else serve_tcp(args, link))
-    await make_peer(args, link)
+    peer = await make_peer(args, link)
     await asyncio.sleep(args.duration)
-    del keep
+    del keep, peer
 
 
 def main():
@@ -417,7 +445,7 @@ def main():
     p.add_argument('--garbage', action='store_true')
     p.add_argument('--pty', action='store_true')
     p.add_argument('--drop-after-acl', type=int, default=0)
-    p.add_argument('--peer', choices=['peripheral', 'central', 'none'], default='peripheral')
+    p.add_argument('--peer', choices=['peripheral', 'central', 'external', 'none'], default='peripheral')
     p.add_argument('--peer-extended', action='store_true')
     p.add_argument('--peer-name', default='Diversity Peer')
     p.add_argument('--peer-address', default='F0:F1:F2:F3:F4:F5')
