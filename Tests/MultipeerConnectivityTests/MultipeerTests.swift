@@ -211,6 +211,8 @@ struct MultipeerNetworkTests {
         }
         #expect(done.withLock { result! } == nil)
         #expect(fractions.count >= 3, "progress reported along the way: \(fractions.sorted())")
+        // The sender's completion can come before the receiver's delegate has moved the file into place.
+        try waitFor("the receiver's delegate", seconds: 30) { p.ra.lock.withLock { p.ra.resourcesFinished.count } == 1 }
         #expect(try sameContents(file, dir.appendingPathComponent("in/big.bin")))
         // Memory follows the link's buffers, not the resource: well under its size.
         #expect(peak - before < 60, "resident memory grew from \(before) MB to \(peak) MB")
