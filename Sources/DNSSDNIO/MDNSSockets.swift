@@ -266,8 +266,11 @@ final class MDNSSockets: @unchecked Sendable {
         switch destination {
         case .multicast:
             for i in active4 {
+                // The interface and our source address on it (with the index alone, Linux sends from
+                // 0.0.0.0 on loopback, which avahi-daemon rightly drops).
                 var m = ip_mreqn()
                 m.imr_ifindex = CInt(i.index)
+                if let source = i.ipv4.first { withUnsafeMutableBytes(of: &m.imr_address) { for k in 0..<4 { $0[k] = source[k] } } }
                 _ = setsockopt(v4, CInt(IPPROTO_IP), Self.ipMulticastIF, &m, socklen_t(MemoryLayout<ip_mreqn>.size))
                 send(v4, bytes, to: .v4(Self.group4), port: 5353, scope: 0, what: "IPv4 send on \(i.name)")
             }
@@ -328,18 +331,22 @@ final class MDNSSockets: @unchecked Sendable {
         if v4 >= 0 { fds.append(pollfd(fd: v4, events: Int16(POLLIN), revents: 0)) }
         if v6 >= 0 { fds.append(pollfd(fd: v6, events: Int16(POLLIN), revents: 0)) }
         if netlink >= 0 { fds.append(pollfd(fd: netlink, events: Int16(POLLIN), revents: 0)) }
-        let period: CInt = netlink >= 0 ? 30_000 : 2_000
+        let period: UInt64 = netlink >= 0 ? 30_000 : 2_000   // ms
+        var lastLook = DispatchTime.now().uptimeNanoseconds / 1_000_000
         var buffer = [UInt8](repeating: 0, count: 9000)
         var control = [UInt8](repeating: 0, count: 256)
         while true {
+            // The periodic look happens on time even while packets keep the poll busy.
+            let now = DispatchTime.now().uptimeNanoseconds / 1_000_000
+            if now >= lastLook + period {
+                lastLook = now
+                loop.execute { [self] in rescan(initial: false) }
+            }
             for k in fds.indices { fds[k].revents = 0 }
-            let n = poll(&fds, nfds_t(fds.count), period)
+            let n = poll(&fds, nfds_t(fds.count), CInt(lastLook + period - now))
             if n < 0 && errno == EINTR { continue }
             if n < 0 { return }
-            if n == 0 {
-                loop.execute { [self] in rescan(initial: false) }
-                continue
-            }
+            if n == 0 { continue }
             if fds[0].revents != 0 { return }
             for k in fds.indices.dropFirst() where fds[k].revents != 0 {
                 let fd = fds[k].fd

@@ -454,9 +454,11 @@ open class MCSession: NSObject, @unchecked Sendable {
         for c in dead {
             PeerLog.write("\(c.peer.displayName) silent for \(timeout) s: disconnected")
             // Reported now: closing a TLS link waits up to 5 s for the peer's close_notify, which a peer
-            // that fell silent never sends.
-            linkClosed(c, error: nil)
-            c.link.close()
+            // that fell silent never sends. On the link's loop, where its transfers run.
+            c.link.execute { [weak self] in
+                self?.linkClosed(c, error: nil)
+                c.link.close()
+            }
         }
         for c in ping { c.link.send(.ping) }
     }
