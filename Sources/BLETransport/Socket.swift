@@ -6,12 +6,20 @@
 // during a loop turn (see `LoopTurn`) is gathered and leaves in one system call when the turn ends, so the
 // packets a host sends in answer to one read, or in one burst of work, cost one write.
 //
-// TCP: TCP_NODELAY is set. Delayed ACKs are a problem only in Linux's "ping-pong" mode, which a socket enters
-// when it sends data soon after receiving; the peer (a controller with Nagle on) may then hold its next small
-// segment until our ACK, up to 40 ms. An answer written while handling a read carries the ACK; so the reader
-// re-arms TCP_QUICKACK (which also leaves ping-pong mode) only after a read that wrote nothing, and only if
-// something was written since the last time it did — a bulk receiver never pays for it, a ping-pong pays
-// once per round trip. OCB_TCP_QUICKACK=0 turns it off and =always re-arms after every read (measurements).
+// TCP: TCP_NODELAY is set. ACKs matter because a controller on the other end may have Nagle on (rootcanal
+// does, and writes each H4 indicator on its own): it then holds its next small segment until our ACK of the
+// last one. Linux delays ACKs only in "ping-pong" mode, which a socket enters when it sends data soon after
+// receiving; an answer written while handling a read carries the ACK anyway. So:
+// - after a read that wrote nothing (whole packets, or only part of one), the reader re-arms TCP_QUICKACK
+//   (which also leaves ping-pong mode) if something was written since it last did: a ping-pong pays once
+//   per round trip, a receiver that never writes never pays;
+// - except after a partial read while the host holds packets waiting for controller buffers: the write that
+//   answers the next completion carries the ACK, and forcing one would split the stream into more segments;
+// - bulk reception: after 64 reads in a row that wrote nothing, within 250 ms, the reader turns ACKs to
+//   delayed (TCP_QUICKACK 0) so that the controller's Nagle gathers what it sends meanwhile into one
+//   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it.
+// OCB_TCP_QUICKACK=0 turns quick ACKs off, =always re-arms after every read that wrote nothing;
+// OCB_TCP_BULK_ACKS=0 keeps ACKs prompt during bulk reception (for measurements).
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
