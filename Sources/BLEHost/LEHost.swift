@@ -16,6 +16,9 @@ import BLETransport
 import BLESMP
 import Synchronization
 import struct Foundation.URL
+#if canImport(Glibc)
+import Glibc
+#endif
 
 public final class LEHost: HCITransportSink, @unchecked Sendable {
     public let loop: EventLoop

@@ -389,7 +389,7 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
         guard sim.run(until: { other.state == .poweredOn }, within: .seconds(5)),
               let p = queue.sync(execute: { other.retrievePeripherals(withIdentifiers: [id]).first }) else { return false }
         // The other app holds its peripheral, as an app must: a released peripheral lets go of its link.
-        sim.otherApps.append(p)
+        sim.keep(p)
         queue.sync { other.connect(p) }
         return sim.run(until: { p.state == .connected }, within: .seconds(30))
     }
