@@ -268,7 +268,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
                                         leFeatures = f.features
                                     }
                                     hadController = true
-                                    loggers.hci.info("controller ready", metadata: ["address": "\(localAddress)", "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)"])
+                                    loggers.hci.debug("controller ready", metadata: ["address": "\(localAddress)", "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)"])
                                     openBondStoreIfNeeded()
                                     setPowerState(.on)
                                     if privacyInterval != nil { rotatePrivateAddress() }
