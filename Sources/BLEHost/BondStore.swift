@@ -268,7 +268,7 @@ extension LEHost {
         // A store the application gave explicitly (another file) wins.
         guard bondStore.fileURL != url, bondStore.fileURL == nil || bondStore.fileURL?.deletingLastPathComponent() == dir else { return }
         bondStore = BondStore(fileURL: url)
-        loggers.host.info("bond store opened", metadata: ["file": "\(url.path)", "bonds": "\(bondStore.bonds.count)"])
+        loggers.host.debug("bond store opened", metadata: ["file": "\(url.path)", "bonds": "\(bondStore.bonds.count)"])
     }
 }
 

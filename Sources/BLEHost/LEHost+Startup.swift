@@ -194,7 +194,7 @@ extension LEHost {
         aclCredits = aclBufferCount
         usesExtendedAdvertising = startupInfo.supportsExtendedAdvertising && !prefersLegacyAdvertising
         controllerInfoSnapshot.withLock { $0 = startupInfo }
-        loggers.hci.info("controller ready", metadata: [
+        loggers.hci.debug("controller ready", metadata: [
             "hci-version": "\(startupInfo.version.map { ControllerInfo.coreVersionName($0.hciVersion) } ?? "?")",
             "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
             "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",

@@ -97,7 +97,7 @@ import Testing
         #expect(debug.status == 0)
         let lines = debug.stderr.split(separator: "\n")
         #expect(lines.contains { $0.contains(" debug opencorebluetooth.gap:") && $0.contains("host=central") && $0.hasSuffix("connected") })
-        #expect(lines.contains { $0.contains(" info opencorebluetooth.hci:") && $0.hasSuffix("controller ready") })
+        #expect(lines.contains { $0.contains(" debug opencorebluetooth.hci:") && $0.hasSuffix("controller ready") })
         #expect(!lines.contains { $0.contains(" trace ") })
         // BLE_LOG=trace: every packet and PDU as well, each line with its layer's label.
         let trace = try Tool.run(["demo"], env: ["BLE_LOG": "trace"])

@@ -100,13 +100,15 @@ enum CapturingBackend {
         // ACL payloads (pairing values, keys) are never written out.
         #expect(!records.contains { $0.metadata["type"] == "ACL" && $0.metadata["octets"] != nil })
 
-        // Procedures at debug, life-cycle at info, each line carrying the host it is about.
+        // Procedures and life-cycle at debug (an application that bootstrapped nothing sees none of it in normal
+        // operation: swift-log's default prints from info up), each line carrying the host it is about.
         let connected = records.filter { $0.label == "opencorebluetooth.gap" && $0.message == "connected" }
         #expect(connected.count == 2)
         #expect(connected.allSatisfy { $0.level == .debug && $0.metadata["connection"] != nil })
         #expect(Set(connected.compactMap { $0.metadata["host"].map { "\($0)" } }) == ["log-peripheral", "log-central"])
         let ready = records.filter { $0.message == "controller ready" }
-        #expect(ready.allSatisfy { $0.level == .info && $0.label == "opencorebluetooth.hci" })
+        #expect(ready.allSatisfy { $0.level == .debug && $0.label == "opencorebluetooth.hci" })
+        #expect(!records.contains { $0.level == .info }, "\(records.filter { $0.level == .info }.map(\.message))")
         #expect(Set(ready.compactMap { $0.metadata["host"].map { "\($0)" } }).isSuperset(of: ["log-peripheral", "log-central"]))
         let hostLines = records.filter { !["opencorebluetooth.corebluetooth"].contains($0.label) }
         #expect(hostLines.allSatisfy { ["log-early", "log-peripheral", "log-central"].contains("\($0.metadata["host"] ?? "")") })
@@ -129,11 +131,15 @@ enum CapturingBackend {
         host.loggers.hci.logLevel = .info
         // The packet path's flag follows the level (it is what the host tests before building a trace line).
         #expect(!host.loggers.hciTraces && host.loggers.attTraces)
-        host.loop.execute { host.powerOn() }
-        try await waitUntil("the controller") { capture.records.contains { $0.message == "controller ready" } }
+        let power = EventLog()
+        host.loop.execute {
+            host.addPowerObserver { if $0 == .on { power.add("on") } }
+            host.powerOn()
+        }
+        try await waitUntil("the controller") { power.contains("on") }
         let records = capture.records
-        // The HCI logger at info: its packets are not logged, the transport's debug lines are.
-        #expect(!records.contains { $0.label == "opencorebluetooth.hci" && $0.level < .info })
+        // The HCI logger at info: its packets and "controller ready" are not logged, the transport's debug lines are.
+        #expect(!records.contains { $0.label == "opencorebluetooth.hci" })
         #expect(records.contains { $0.label == "opencorebluetooth.transport" && $0.level == .debug && $0.message == "opened" })
         #expect(records.allSatisfy { $0.metadata["host"] == "renamed" })
         host.loop.execute { host.powerOff() }
