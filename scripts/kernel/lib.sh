@@ -91,7 +91,11 @@ remove_controller() {
     pid=$(cat "$OCB_RUN/hci$1.pid" 2>/dev/null) || return 1
     kill "$pid" 2>/dev/null
     rm -f "$OCB_RUN/hci$1.pid"
-    while [ -e "/sys/class/bluetooth/hci$1" ]; do sleep 0.1; done
+    local start=$SECONDS
+    while [ -e "/sys/class/bluetooth/hci$1" ]; do
+        [ $((SECONDS - start)) -lt 20 ] || { log "hci$1 is still there 20 s after its bridge ended"; return 1; }
+        sleep 0.1
+    done
 }
 
 # restore_controllers: between scenarios, hci1 … hci(N-1) (ours) are made anew, so that nothing a scenario
