@@ -180,7 +180,7 @@ struct KernelGuestL2CAPTests {
         let peerAddress = try #require(ProcessInfo.processInfo.environment["OCB_PEER_ADDRESS"])
         let bluez = try #require(BluetoothAddress(string: peerAddress).map { BluetoothAddress(bytes: $0.bytes, type: .public) })
         // BlueZ receives on SPSM 128 (basic mode on an LE address is an LE credit-based channel).
-        let receiver = try GuestTool("/usr/bin/l2test", ["-r", "-i", "hci0", "-V", "le_public", "-P", "128", "-b", String(megabyte)])
+        let receiver = try GuestTool("/usr/bin/l2test", ["-r", "-i", "hci0", "-V", "le_public", "-P", "128", "-I", "672", "-b", String(megabyte)])
         defer { receiver.stop() }
         let ours = try GuestChannelPeer(index: 1)
         defer { ours.host.loop.sync { ours.host.powerOff() } }
@@ -195,7 +195,18 @@ struct KernelGuestL2CAPTests {
         step("waiting for the channel to l2test")
         try await waitFor("the channel to l2test", seconds: 20) { ours.host.loop.sync { opened != nil } }
         let out = try #require(try ours.host.loop.sync { opened }?.get().first)
-        let data = (0..<megabyte).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 7) }
+        // l2test counts only SDUs in its own format: sequence (4 octets LE), the SDU's length (2 octets LE),
+        // then 0x7f; one frame per SDU of l2test's MTU (-I 672), 1 MB in all.
+        let frame = 672
+        var data: [UInt8] = []
+        data.reserveCapacity(megabyte + frame)
+        var sequence: UInt32 = 0
+        while data.count < megabyte {
+            data += withUnsafeBytes(of: sequence.littleEndian) { Array($0) }
+            data += [UInt8(frame & 0xFF), UInt8(frame >> 8)]
+            data += [UInt8](repeating: 0x7F, count: frame - 6)
+            sequence += 1
+        }
         let sender = ChannelSender(channel: out, data: data)
         let start = Date()
         ours.host.loop.sync { sender.start() }

@@ -91,12 +91,19 @@ remove_controller() {
     pid=$(cat "$OCB_RUN/hci$1.pid" 2>/dev/null) || return 1
     kill "$pid" 2>/dev/null
     rm -f "$OCB_RUN/hci$1.pid"
-    while [ -e "/sys/class/bluetooth/hci$1" ]; do sleep 0.1; done
+    local start=$SECONDS
+    while [ -e "/sys/class/bluetooth/hci$1" ]; do
+        [ $((SECONDS - start)) -lt 20 ] || { log "hci$1 is still there 20 s after its bridge ended"; return 1; }
+        sleep 0.1
+    done
 }
 
-# restore_controllers: the guest's hci0 … hci(N-1) again after a scenario removed some.
+# restore_controllers: between scenarios, hci1 … hci(N-1) (ours) are made anew, so that nothing a scenario
+# left on them (a link, a channel, a half-finished pairing, an rfkill block) reaches the next; hci0 (BlueZ's)
+# is made again only if a scenario removed it.
 restore_controllers() {
     local i
+    for i in $(seq 1 $(( ${ocb_controllers:-2} - 1 ))); do remove_controller "$i" 2>/dev/null; done
     for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
         if ! kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null; then add_controller > /dev/null; fi
     done
