@@ -246,6 +246,11 @@ public final class StreamConnection: @unchecked Sendable {
                 delaying = false
                 if wroteSinceLastRead { return false }
             }
+            // A run that took longer than its window starts again from here (the window slides).
+            if now &- runStart >= policy.runWindow {
+                answerless = 0
+                runStart = now
+            }
             answerless += 1
             // Only a connection that only listens: nothing written for a while, nothing waiting to leave (a
             // host that waits for credits or buffers needs what the peer sends as soon as it comes).
