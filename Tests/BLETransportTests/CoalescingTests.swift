@@ -41,7 +41,7 @@ import BLEHCI
                 note("timer")
             }
         }
-        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(done.wait(timeout: .now() + 120) == .success)
         loop.runWaiting {
             _ = LoopTurn.atEnd { note("after runWaiting") }
             note("runWaiting")
@@ -112,7 +112,7 @@ import BLEHCI
         let packets = [Self.event, Self.acl(1), Self.acl(2), Self.acl(3)]
         // One write of four packets: one read takes them all.
         writeAll(peer, packets.flatMap(\.h4Bytes))
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(120)
         while got.all.count < 4 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
         #expect(got.all == packets)
         #expect(got.lock.withLock { got.batches.count } == 1)
@@ -188,7 +188,7 @@ import BLEHCI
         listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
         let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "tcp")
         defer { ours.close() }
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(120)
         while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
         let peer = accepted.lock.withLock { accepted.fd }
         defer { Glibc.close(peer) }
@@ -221,20 +221,22 @@ import BLEHCI
         while got.all.count < 9 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         #expect(got.all.last == Self.acl(7))
         #expect(ours.statistics.other == 2)
-        // While the host holds packets waiting for controller buffers, its next write carries the ACK: a
-        // partial read forces none.
+        // While the host holds packets waiting for controller buffers, its next write should carry the ACK:
+        // after a partial read the reader only waits for the rest (poll, 5 ms), and ACKs if it does not come.
+        guard ours.leaveAcksToHostBacklog else { return }   // OCB_TCP_BACKLOG_ACKS=1
         ours.hostBacklogChanged(true)
         #expect(ours.write(packet: Self.event))
         let more = Self.acl(8).h4Bytes
         writeAll(peer, Array(more[0..<1]))
-        while ours.statistics.reads < 11 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
-        try await pause(nanoseconds: 20_000_000)
-        #expect(ours.statistics.other == 2)
+        while ours.statistics.other < 4 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(ours.statistics.reads == 11)
+        #expect(ours.statistics.other == 4)   // the poll that timed out, and the quick ACK
         writeAll(peer, Array(more[1...]))
         while got.all.count < 10 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         #expect(got.all.last == Self.acl(8))
-        // A whole packet with no answer still re-arms (the host's write may not come).
-        #expect(ours.statistics.other == 3)
+        // That ACK covered the write: the whole packet that follows, unanswered, forces none.
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == 4)
     }
 
     @Test func bulkReceptionDelaysAcksUntilAWrite() async throws {
@@ -244,8 +246,10 @@ import BLEHCI
         let accepted = Accepted()
         listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
         let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "bulk")
+        // Thresholds in time that a loaded machine cannot miss: the run is counted in reads here.
+        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
         defer { ours.close() }
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(120)
         while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
         let peer = accepted.lock.withLock { accepted.fd }
         defer { Glibc.close(peer) }
@@ -253,16 +257,12 @@ import BLEHCI
         ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         // A stream of packets we do not answer, each in a read of its own: after a run of them the reader
         // switches ACKs to delayed (one setsockopt), and keeps every packet coming.
-        // The run must come within a quarter of a second: on a loaded machine a burst may take longer, so
-        // a few bursts are allowed.
         let run = StreamConnection.BulkReception.runLength
         var sent = 0
-        for _ in 0..<5 where ours.statistics.other == 0 {
-            for _ in 0..<(run + 8) {
-                writeAll(peer, Self.acl(sent % 50).h4Bytes)
-                sent += 1
-                while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
-            }
+        for _ in 0..<(run + 8) {
+            writeAll(peer, Self.acl(sent % 50).h4Bytes)
+            sent += 1
+            while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
         }
         #expect(got.all.count == sent)
         #expect(ours.statistics.reads == sent)
