@@ -127,8 +127,7 @@ public struct ATTBearerClient: Sendable {
 
     /// Decodes and handles raw octets; an undecodable PDU is reported as a protocol error.
     public mutating func receive(bytes: [UInt8]) -> [ATTBearerClientAction] {
-        do { return receive(try ATTPDU.decode(bytes)) }
-        catch { return [.protocolError(.malformed(error))] }
+        do { return receive(try ATTPDU.decode(bytes)) } catch { return [.protocolError(.malformed(error))] }
     }
 
     /// The 30-second transaction timer fired (§3.3.3). The outstanding request times out, queued

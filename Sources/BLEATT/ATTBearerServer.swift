@@ -95,7 +95,8 @@ public struct ATTBearerServer: Sendable {
     public mutating func timeout() -> [ATTBearerServerAction] {
         guard case let .awaitingConfirmation(handle) = indicationState else { return [] }
         indicationState = .timedOut
-        let actions: [ATTBearerServerAction] = [.indicationAbandoned(handle: handle)]
+        let actions: [ATTBearerServerAction] =
+            [.indicationAbandoned(handle: handle)]
             + pending.map { .indicationAbandoned(handle: $0.handle) }
         pending.removeAll()
         return actions
@@ -116,7 +117,9 @@ public struct ATTBearerServer: Sendable {
     private mutating func start(_ indication: ATTHandleValueIndication) -> [ATTBearerServerAction] {
         indicationState = .awaitingConfirmation(handle: indication.handle)
         let value = Array(indication.value.prefix(maximumValueLength))
-        return [.send(.handleValueIndication(ATTHandleValueIndication(handle: indication.handle, value: value))),
-                .startConfirmationTimer]
+        return [
+            .send(.handleValueIndication(ATTHandleValueIndication(handle: indication.handle, value: value))),
+            .startConfirmationTimer,
+        ]
     }
 }

@@ -56,9 +56,9 @@ public struct ATTOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
         if Self.requestToResponse[rawValue] != nil { return .request }
         switch self {
         case .errorResponse, .exchangeMTUResponse, .findInformationResponse, .findByTypeValueResponse,
-             .readByTypeResponse, .readResponse, .readBlobResponse, .readMultipleResponse,
-             .readByGroupTypeResponse, .writeResponse, .prepareWriteResponse, .executeWriteResponse,
-             .readMultipleVariableResponse:
+            .readByTypeResponse, .readResponse, .readBlobResponse, .readMultipleResponse,
+            .readByGroupTypeResponse, .writeResponse, .prepareWriteResponse, .executeWriteResponse,
+            .readMultipleVariableResponse:
             return .response
         case .handleValueNotification, .multipleHandleValueNotification: return .notification
         case .handleValueIndication: return .indication

@@ -91,8 +91,7 @@ extension ATTPDU {
 
     /// Attribute types in requests are 16-bit or 128-bit (32-bit UUIDs are sent as 128-bit, §3.2.1).
     private static func writeAttributeType(_ uuid: BluetoothUUID, _ w: inout ByteWriter) {
-        if let short = uuid.uuid16, uuid.wireSize == 2 { w.write(short) }
-        else { w.write(contentsOf: uuid.expanded.littleEndianBytes) }
+        if let short = uuid.uuid16, uuid.wireSize == 2 { w.write(short) } else { w.write(contentsOf: uuid.expanded.littleEndianBytes) }
     }
 
     public static func decode(_ bytes: [UInt8]) throws(ATTDecodeError) -> ATTPDU {
@@ -142,13 +141,17 @@ extension ATTPDU {
         let pdu: ATTPDU
         switch opcode {
         case .errorResponse:
-            pdu = .errorResponse(ATTErrorResponse(requestOpcode: ATTOpcode(try r.readUInt8()),
-                                                  handle: try r.readUInt16(), error: ATTErrorCode(try r.readUInt8())))
+            pdu = .errorResponse(
+                ATTErrorResponse(
+                    requestOpcode: ATTOpcode(try r.readUInt8()),
+                    handle: try r.readUInt16(), error: ATTErrorCode(try r.readUInt8())))
         case .exchangeMTURequest: pdu = .exchangeMTURequest(ATTExchangeMTURequest(clientRxMTU: try r.readUInt16()))
         case .exchangeMTUResponse: pdu = .exchangeMTUResponse(ATTExchangeMTUResponse(serverRxMTU: try r.readUInt16()))
         case .findInformationRequest:
-            pdu = .findInformationRequest(ATTFindInformationRequest(startingHandle: try r.readUInt16(),
-                                                                    endingHandle: try r.readUInt16()))
+            pdu = .findInformationRequest(
+                ATTFindInformationRequest(
+                    startingHandle: try r.readUInt16(),
+                    endingHandle: try r.readUInt16()))
         case .findInformationResponse:
             let raw = try r.readUInt8()
             guard let format = ATTFindInformationResponse.Format(rawValue: raw) else {
@@ -163,9 +166,10 @@ extension ATTPDU {
             }
             pdu = .findInformationResponse(ATTFindInformationResponse(format: format, information: info))
         case .findByTypeValueRequest:
-            pdu = .findByTypeValueRequest(ATTFindByTypeValueRequest(
-                startingHandle: try r.readUInt16(), endingHandle: try r.readUInt16(),
-                attributeType: try r.readUInt16(), attributeValue: r.readRemaining()))
+            pdu = .findByTypeValueRequest(
+                ATTFindByTypeValueRequest(
+                    startingHandle: try r.readUInt16(), endingHandle: try r.readUInt16(),
+                    attributeType: try r.readUInt16(), attributeValue: r.readRemaining()))
         case .findByTypeValueResponse:
             guard r.remaining > 0 else { throw WireError.truncated(needed: 4, available: 0) }
             guard r.remaining % 4 == 0 else { throw invalid("partial Handles Information entry") }
@@ -175,8 +179,10 @@ extension ATTPDU {
             }
             pdu = .findByTypeValueResponse(ATTFindByTypeValueResponse(handlesInformationList: list))
         case .readByTypeRequest:
-            pdu = .readByTypeRequest(ATTReadByTypeRequest(startingHandle: try r.readUInt16(), endingHandle: try r.readUInt16(),
-                                                          attributeType: try readAttributeType(&r)))
+            pdu = .readByTypeRequest(
+                ATTReadByTypeRequest(
+                    startingHandle: try r.readUInt16(), endingHandle: try r.readUInt16(),
+                    attributeType: try readAttributeType(&r)))
         case .readByTypeResponse:
             let length = Int(try r.readUInt8())
             guard length >= 2 else { throw invalid("Read By Type length \(length) < 2") }
@@ -209,9 +215,11 @@ extension ATTPDU {
             _ = r.readRemaining()
             pdu = .readMultipleVariableResponse(ATTReadMultipleVariableResponse(lengthValueTupleList: list))
         case .readByGroupTypeRequest:
-            pdu = .readByGroupTypeRequest(ATTReadByGroupTypeRequest(startingHandle: try r.readUInt16(),
-                                                                    endingHandle: try r.readUInt16(),
-                                                                    attributeGroupType: try readAttributeType(&r)))
+            pdu = .readByGroupTypeRequest(
+                ATTReadByGroupTypeRequest(
+                    startingHandle: try r.readUInt16(),
+                    endingHandle: try r.readUInt16(),
+                    attributeGroupType: try readAttributeType(&r)))
         case .readByGroupTypeResponse:
             let length = Int(try r.readUInt8())
             guard length >= 4 else { throw invalid("Read By Group Type length \(length) < 4") }
@@ -219,8 +227,10 @@ extension ATTPDU {
             guard r.remaining % length == 0 else { throw invalid("partial Attribute Data entry") }
             var list: [ATTGroupData] = []
             while !r.isAtEnd {
-                list.append(ATTGroupData(handle: try r.readUInt16(), endGroupHandle: try r.readUInt16(),
-                                         value: try r.readBytes(length - 4)))
+                list.append(
+                    ATTGroupData(
+                        handle: try r.readUInt16(), endGroupHandle: try r.readUInt16(),
+                        value: try r.readBytes(length - 4)))
             }
             pdu = .readByGroupTypeResponse(ATTReadByGroupTypeResponse(attributeDataList: list))
         case .writeRequest: pdu = .writeRequest(ATTWriteRequest(handle: try r.readUInt16(), value: r.readRemaining()))
@@ -232,11 +242,15 @@ extension ATTPDU {
             let value = try r.readBytes(r.remaining - 12)
             pdu = .signedWriteCommand(ATTSignedWriteCommand(handle: handle, value: value, signature: try r.readBytes(12)))
         case .prepareWriteRequest:
-            pdu = .prepareWriteRequest(ATTPrepareWriteRequest(handle: try r.readUInt16(), offset: try r.readUInt16(),
-                                                              partValue: r.readRemaining()))
+            pdu = .prepareWriteRequest(
+                ATTPrepareWriteRequest(
+                    handle: try r.readUInt16(), offset: try r.readUInt16(),
+                    partValue: r.readRemaining()))
         case .prepareWriteResponse:
-            pdu = .prepareWriteResponse(ATTPrepareWriteResponse(handle: try r.readUInt16(), offset: try r.readUInt16(),
-                                                                partValue: r.readRemaining()))
+            pdu = .prepareWriteResponse(
+                ATTPrepareWriteResponse(
+                    handle: try r.readUInt16(), offset: try r.readUInt16(),
+                    partValue: r.readRemaining()))
         case .executeWriteRequest:
             pdu = .executeWriteRequest(ATTExecuteWriteRequest(flags: .init(rawValue: try r.readUInt8())))
         case .executeWriteResponse: pdu = .executeWriteResponse(ATTExecuteWriteResponse())

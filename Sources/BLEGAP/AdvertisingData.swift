@@ -150,7 +150,8 @@ public struct AdvertisingData: Sendable, Equatable {
     public var serviceData: [ServiceDataEntry] {
         structures.compactMap { s in
             guard [ADType.serviceData16, .serviceData32, .serviceData128].contains(s.type), let w = s.type.uuidWidth, s.data.count >= w,
-                  let u = try? BluetoothUUID(littleEndianBytes: s.data[0..<w]) else { return nil }
+                let u = try? BluetoothUUID(littleEndianBytes: s.data[0..<w])
+            else { return nil }
             return ServiceDataEntry(uuid: u, data: Array(s.data[w...]))
         }
     }

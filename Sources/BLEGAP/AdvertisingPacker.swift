@@ -27,8 +27,10 @@ public enum AdvertisingPacker {
 
         let short = serviceUUIDs.filter { $0.uuid16 != nil }.map(\.shortened)
         let long = serviceUUIDs.filter { $0.uuid16 == nil }.map(\.expanded)
-        for (list, complete, incomplete, width) in [(short, ADType.completeList16, ADType.incompleteList16, 2),
-                                                    (long, ADType.completeList128, ADType.incompleteList128, 16)] where !list.isEmpty {
+        for (list, complete, incomplete, width) in [
+            (short, ADType.completeList16, ADType.incompleteList16, 2),
+            (long, ADType.completeList128, ADType.incompleteList128, 16),
+        ] where !list.isEmpty {
             var rest = list[...]
             for packet in [0, 1] {
                 guard !rest.isEmpty else { break }

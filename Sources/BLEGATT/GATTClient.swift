@@ -177,8 +177,10 @@ public struct GATTClient: Sendable {
             var i = 0
             repeat {
                 let end = min(item.value.count, i + chunk)
-                parts.append(ATTPrepareWriteRequest(handle: item.handle, offset: offset &+ UInt16(truncatingIfNeeded: i),
-                                                    partValue: Array(item.value[i..<end])))
+                parts.append(
+                    ATTPrepareWriteRequest(
+                        handle: item.handle, offset: offset &+ UInt16(truncatingIfNeeded: i),
+                        partValue: Array(item.value[i..<end])))
                 i = end
             } while i < item.value.count
         }
@@ -209,10 +211,14 @@ public struct GATTClient: Sendable {
         case let .read(h):
             pdu = .readRequest(ATTReadRequest(handle: h))
         case let .readLong(h, value):
-            pdu = value.isEmpty ? .readRequest(ATTReadRequest(handle: h))
+            pdu =
+                value.isEmpty
+                ? .readRequest(ATTReadRequest(handle: h))
                 : .readBlobRequest(ATTReadBlobRequest(handle: h, offset: UInt16(truncatingIfNeeded: value.count)))
         case let .readMultiple(hs, variable):
-            pdu = variable ? .readMultipleVariableRequest(ATTReadMultipleVariableRequest(handles: hs))
+            pdu =
+                variable
+                ? .readMultipleVariableRequest(ATTReadMultipleVariableRequest(handles: hs))
                 : .readMultipleRequest(ATTReadMultipleRequest(handles: hs))
         case let .readByUUID(start, end, uuid):
             pdu = .readByTypeRequest(ATTReadByTypeRequest(startingHandle: start, endingHandle: end, attributeType: uuid))
@@ -251,7 +257,8 @@ public struct GATTClient: Sendable {
             var last = next
             for g in r.attributeDataList {
                 guard g.handle >= next, g.endGroupHandle >= g.handle,
-                      let uuid = try? BluetoothUUID(littleEndianBytes: g.value) else {
+                    let uuid = try? BluetoothUUID(littleEndianBytes: g.value)
+                else {
                     return fail(id, .invalidResponse("bad service group \(g.handle)-\(g.endGroupHandle)"))
                 }
                 list.append(GATTRemoteService(uuid: uuid, handle: g.handle, endHandle: g.endGroupHandle))
@@ -314,7 +321,8 @@ public struct GATTClient: Sendable {
                 }
                 var rd = ByteReader(d.value)
                 guard let props = try? rd.readUInt8(), let vh = try? rd.readUInt16(),
-                      let cu = try? rd.readUUID(size: d.value.count - 3) else {
+                    let cu = try? rd.readUUID(size: d.value.count - 3)
+                else {
                     return fail(id, .invalidResponse("bad characteristic declaration at \(d.handle)"))
                 }
                 // The value follows its declaration inside the service (Vol 3 Part G §3.3.1: declaration + 1).

@@ -33,8 +33,10 @@ public struct GATTAttribute: Sendable, Equatable {
     /// Attribute Not Long when they fit in one Read Response (Vol 3 Part F §3.4.4.5).
     public var hasFixedLength: Bool
 
-    public init(handle: UInt16, type: BluetoothUUID, value: GATTAttributeValue, permissions: AttributePermissions,
-                maximumLength: Int = 512, hasFixedLength: Bool = false) {
+    public init(
+        handle: UInt16, type: BluetoothUUID, value: GATTAttributeValue, permissions: AttributePermissions,
+        maximumLength: Int = 512, hasFixedLength: Bool = false
+    ) {
         self.handle = handle
         self.type = type
         self.value = value
@@ -144,15 +146,18 @@ public struct GATTDatabase: Sendable, Equatable {
     @discardableResult
     public mutating func add(_ service: GATTServiceDefinition) throws(GATTDatabaseError) -> GATTServiceHandles {
         // 1. Plan the attributes in order; characteristic declarations may carry fixed handles.
-        var plan: [Planned] = [Planned(type: service.isPrimary ? .primaryService : .secondaryService,
-                                       value: .stored(service.uuid.littleEndianBytes), permissions: .readable,
-                                       hasFixedLength: true, fixedHandle: service.handle)]
+        var plan: [Planned] = [
+            Planned(
+                type: service.isPrimary ? .primaryService : .secondaryService,
+                value: .stored(service.uuid.littleEndianBytes), permissions: .readable,
+                hasFixedLength: true, fixedHandle: service.handle)
+        ]
         var includeValues: [[UInt8]] = []
         for ref in service.includedServices {
             guard let inc = self.service(declaredAt: ref.handle) else { throw .includedServiceNotFound(ref) }
             var w = ByteWriter(capacity: 6)
             w.write(inc.range.lowerBound); w.write(inc.range.upperBound)
-            if inc.uuid.wireSize == 2 { w.write(inc.uuid) }  // 128-bit UUIDs are left out (§3.2)
+            if inc.uuid.wireSize == 2 { w.write(inc.uuid) }   // 128-bit UUIDs are left out (§3.2)
             includeValues.append(w.bytes)
             plan.append(Planned(type: .include, value: .stored(w.bytes), permissions: .readable, hasFixedLength: true))
         }
@@ -167,33 +172,43 @@ public struct GATTDatabase: Sendable, Equatable {
             }
             let declIndex = plan.count
             // The declaration's value is completed once the value handle is known.
-            plan.append(Planned(type: .characteristic, value: .stored([]), permissions: .readable,
-                                hasFixedLength: true, fixedHandle: c.handle))
-            plan.append(Planned(type: c.uuid, value: c.value.map(GATTAttributeValue.stored) ?? .dynamic,
-                                permissions: c.permissions, maximumLength: c.maximumLength))
+            plan.append(
+                Planned(
+                    type: .characteristic, value: .stored([]), permissions: .readable,
+                    hasFixedLength: true, fixedHandle: c.handle))
+            plan.append(
+                Planned(
+                    type: c.uuid, value: c.value.map(GATTAttributeValue.stored) ?? .dynamic,
+                    permissions: c.permissions, maximumLength: c.maximumLength))
             var cp = CharacteristicPlan(declaration: declIndex, cccd: nil, descriptors: [])
             let ownsExtended = c.descriptors.contains { $0.uuid == .characteristicExtendedProperties }
             if service.addsMissingDescriptors && c.properties.contains(.extendedProperties) && !ownsExtended {
                 var w = ByteWriter(capacity: 2); w.write(c.extendedProperties.rawValue)
                 cp.descriptors.append(plan.count)
-                plan.append(Planned(type: .characteristicExtendedProperties, value: .stored(w.bytes),
-                                    permissions: .readable, hasFixedLength: true))
+                plan.append(
+                    Planned(
+                        type: .characteristicExtendedProperties, value: .stored(w.bytes),
+                        permissions: .readable, hasFixedLength: true))
             }
             let ownsCCCD = c.descriptors.contains { $0.uuid == .clientCharacteristicConfiguration }
             if service.addsMissingDescriptors && !c.properties.isDisjoint(with: [.notify, .indicate]) && !ownsCCCD {
                 cp.cccd = plan.count
                 cp.descriptors.append(plan.count)
-                plan.append(Planned(type: .clientCharacteristicConfiguration, value: .clientConfiguration,
-                                    permissions: .readWrite, maximumLength: 2, hasFixedLength: true))
+                plan.append(
+                    Planned(
+                        type: .clientCharacteristicConfiguration, value: .clientConfiguration,
+                        permissions: .readWrite, maximumLength: 2, hasFixedLength: true))
             }
             for d in c.descriptors {
                 guard (d.value?.count ?? 0) <= 512 else { throw .invalidDefinition("descriptor \(d.uuid) longer than 512") }
                 let isCCCD = d.uuid == .clientCharacteristicConfiguration
                 if isCCCD { cp.cccd = plan.count }
                 cp.descriptors.append(plan.count)
-                plan.append(Planned(type: d.uuid, value: isCCCD ? .clientConfiguration : (d.value.map(GATTAttributeValue.stored) ?? .dynamic),
-                                    permissions: d.permissions, maximumLength: isCCCD ? 2 : 512,
-                                    hasFixedLength: isCCCD || d.uuid == .characteristicExtendedProperties, fixedHandle: d.handle))
+                plan.append(
+                    Planned(
+                        type: d.uuid, value: isCCCD ? .clientConfiguration : (d.value.map(GATTAttributeValue.stored) ?? .dynamic),
+                        permissions: d.permissions, maximumLength: isCCCD ? 2 : 512,
+                        hasFixedLength: isCCCD || d.uuid == .characteristicExtendedProperties, fixedHandle: d.handle))
             }
             charPlans.append(cp)
         }
@@ -237,16 +252,20 @@ public struct GATTDatabase: Sendable, Equatable {
             let nextDecl = n + 1 < charPlans.count ? charPlans[n + 1].declaration : plan.count
             let charEnd = handles[nextDecl - 1]
             let cccd = cp.cccd.map { handles[$0] }
-            newChars.append(GATTCharacteristicRecord(uuid: c.uuid, properties: c.properties, declarationHandle: decl,
-                                                     valueHandle: valueHandle, clientConfigurationHandle: cccd,
-                                                     endHandle: charEnd))
-            result.characteristics.append(GATTCharacteristicHandles(
-                uuid: c.uuid, declaration: decl, value: valueHandle, clientConfiguration: cccd,
-                descriptors: cp.descriptors.map { handles[$0] }, endHandle: charEnd))
+            newChars.append(
+                GATTCharacteristicRecord(
+                    uuid: c.uuid, properties: c.properties, declarationHandle: decl,
+                    valueHandle: valueHandle, clientConfigurationHandle: cccd,
+                    endHandle: charEnd))
+            result.characteristics.append(
+                GATTCharacteristicHandles(
+                    uuid: c.uuid, declaration: decl, value: valueHandle, clientConfiguration: cccd,
+                    descriptors: cp.descriptors.map { handles[$0] }, endHandle: charEnd))
         }
         let newAttributes = zip(plan, handles).map { p, h in
-            GATTAttribute(handle: h, type: p.type, value: p.value, permissions: p.permissions,
-                          maximumLength: p.maximumLength, hasFixedLength: p.hasFixedLength)
+            GATTAttribute(
+                handle: h, type: p.type, value: p.value, permissions: p.permissions,
+                maximumLength: p.maximumLength, hasFixedLength: p.hasFixedLength)
         }
         let at = lowerBound(start)
         attributes.insert(contentsOf: newAttributes, at: at)
@@ -295,16 +314,25 @@ public struct GATTDatabase: Sendable, Equatable {
         var db = GATTDatabase()
         var app = ByteWriter(capacity: 2); app.write(appearance)
         do {
-            try db.add(GATTServiceDefinition(uuid: .gapService, characteristics: [
-                GATTCharacteristicDefinition(uuid: .deviceName, properties: .read, permissions: .readable,
-                                             value: Array(deviceName.utf8.prefix(248)), maximumLength: 248),
-                GATTCharacteristicDefinition(uuid: .appearance, properties: .read, permissions: .readable,
-                                             value: app.bytes, maximumLength: 2),
-            ]))
-            try db.add(GATTServiceDefinition(uuid: .gattService, characteristics: [
-                GATTCharacteristicDefinition(uuid: .serviceChanged, properties: .indicate, permissions: [],
-                                             value: [0x01, 0x00, 0xFF, 0xFF], maximumLength: 4),
-            ]))
+            try db.add(
+                GATTServiceDefinition(
+                    uuid: .gapService,
+                    characteristics: [
+                        GATTCharacteristicDefinition(
+                            uuid: .deviceName, properties: .read, permissions: .readable,
+                            value: Array(deviceName.utf8.prefix(248)), maximumLength: 248),
+                        GATTCharacteristicDefinition(
+                            uuid: .appearance, properties: .read, permissions: .readable,
+                            value: app.bytes, maximumLength: 2),
+                    ]))
+            try db.add(
+                GATTServiceDefinition(
+                    uuid: .gattService,
+                    characteristics: [
+                        GATTCharacteristicDefinition(
+                            uuid: .serviceChanged, properties: .indicate, permissions: [],
+                            value: [0x01, 0x00, 0xFF, 0xFF], maximumLength: 4)
+                    ]))
         } catch {
             preconditionFailure("default services must fit an empty database: \(error)")
         }

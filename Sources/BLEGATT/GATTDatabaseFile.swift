@@ -120,10 +120,11 @@ public struct GATTDatabaseFile: Sendable {
         if let a = top["advertise"] {
             let o = try Self.object(a, "advertise")
             try Self.allowKeys(o, ["name", "serviceUUIDs"], "advertise")
-            advertise = Advertising(name: try o["name"].map { try Self.string($0, "advertise.name") },
-                                    serviceUUIDs: try Self.array(o["serviceUUIDs"] ?? [Any](), "advertise.serviceUUIDs").enumerated().map {
-                                        try Self.uuid($1, "advertise.serviceUUIDs[\($0)]")
-                                    })
+            advertise = Advertising(
+                name: try o["name"].map { try Self.string($0, "advertise.name") },
+                serviceUUIDs: try Self.array(o["serviceUUIDs"] ?? [Any](), "advertise.serviceUUIDs").enumerated().map {
+                    try Self.uuid($1, "advertise.serviceUUIDs[\($0)]")
+                })
         } else {
             advertise = Advertising(name: nil, serviceUUIDs: [])
         }
@@ -172,24 +173,28 @@ public struct GATTDatabaseFile: Sendable {
                     let dh = try d["handle"].map { try Self.handle($0, "\(dp).handle") }
                     if dh != nil && handle == nil { throw FileError(path: "\(dp).handle", message: "a fixed descriptor handle needs a fixed service handle") }
                     try Self.checkOrder(dh, after: &lastHandle, "\(dp).handle")
-                    descriptors.append(GATTDescriptorDefinition(
-                        uuid: try Self.uuid(try Self.required(d, "uuid", dp), "\(dp).uuid"),
-                        permissions: d["permissions"] == nil ? .readable : try Self.permissions(d["permissions"], "\(dp).permissions"),
-                        value: try d["value"].map { try Self.value($0, "\(dp).value") } ?? [], handle: dh))
+                    descriptors.append(
+                        GATTDescriptorDefinition(
+                            uuid: try Self.uuid(try Self.required(d, "uuid", dp), "\(dp).uuid"),
+                            permissions: d["permissions"] == nil ? .readable : try Self.permissions(d["permissions"], "\(dp).permissions"),
+                            value: try d["value"].map { try Self.value($0, "\(dp).value") } ?? [], handle: dh))
                 }
                 let value = try c["value"].map { try Self.value($0, "\(cp).value") }
                 if let value, value.count > 512 { throw FileError(path: "\(cp).value", message: "\(value.count) octets; an attribute value holds at most 512") }
-                chars.append(GATTCharacteristicDefinition(
-                    uuid: try Self.uuid(try Self.required(c, "uuid", cp), "\(cp).uuid"), properties: props, permissions: perms,
-                    value: value ?? [], descriptors: descriptors, handle: ch))
+                chars.append(
+                    GATTCharacteristicDefinition(
+                        uuid: try Self.uuid(try Self.required(c, "uuid", cp), "\(cp).uuid"), properties: props, permissions: perms,
+                        value: value ?? [], descriptors: descriptors, handle: ch))
             }
             let end = try o["endHandle"].map { try Self.handle($0, "\(p).endHandle") }
             if let end {
                 guard Int(end) >= lastHandle - 1 else { throw FileError(path: "\(p).endHandle", message: "0x\(String(end, radix: 16)) is below the service's last attribute") }
                 lastHandle = Int(end) + 1
             }
-            services.append(GATTServiceDefinition(uuid: uuid, isPrimary: try o["primary"].map { try Self.bool($0, "\(p).primary") } ?? true,
-                                                  characteristics: chars, handle: handle, endHandle: end))
+            services.append(
+                GATTServiceDefinition(
+                    uuid: uuid, isPrimary: try o["primary"].map { try Self.bool($0, "\(p).primary") } ?? true,
+                    characteristics: chars, handle: handle, endHandle: end))
             includes.append(refs)
         }
         let fixed = !services.isEmpty && services.allSatisfy { $0.handle != nil && $0.endHandle != nil }
@@ -238,25 +243,26 @@ public struct GATTDatabaseFile: Sendable {
         // Which service each include names, by index in the file.
         var targets: [[Int]] = []
         for (i, refs) in includeRefs.enumerated() {
-            targets.append(try refs.enumerated().map { k, ref in
-                let p = "services[\(i)].includes[\(k)]"
-                let j: Int
-                switch ref {
-                case let .uuid(u):
-                    guard let f = services[..<i].lastIndex(where: { $0.uuid == u }) ?? services[(i + 1)...].firstIndex(where: { $0.uuid == u }) else {
-                        throw FileError(path: p, message: "no service \(u.uuidString) in the file")
+            targets.append(
+                try refs.enumerated().map { k, ref in
+                    let p = "services[\(i)].includes[\(k)]"
+                    let j: Int
+                    switch ref {
+                    case let .uuid(u):
+                        guard let f = services[..<i].lastIndex(where: { $0.uuid == u }) ?? services[(i + 1)...].firstIndex(where: { $0.uuid == u }) else {
+                            throw FileError(path: p, message: "no service \(u.uuidString) in the file")
+                        }
+                        j = f
+                    case let .handle(h):
+                        guard let f = services.firstIndex(where: { $0.handle == h }) else { throw FileError(path: p, message: "no service declared at handle \(h)") }
+                        j = f
                     }
-                    j = f
-                case let .handle(h):
-                    guard let f = services.firstIndex(where: { $0.handle == h }) else { throw FileError(path: p, message: "no service declared at handle \(h)") }
-                    j = f
-                }
-                if j == i { throw FileError(path: p, message: "a service cannot include itself") }
-                if j > i && services[j].handle == nil {
-                    throw FileError(path: p, message: "service \(services[j].uuid.uuidString) is declared later without a fixed \"handle\"; give it one to include it here")
-                }
-                return j
-            })
+                    if j == i { throw FileError(path: p, message: "a service cannot include itself") }
+                    if j > i && services[j].handle == nil {
+                        throw FileError(path: p, message: "service \(services[j].uuid.uuidString) is declared later without a fixed \"handle\"; give it one to include it here")
+                    }
+                    return j
+                })
         }
         var handles: [Int: UInt16] = [:]
         var visiting = Set<Int>()

@@ -46,10 +46,12 @@ public struct GATTCharacteristicDefinition: Sendable, Equatable {
     /// A fixed handle for the declaration (the value follows at +1); needs a fixed service handle.
     public var handle: UInt16?
 
-    public init(uuid: BluetoothUUID, properties: GATTCharacteristicProperties, permissions: AttributePermissions,
-                value: [UInt8]?, descriptors: [GATTDescriptorDefinition] = [],
-                extendedProperties: GATTCharacteristicExtendedProperties = [], maximumLength: Int = 512,
-                handle: UInt16? = nil) {
+    public init(
+        uuid: BluetoothUUID, properties: GATTCharacteristicProperties, permissions: AttributePermissions,
+        value: [UInt8]?, descriptors: [GATTDescriptorDefinition] = [],
+        extendedProperties: GATTCharacteristicExtendedProperties = [], maximumLength: Int = 512,
+        handle: UInt16? = nil
+    ) {
         self.uuid = uuid
         self.properties = properties
         self.permissions = permissions
@@ -76,9 +78,11 @@ public struct GATTServiceDefinition: Sendable, Equatable {
     /// descriptor where that property is set. False serves the definition as written (a copy of a real device).
     public var addsMissingDescriptors: Bool
 
-    public init(uuid: BluetoothUUID, isPrimary: Bool = true, includedServices: [GATTServiceReference] = [],
-                characteristics: [GATTCharacteristicDefinition], handle: UInt16? = nil, endHandle: UInt16? = nil,
-                addsMissingDescriptors: Bool = true) {
+    public init(
+        uuid: BluetoothUUID, isPrimary: Bool = true, includedServices: [GATTServiceReference] = [],
+        characteristics: [GATTCharacteristicDefinition], handle: UInt16? = nil, endHandle: UInt16? = nil,
+        addsMissingDescriptors: Bool = true
+    ) {
         self.uuid = uuid
         self.isPrimary = isPrimary
         self.includedServices = includedServices

@@ -42,8 +42,7 @@ extension GATTServer {
         for a in database.attributes(in: r.startingHandle...r.endingHandle) where a.type == type {
             guard readError(a, client) == nil, let value = knownValue(a, client) else { continue }
             let matches: Bool
-            if let wanted, let stored = try? BluetoothUUID(littleEndianBytes: value) { matches = wanted == stored }
-            else { matches = value == r.attributeValue }
+            if let wanted, let stored = try? BluetoothUUID(littleEndianBytes: value) { matches = wanted == stored } else { matches = value == r.attributeValue }
             guard matches else { continue }
             guard 1 + (list.count + 1) * 4 <= mtu else { break }
             let end = isServiceType ? (database.service(declaredAt: a.handle)?.range.upperBound ?? a.handle) : a.handle

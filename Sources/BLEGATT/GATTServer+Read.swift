@@ -57,8 +57,10 @@ extension GATTServer {
         return continueReadMultiple(handles, [], variable: variable, client)
     }
 
-    mutating func continueReadMultiple(_ handles: [UInt16], _ collected: [[UInt8]], variable: Bool,
-                                       _ client: GATTClientID) -> [GATTServerAction] {
+    mutating func continueReadMultiple(
+        _ handles: [UInt16], _ collected: [[UInt8]], variable: Bool,
+        _ client: GATTClientID
+    ) -> [GATTServerAction] {
         let op: ATTOpcode = variable ? .readMultipleVariableRequest : .readMultipleRequest
         var values = collected
         while values.count < handles.count {

@@ -40,8 +40,11 @@ extension GATTServer {
             clients[client]!.configuration[d.handle] = new
             guard new != old, let c = database.characteristic(containing: d.handle) else { return [] }
             let cfg = GATTClientConfiguration(rawValue: new)
-            return [.subscriptionChanged(client: client, characteristicValueHandle: c.valueHandle,
-                                         notify: cfg.contains(.notification), indicate: cfg.contains(.indication))]
+            return [
+                .subscriptionChanged(
+                    client: client, characteristicValueHandle: c.valueHandle,
+                    notify: cfg.contains(.notification), indicate: cfg.contains(.indication))
+            ]
         case .dynamic:
             return []
         }
@@ -58,8 +61,11 @@ extension GATTServer {
         if let e = validate(value, for: a) { return isCommand ? [] : [errorResponse(opcode, handle, e, client)] }
         if case .dynamic = a.value {
             let id = park(.write(opcode, handle: handle, deferred: []), client, blocking: !isCommand)
-            return [.writeRequests(id: id, client: client, writes: [GATTWrite(handle: handle, offset: 0, value: value)],
-                                   needsResponse: !isCommand)]
+            return [
+                .writeRequests(
+                    id: id, client: client, writes: [GATTWrite(handle: handle, offset: 0, value: value)],
+                    needsResponse: !isCommand)
+            ]
         }
         var actions = apply(DeferredWrite(handle: handle, value: value), client)
         if !isCommand { actions.append(.send(.writeResponse(ATTWriteResponse()), to: client)) }
@@ -72,7 +78,8 @@ extension GATTServer {
         if case let .failure(e) = writable(r.handle, client) { return [errorResponse(op, r.handle, e, client)] }
         let state = clients[client]!
         guard state.preparedWrites.count < configuration.maximumPreparedWrites,
-              state.preparedBytes + r.partValue.count <= configuration.maximumPreparedBytes else {
+            state.preparedBytes + r.partValue.count <= configuration.maximumPreparedBytes
+        else {
             return [errorResponse(op, r.handle, .prepareQueueFull, client)]
         }
         clients[client]!.preparedWrites.append(r)

@@ -68,10 +68,13 @@ public struct GATTServer: Sendable {
     // MARK: - Clients
 
     /// Registers a client. `clientConfiguration` restores a bonded client's CCCD values.
-    public mutating func clientConnected(_ client: GATTClientID, security: ATTSecurity = .none, bonded: Bool = false,
-                                         clientConfiguration: [UInt16: UInt16] = [:]) {
-        var state = ClientState(bearer: ATTBearerServer(preferredMTU: configuration.preferredMTU),
-                                security: security, isBonded: bonded)
+    public mutating func clientConnected(
+        _ client: GATTClientID, security: ATTSecurity = .none, bonded: Bool = false,
+        clientConfiguration: [UInt16: UInt16] = [:]
+    ) {
+        var state = ClientState(
+            bearer: ATTBearerServer(preferredMTU: configuration.preferredMTU),
+            security: security, isBonded: bonded)
         for (h, v) in clientConfiguration where database.attribute(at: h)?.value == .clientConfiguration {
             state.configuration[h] = v
         }
@@ -99,8 +102,10 @@ public struct GATTServer: Sendable {
         var actions = map(state.bearer.close(), client)
         for (h, v) in state.configuration.sorted(by: { $0.key < $1.key }) where v != 0 {
             if let c = database.characteristic(containing: h) {
-                actions.append(.subscriptionChanged(client: client, characteristicValueHandle: c.valueHandle,
-                                                    notify: false, indicate: false))
+                actions.append(
+                    .subscriptionChanged(
+                        client: client, characteristicValueHandle: c.valueHandle,
+                        notify: false, indicate: false))
             }
         }
         if state.isBonded {
@@ -195,10 +200,10 @@ public struct GATTServer: Sendable {
         case .handleValueConfirmation:
             return map(clients[client]!.bearer.receiveConfirmation(), client)
         case .errorResponse, .exchangeMTUResponse, .findInformationResponse, .findByTypeValueResponse,
-             .readByTypeResponse, .readResponse, .readBlobResponse, .readMultipleResponse,
-             .readMultipleVariableResponse, .readByGroupTypeResponse, .writeResponse, .prepareWriteResponse,
-             .executeWriteResponse, .handleValueNotification, .handleValueIndication,
-             .multipleHandleValueNotification:
+            .readByTypeResponse, .readResponse, .readBlobResponse, .readMultipleResponse,
+            .readMultipleVariableResponse, .readByGroupTypeResponse, .writeResponse, .prepareWriteResponse,
+            .executeWriteResponse, .handleValueNotification, .handleValueIndication,
+            .multipleHandleValueNotification:
             // Client-role PDUs: the host routes them to the client, never here.
             return [.protocolError(client: client, .wrongRole(pdu.opcode))]
         case let .unknown(opcode, _):
@@ -211,7 +216,8 @@ public struct GATTServer: Sendable {
     /// The application's answer to `.readRequest`: the value from the requested offset on, or an error.
     public mutating func completeRead(id: GATTRequestID, result: Result<[UInt8], ATTErrorCode>) -> [GATTServerAction] {
         guard let (client, what) = pending.removeValue(forKey: id), clients[client] != nil,
-              case let .read(opcode, kind) = what else { return [] }
+            case let .read(opcode, kind) = what
+        else { return [] }
         clients[client]!.transaction = .idle
         let handle: UInt16
         switch kind {
@@ -240,7 +246,8 @@ public struct GATTServer: Sendable {
     /// The application's answer to `.writeRequests`: nil when all writes were applied.
     public mutating func completeWrite(id: GATTRequestID, error: ATTErrorCode?) -> [GATTServerAction] {
         guard let (client, what) = pending.removeValue(forKey: id), clients[client] != nil,
-              case let .write(opcode, handle, deferred) = what else { return [] }
+            case let .write(opcode, handle, deferred) = what
+        else { return [] }
         if opcode != .writeCommand { clients[client]!.transaction = .idle }
         if let error {
             return opcode == .writeCommand ? [] : [errorResponse(opcode, handle, error, client)]
@@ -330,17 +337,19 @@ public struct GATTServer: Sendable {
     func readError(_ attribute: GATTAttribute, _ client: GATTClientID) -> ATTErrorCode? {
         let p = attribute.permissions
         guard p.contains(.readable) else { return .readNotPermitted }
-        return clients[client]!.security.check(encryption: p.contains(.readEncryptionRequired),
-                                               authentication: p.contains(.readAuthenticationRequired),
-                                               minimumKeySize: configuration.minimumKeySize)
+        return clients[client]!.security.check(
+            encryption: p.contains(.readEncryptionRequired),
+            authentication: p.contains(.readAuthenticationRequired),
+            minimumKeySize: configuration.minimumKeySize)
     }
 
     func writeError(_ attribute: GATTAttribute, _ client: GATTClientID) -> ATTErrorCode? {
         let p = attribute.permissions
         guard p.contains(.writeable) else { return .writeNotPermitted }
-        return clients[client]!.security.check(encryption: p.contains(.writeEncryptionRequired),
-                                               authentication: p.contains(.writeAuthenticationRequired),
-                                               minimumKeySize: configuration.minimumKeySize)
+        return clients[client]!.security.check(
+            encryption: p.contains(.writeEncryptionRequired),
+            authentication: p.contains(.writeAuthenticationRequired),
+            minimumKeySize: configuration.minimumKeySize)
     }
 
     /// The value the server itself knows: stored, or the client's CCCD; nil for dynamic values.

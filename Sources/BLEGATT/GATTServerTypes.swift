@@ -66,8 +66,10 @@ public struct GATTServerConfiguration: Sendable, Equatable {
     /// The shortest encryption key accepted for attributes that need encryption.
     public var minimumKeySize: UInt8
 
-    public init(preferredMTU: UInt16 = ATTMTU.maximum, maximumPreparedWrites: Int = 32,
-                maximumPreparedBytes: Int = 2048, minimumKeySize: UInt8 = 7) {
+    public init(
+        preferredMTU: UInt16 = ATTMTU.maximum, maximumPreparedWrites: Int = 32,
+        maximumPreparedBytes: Int = 2048, minimumKeySize: UInt8 = 7
+    ) {
         self.preferredMTU = preferredMTU
         self.maximumPreparedWrites = maximumPreparedWrites
         self.maximumPreparedBytes = maximumPreparedBytes

@@ -39,7 +39,8 @@ public struct ACLPacket: Sendable, Equatable {
         let first = UInt16(b[0]) | UInt16(b[1]) << 8
         let length = Int(b[2]) | Int(b[3]) << 8
         guard b.count - 4 == length else { throw HCIDecodeError("ACL length \(length) but \(b.count - 4) bytes follow") }
-        return ACLPacket(handle: first & 0x0FFF, boundary: ACLPacketBoundary(rawValue: UInt8((first >> 12) & 0x3))!,
-                         broadcast: UInt8(first >> 14), data: Array(b[4...]))
+        return ACLPacket(
+            handle: first & 0x0FFF, boundary: ACLPacketBoundary(rawValue: UInt8((first >> 12) & 0x3))!,
+            broadcast: UInt8(first >> 14), data: Array(b[4...]))
     }
 }

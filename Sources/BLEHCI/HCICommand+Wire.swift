@@ -17,10 +17,10 @@ extension HCICommand {
     func encodeParameters(into w: inout ByteWriter) {
         switch self {
         case .reset, .readLocalVersionInformation, .readBDADDR, .readLocalSupportedCommands, .readLocalSupportedFeatures,
-             .readBufferSize, .leReadBufferSize, .leReadLocalSupportedFeatures, .leReadAdvertisingPhysicalChannelTxPower,
-             .leCreateConnectionCancel, .leReadSuggestedDefaultDataLength, .leReadMaximumDataLength, .leRand,
-             .leReadFilterAcceptListSize, .leClearFilterAcceptList, .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets,
-             .leClearAdvertisingSets:
+            .readBufferSize, .leReadBufferSize, .leReadLocalSupportedFeatures, .leReadAdvertisingPhysicalChannelTxPower,
+            .leCreateConnectionCancel, .leReadSuggestedDefaultDataLength, .leReadMaximumDataLength, .leRand,
+            .leReadFilterAcceptListSize, .leClearFilterAcceptList, .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets,
+            .leClearAdvertisingSets:
             break
         case let .leSetAdvertisingSetRandomAddress(h, a):
             w.write(h); w.write(a)
@@ -84,7 +84,7 @@ extension HCICommand {
             w.write(p.connectionHandle); w.write(p.connectionIntervalMin); w.write(p.connectionIntervalMax)
             w.write(p.maxLatency); w.write(p.supervisionTimeout); w.write(p.minCELength); w.write(p.maxCELength)
         case let .leReadRemoteFeatures(h), let .leLongTermKeyRequestNegativeReply(h), let .readRSSI(h), let .leReadPHY(h),
-             let .readRemoteVersionInformation(h):
+            let .readRemoteVersionInformation(h):
             w.write(h)
         case let .leSetDataLength(h, o, t):
             w.write(h); w.write(o); w.write(t)
@@ -140,11 +140,12 @@ extension HCICommand {
         case .leReadLocalSupportedFeatures: return .leReadLocalSupportedFeatures
         case .leSetRandomAddress: return .leSetRandomAddress(try r.readAddress(type: .random))
         case .leSetAdvertisingParameters:
-            return .leSetAdvertisingParameters(LESetAdvertisingParameters(
-                advertisingIntervalMin: try r.readUInt16(), advertisingIntervalMax: try r.readUInt16(),
-                advertisingType: LEAdvertisingType(rawValue: try r.readUInt8()), ownAddressType: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), advertisingChannelMap: try r.readUInt8(),
-                advertisingFilterPolicy: try r.readUInt8()))
+            return .leSetAdvertisingParameters(
+                LESetAdvertisingParameters(
+                    advertisingIntervalMin: try r.readUInt16(), advertisingIntervalMax: try r.readUInt16(),
+                    advertisingType: LEAdvertisingType(rawValue: try r.readUInt8()), ownAddressType: try r.readUInt8(),
+                    peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), advertisingChannelMap: try r.readUInt8(),
+                    advertisingFilterPolicy: try r.readUInt8()))
         case .leReadAdvertisingPhysicalChannelTxPower: return .leReadAdvertisingPhysicalChannelTxPower
         case .leSetAdvertisingData, .leSetScanResponseData:
             let n = Int(try r.readUInt8())
@@ -155,15 +156,18 @@ extension HCICommand {
         case .leSetAdvertisingEnable: return .leSetAdvertisingEnable(try r.readUInt8() != 0)
         case .leSetScanParameters:
             guard let t = LEScanType(rawValue: try r.readUInt8()) else { throw WireError.invalidValue("LE_Scan_Type") }
-            return .leSetScanParameters(LESetScanParameters(scanType: t, scanInterval: try r.readUInt16(), scanWindow: try r.readUInt16(),
-                                                            ownAddressType: try r.readUInt8(), scanningFilterPolicy: try r.readUInt8()))
+            return .leSetScanParameters(
+                LESetScanParameters(
+                    scanType: t, scanInterval: try r.readUInt16(), scanWindow: try r.readUInt16(),
+                    ownAddressType: try r.readUInt8(), scanningFilterPolicy: try r.readUInt8()))
         case .leSetScanEnable: return .leSetScanEnable(enable: try r.readUInt8() != 0, filterDuplicates: try r.readUInt8() != 0)
         case .leCreateConnection:
-            return .leCreateConnection(LECreateConnection(
-                leScanInterval: try r.readUInt16(), leScanWindow: try r.readUInt16(), initiatorFilterPolicy: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), ownAddressType: try r.readUInt8(),
-                connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(), maxLatency: try r.readUInt16(),
-                supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
+            return .leCreateConnection(
+                LECreateConnection(
+                    leScanInterval: try r.readUInt16(), leScanWindow: try r.readUInt16(), initiatorFilterPolicy: try r.readUInt8(),
+                    peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), ownAddressType: try r.readUInt8(),
+                    connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(), maxLatency: try r.readUInt16(),
+                    supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
         case .leCreateConnectionCancel: return .leCreateConnectionCancel
         case .leReadFilterAcceptListSize: return .leReadFilterAcceptListSize
         case .leClearFilterAcceptList: return .leClearFilterAcceptList
@@ -173,10 +177,11 @@ extension HCICommand {
             return op == .leAddDeviceToFilterAcceptList ? .leAddDeviceToFilterAcceptList(a) : .leRemoveDeviceFromFilterAcceptList(a)
         case .disconnect: return .disconnect(handle: try r.readUInt16(), reason: HCIStatus(rawValue: try r.readUInt8()))
         case .leConnectionUpdate:
-            return .leConnectionUpdate(LEConnectionUpdate(
-                connectionHandle: try r.readUInt16(), connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(),
-                maxLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(),
-                maxCELength: try r.readUInt16()))
+            return .leConnectionUpdate(
+                LEConnectionUpdate(
+                    connectionHandle: try r.readUInt16(), connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(),
+                    maxLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(), minCELength: try r.readUInt16(),
+                    maxCELength: try r.readUInt16()))
         case .leReadRemoteFeatures: return .leReadRemoteFeatures(handle: try r.readUInt16())
         case .leSetDataLength: return .leSetDataLength(handle: try r.readUInt16(), txOctets: try r.readUInt16(), txTime: try r.readUInt16())
         case .leReadSuggestedDefaultDataLength: return .leReadSuggestedDefaultDataLength
@@ -186,8 +191,10 @@ extension HCICommand {
         case .leReadPHY: return .leReadPHY(handle: try r.readUInt16())
         case .leSetDefaultPHY: return .leSetDefaultPHY(allPHYs: try r.readUInt8(), txPHYs: try r.readUInt8(), rxPHYs: try r.readUInt8())
         case .leSetPHY:
-            return .leSetPHY(LESetPHY(connectionHandle: try r.readUInt16(), allPHYs: try r.readUInt8(), txPHYs: try r.readUInt8(),
-                                      rxPHYs: try r.readUInt8(), phyOptions: try r.readUInt16()))
+            return .leSetPHY(
+                LESetPHY(
+                    connectionHandle: try r.readUInt16(), allPHYs: try r.readUInt8(), txPHYs: try r.readUInt8(),
+                    rxPHYs: try r.readUInt8(), phyOptions: try r.readUInt16()))
         case .leRand: return .leRand
         case .leEncrypt: return .leEncrypt(key: try bytes16(&r), plaintext: try bytes16(&r))
         case .leStartEncryption:
@@ -199,12 +206,13 @@ extension HCICommand {
         case .leSetAdvertisingSetRandomAddress:
             return .leSetAdvertisingSetRandomAddress(handle: try r.readUInt8(), address: try r.readAddress(type: .random))
         case .leSetExtendedAdvertisingParameters:
-            return .leSetExtendedAdvertisingParameters(LESetExtendedAdvertisingParameters(
-                advertisingHandle: try r.readUInt8(), eventProperties: LEAdvertisingEventProperties(rawValue: try r.readUInt16()),
-                primaryIntervalMin: try r.readUInt24(), primaryIntervalMax: try r.readUInt24(), primaryChannelMap: try r.readUInt8(),
-                ownAddressType: try r.readUInt8(), peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(),
-                filterPolicy: try r.readUInt8(), txPower: try r.readInt8(), primaryPHY: try r.readUInt8(), secondaryMaxSkip: try r.readUInt8(),
-                secondaryPHY: try r.readUInt8(), advertisingSID: try r.readUInt8(), scanRequestNotificationEnable: try r.readUInt8()))
+            return .leSetExtendedAdvertisingParameters(
+                LESetExtendedAdvertisingParameters(
+                    advertisingHandle: try r.readUInt8(), eventProperties: LEAdvertisingEventProperties(rawValue: try r.readUInt16()),
+                    primaryIntervalMin: try r.readUInt24(), primaryIntervalMax: try r.readUInt24(), primaryChannelMap: try r.readUInt8(),
+                    ownAddressType: try r.readUInt8(), peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(),
+                    filterPolicy: try r.readUInt8(), txPower: try r.readInt8(), primaryPHY: try r.readUInt8(), secondaryMaxSkip: try r.readUInt8(),
+                    secondaryPHY: try r.readUInt8(), advertisingSID: try r.readUInt8(), scanRequestNotificationEnable: try r.readUInt8()))
         case .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData:
             let h = try r.readUInt8()
             guard let o = LESetExtendedAdvertisingData.Operation(rawValue: try r.readUInt8()) else { throw WireError.invalidValue("Operation") }
@@ -218,8 +226,10 @@ extension HCICommand {
             let n = Int(try r.readUInt8())
             var sets: [LEExtendedAdvertisingSet] = []
             for _ in 0..<n {
-                sets.append(LEExtendedAdvertisingSet(advertisingHandle: try r.readUInt8(), duration: try r.readUInt16(),
-                                                     maxExtendedAdvertisingEvents: try r.readUInt8()))
+                sets.append(
+                    LEExtendedAdvertisingSet(
+                        advertisingHandle: try r.readUInt8(), duration: try r.readUInt16(),
+                        maxExtendedAdvertisingEvents: try r.readUInt8()))
             }
             return .leSetExtendedAdvertisingEnable(enable: on, sets: sets)
         case .leReadMaximumAdvertisingDataLength: return .leReadMaximumAdvertisingDataLength
@@ -235,21 +245,26 @@ extension HCICommand {
             }
             return .leSetExtendedScanParameters(LESetExtendedScanParameters(ownAddressType: own, scanningFilterPolicy: policy, scanningPHYs: phys, phys: list))
         case .leSetExtendedScanEnable:
-            return .leSetExtendedScanEnable(enable: try r.readUInt8() != 0, filterDuplicates: try r.readUInt8(),
-                                            duration: try r.readUInt16(), period: try r.readUInt16())
+            return .leSetExtendedScanEnable(
+                enable: try r.readUInt8() != 0, filterDuplicates: try r.readUInt8(),
+                duration: try r.readUInt16(), period: try r.readUInt16())
         case .leExtendedCreateConnection:
             let policy = try r.readUInt8(), own = try r.readUInt8(), peerType = try r.readUInt8()
             let peer = try r.readAddressTypedByPreviousOctet()
             let phys = try r.readUInt8()
             var list: [LEExtendedInitiatingPHY] = []
             for _ in 0..<phys.nonzeroBitCount {
-                list.append(LEExtendedInitiatingPHY(scanInterval: try r.readUInt16(), scanWindow: try r.readUInt16(),
-                                                    connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(),
-                                                    maxLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(),
-                                                    minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
+                list.append(
+                    LEExtendedInitiatingPHY(
+                        scanInterval: try r.readUInt16(), scanWindow: try r.readUInt16(),
+                        connectionIntervalMin: try r.readUInt16(), connectionIntervalMax: try r.readUInt16(),
+                        maxLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(),
+                        minCELength: try r.readUInt16(), maxCELength: try r.readUInt16()))
             }
-            return .leExtendedCreateConnection(LEExtendedCreateConnection(initiatorFilterPolicy: policy, ownAddressType: own, peerAddressType: peerType,
-                                                                          peerAddress: peer, initiatingPHYs: phys, phys: list))
+            return .leExtendedCreateConnection(
+                LEExtendedCreateConnection(
+                    initiatorFilterPolicy: policy, ownAddressType: own, peerAddressType: peerType,
+                    peerAddress: peer, initiatingPHYs: phys, phys: list))
         default: return .unknown(opcode: op, parameters: r.readRemaining())
         }
     }

@@ -28,10 +28,12 @@ public struct LESetAdvertisingParameters: Sendable, Equatable {
     public var advertisingChannelMap: UInt8
     public var advertisingFilterPolicy: UInt8
 
-    public init(advertisingIntervalMin: UInt16 = 0x0800, advertisingIntervalMax: UInt16 = 0x0800,
-                advertisingType: LEAdvertisingType = .connectableUndirected, ownAddressType: UInt8 = 0,
-                peerAddressType: UInt8 = 0, peerAddress: BluetoothAddress = .zero,
-                advertisingChannelMap: UInt8 = 0x07, advertisingFilterPolicy: UInt8 = 0) {
+    public init(
+        advertisingIntervalMin: UInt16 = 0x0800, advertisingIntervalMax: UInt16 = 0x0800,
+        advertisingType: LEAdvertisingType = .connectableUndirected, ownAddressType: UInt8 = 0,
+        peerAddressType: UInt8 = 0, peerAddress: BluetoothAddress = .zero,
+        advertisingChannelMap: UInt8 = 0x07, advertisingFilterPolicy: UInt8 = 0
+    ) {
         self.advertisingIntervalMin = advertisingIntervalMin
         self.advertisingIntervalMax = advertisingIntervalMax
         self.advertisingType = advertisingType
@@ -57,8 +59,10 @@ public struct LESetScanParameters: Sendable, Equatable {
     public var ownAddressType: UInt8
     public var scanningFilterPolicy: UInt8
 
-    public init(scanType: LEScanType = .passive, scanInterval: UInt16 = 0x0010, scanWindow: UInt16 = 0x0010,
-                ownAddressType: UInt8 = 0, scanningFilterPolicy: UInt8 = 0) {
+    public init(
+        scanType: LEScanType = .passive, scanInterval: UInt16 = 0x0010, scanWindow: UInt16 = 0x0010,
+        ownAddressType: UInt8 = 0, scanningFilterPolicy: UInt8 = 0
+    ) {
         self.scanType = scanType
         self.scanInterval = scanInterval
         self.scanWindow = scanWindow
@@ -82,10 +86,12 @@ public struct LECreateConnection: Sendable, Equatable {
     public var minCELength: UInt16
     public var maxCELength: UInt16
 
-    public init(leScanInterval: UInt16, leScanWindow: UInt16, initiatorFilterPolicy: UInt8, peerAddressType: UInt8,
-                peerAddress: BluetoothAddress, ownAddressType: UInt8, connectionIntervalMin: UInt16,
-                connectionIntervalMax: UInt16, maxLatency: UInt16, supervisionTimeout: UInt16,
-                minCELength: UInt16, maxCELength: UInt16) {
+    public init(
+        leScanInterval: UInt16, leScanWindow: UInt16, initiatorFilterPolicy: UInt8, peerAddressType: UInt8,
+        peerAddress: BluetoothAddress, ownAddressType: UInt8, connectionIntervalMin: UInt16,
+        connectionIntervalMax: UInt16, maxLatency: UInt16, supervisionTimeout: UInt16,
+        minCELength: UInt16, maxCELength: UInt16
+    ) {
         self.leScanInterval = leScanInterval
         self.leScanWindow = leScanWindow
         self.initiatorFilterPolicy = initiatorFilterPolicy
@@ -111,8 +117,10 @@ public struct LEConnectionUpdate: Sendable, Equatable {
     public var minCELength: UInt16
     public var maxCELength: UInt16
 
-    public init(connectionHandle: UInt16, connectionIntervalMin: UInt16, connectionIntervalMax: UInt16,
-                maxLatency: UInt16, supervisionTimeout: UInt16, minCELength: UInt16 = 0, maxCELength: UInt16 = 0) {
+    public init(
+        connectionHandle: UInt16, connectionIntervalMin: UInt16, connectionIntervalMax: UInt16,
+        maxLatency: UInt16, supervisionTimeout: UInt16, minCELength: UInt16 = 0, maxCELength: UInt16 = 0
+    ) {
         self.connectionHandle = connectionHandle
         self.connectionIntervalMin = connectionIntervalMin
         self.connectionIntervalMax = connectionIntervalMax

@@ -56,14 +56,17 @@ extension HCIEvent {
     static func decodeParameters(_ code: UInt8, _ r: inout ByteReader) throws -> HCIEvent {
         switch code {
         case 0x0E:
-            return .commandComplete(numHCICommandPackets: try r.readUInt8(), opcode: HCIOpcode(rawValue: try r.readUInt16()),
-                                    returnParameters: r.readRemaining())
+            return .commandComplete(
+                numHCICommandPackets: try r.readUInt8(), opcode: HCIOpcode(rawValue: try r.readUInt16()),
+                returnParameters: r.readRemaining())
         case 0x0F:
-            return .commandStatus(status: HCIStatus(rawValue: try r.readUInt8()), numHCICommandPackets: try r.readUInt8(),
-                                  opcode: HCIOpcode(rawValue: try r.readUInt16()))
+            return .commandStatus(
+                status: HCIStatus(rawValue: try r.readUInt8()), numHCICommandPackets: try r.readUInt8(),
+                opcode: HCIOpcode(rawValue: try r.readUInt16()))
         case 0x05:
-            return .disconnectionComplete(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
-                                          reason: HCIStatus(rawValue: try r.readUInt8()))
+            return .disconnectionComplete(
+                status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
+                reason: HCIStatus(rawValue: try r.readUInt8()))
         case 0x13:
             let n = Int(try r.readUInt8())
             var list: [CompletedPackets] = []
@@ -74,9 +77,10 @@ extension HCIEvent {
         case 0x30:
             return .encryptionKeyRefreshComplete(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16())
         case 0x0C:
-            return .readRemoteVersionInformationComplete(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
-                                                         version: try r.readUInt8(), companyIdentifier: try r.readUInt16(),
-                                                         subversion: try r.readUInt16())
+            return .readRemoteVersionInformationComplete(
+                status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
+                version: try r.readUInt8(), companyIdentifier: try r.readUInt16(),
+                subversion: try r.readUInt16())
         case 0x10: return .hardwareError(try r.readUInt8())
         case 0x1A: return .dataBufferOverflow(try r.readUInt8())
         case 0x3E: return .le(try LEMetaEvent.decode(&r))
@@ -136,17 +140,19 @@ extension LEMetaEvent {
         let sub = try r.readUInt8()
         switch sub {
         case LESubevent.connectionComplete:
-            return .connectionComplete(LEConnectionComplete(
-                status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), role: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), connectionInterval: try r.readUInt16(),
-                peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(), centralClockAccuracy: try r.readUInt8()))
+            return .connectionComplete(
+                LEConnectionComplete(
+                    status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), role: try r.readUInt8(),
+                    peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(), connectionInterval: try r.readUInt16(),
+                    peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(), centralClockAccuracy: try r.readUInt8()))
         case LESubevent.enhancedConnectionComplete:
-            return .enhancedConnectionComplete(LEEnhancedConnectionComplete(
-                status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), role: try r.readUInt8(),
-                peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(),
-                localResolvablePrivateAddress: try r.readAddress(type: .random), peerResolvablePrivateAddress: try r.readAddress(type: .random),
-                connectionInterval: try r.readUInt16(), peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(),
-                centralClockAccuracy: try r.readUInt8()))
+            return .enhancedConnectionComplete(
+                LEEnhancedConnectionComplete(
+                    status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), role: try r.readUInt8(),
+                    peerAddressType: try r.readUInt8(), peerAddress: try r.readAddressTypedByPreviousOctet(),
+                    localResolvablePrivateAddress: try r.readAddress(type: .random), peerResolvablePrivateAddress: try r.readAddress(type: .random),
+                    connectionInterval: try r.readUInt16(), peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16(),
+                    centralClockAccuracy: try r.readUInt8()))
         case LESubevent.advertisingReport:
             let n = Int(try r.readUInt8())
             guard n >= 1 && n <= 0x19 else { throw WireError.invalidValue("Num_Reports \(n)") }
@@ -157,27 +163,34 @@ extension LEMetaEvent {
                 let address = try r.readAddress(type: AddressType(hciAddressType: addrType))
                 let l = Int(try r.readUInt8())
                 guard l <= 31 else { throw WireError.invalidValue("advertising data length \(l) > 31") }
-                reports.append(LEAdvertisingReport(eventType: LEAdvertisingReportType(rawValue: type), addressType: addrType,
-                                                   address: address, data: try r.readBytes(l), rssi: try r.readInt8()))
+                reports.append(
+                    LEAdvertisingReport(
+                        eventType: LEAdvertisingReportType(rawValue: type), addressType: addrType,
+                        address: address, data: try r.readBytes(l), rssi: try r.readInt8()))
             }
             return .advertisingReport(reports)
         case LESubevent.connectionUpdateComplete:
-            return .connectionUpdateComplete(LEConnectionUpdateComplete(
-                status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), connectionInterval: try r.readUInt16(),
-                peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16()))
+            return .connectionUpdateComplete(
+                LEConnectionUpdateComplete(
+                    status: HCIStatus(rawValue: try r.readUInt8()), connectionHandle: try r.readUInt16(), connectionInterval: try r.readUInt16(),
+                    peripheralLatency: try r.readUInt16(), supervisionTimeout: try r.readUInt16()))
         case LESubevent.readRemoteFeaturesComplete:
             return .readRemoteFeaturesComplete(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(), features: try r.readUInt64())
         case LESubevent.longTermKeyRequest:
             return .longTermKeyRequest(handle: try r.readUInt16(), random: try r.readUInt64(), ediv: try r.readUInt16())
         case LESubevent.remoteConnectionParameterRequest:
-            return .remoteConnectionParameterRequest(handle: try r.readUInt16(), intervalMin: try r.readUInt16(), intervalMax: try r.readUInt16(),
-                                                     maxLatency: try r.readUInt16(), timeout: try r.readUInt16())
+            return .remoteConnectionParameterRequest(
+                handle: try r.readUInt16(), intervalMin: try r.readUInt16(), intervalMax: try r.readUInt16(),
+                maxLatency: try r.readUInt16(), timeout: try r.readUInt16())
         case LESubevent.dataLengthChange:
-            return .dataLengthChange(LEDataLengthChange(connectionHandle: try r.readUInt16(), maxTxOctets: try r.readUInt16(),
-                                                        maxTxTime: try r.readUInt16(), maxRxOctets: try r.readUInt16(), maxRxTime: try r.readUInt16()))
+            return .dataLengthChange(
+                LEDataLengthChange(
+                    connectionHandle: try r.readUInt16(), maxTxOctets: try r.readUInt16(),
+                    maxTxTime: try r.readUInt16(), maxRxOctets: try r.readUInt16(), maxRxTime: try r.readUInt16()))
         case LESubevent.phyUpdateComplete:
-            return .phyUpdateComplete(status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
-                                      txPHY: try r.readUInt8(), rxPHY: try r.readUInt8())
+            return .phyUpdateComplete(
+                status: HCIStatus(rawValue: try r.readUInt8()), handle: try r.readUInt16(),
+                txPHY: try r.readUInt8(), rxPHY: try r.readUInt8())
         case LESubevent.extendedAdvertisingReport:
             let n = Int(try r.readUInt8())
             guard n >= 1 && n <= 0x0A else { throw WireError.invalidValue("Num_Reports \(n)") }
@@ -192,16 +205,19 @@ extension LEMetaEvent {
                 let direct = try r.readAddress(type: AddressType(hciAddressType: directType))
                 let l = Int(try r.readUInt8())
                 guard l <= 229 else { throw WireError.invalidValue("extended advertising data length \(l) > 229") }
-                reports.append(LEExtendedAdvertisingReport(eventType: type, addressType: addrType, address: address, primaryPHY: primary,
-                                                           secondaryPHY: secondary, advertisingSID: sid, txPower: tx, rssi: rssi,
-                                                           periodicAdvertisingInterval: periodic, directAddressType: directType,
-                                                           directAddress: direct, data: try r.readBytes(l)))
+                reports.append(
+                    LEExtendedAdvertisingReport(
+                        eventType: type, addressType: addrType, address: address, primaryPHY: primary,
+                        secondaryPHY: secondary, advertisingSID: sid, txPower: tx, rssi: rssi,
+                        periodicAdvertisingInterval: periodic, directAddressType: directType,
+                        directAddress: direct, data: try r.readBytes(l)))
             }
             return .extendedAdvertisingReport(reports)
         case LESubevent.advertisingSetTerminated:
-            return .advertisingSetTerminated(LEAdvertisingSetTerminated(
-                status: HCIStatus(rawValue: try r.readUInt8()), advertisingHandle: try r.readUInt8(), connectionHandle: try r.readUInt16(),
-                numCompletedExtendedAdvertisingEvents: try r.readUInt8()))
+            return .advertisingSetTerminated(
+                LEAdvertisingSetTerminated(
+                    status: HCIStatus(rawValue: try r.readUInt8()), advertisingHandle: try r.readUInt8(), connectionHandle: try r.readUInt16(),
+                    numCompletedExtendedAdvertisingEvents: try r.readUInt8()))
         default:
             return .unknown(subevent: sub, parameters: r.readRemaining())
         }

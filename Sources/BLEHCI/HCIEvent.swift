@@ -107,8 +107,10 @@ public struct LEConnectionComplete: Sendable, Equatable {
     public var supervisionTimeout: UInt16
     public var centralClockAccuracy: UInt8
 
-    public init(status: HCIStatus, connectionHandle: UInt16, role: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
-                connectionInterval: UInt16, peripheralLatency: UInt16, supervisionTimeout: UInt16, centralClockAccuracy: UInt8) {
+    public init(
+        status: HCIStatus, connectionHandle: UInt16, role: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
+        connectionInterval: UInt16, peripheralLatency: UInt16, supervisionTimeout: UInt16, centralClockAccuracy: UInt8
+    ) {
         self.status = status; self.connectionHandle = connectionHandle; self.role = role
         self.peerAddressType = peerAddressType; self.peerAddress = peerAddress; self.connectionInterval = connectionInterval
         self.peripheralLatency = peripheralLatency; self.supervisionTimeout = supervisionTimeout; self.centralClockAccuracy = centralClockAccuracy
@@ -129,9 +131,11 @@ public struct LEEnhancedConnectionComplete: Sendable, Equatable {
     public var supervisionTimeout: UInt16
     public var centralClockAccuracy: UInt8
 
-    public init(status: HCIStatus, connectionHandle: UInt16, role: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
-                localResolvablePrivateAddress: BluetoothAddress = .zeroRandom, peerResolvablePrivateAddress: BluetoothAddress = .zeroRandom,
-                connectionInterval: UInt16, peripheralLatency: UInt16, supervisionTimeout: UInt16, centralClockAccuracy: UInt8) {
+    public init(
+        status: HCIStatus, connectionHandle: UInt16, role: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
+        localResolvablePrivateAddress: BluetoothAddress = .zeroRandom, peerResolvablePrivateAddress: BluetoothAddress = .zeroRandom,
+        connectionInterval: UInt16, peripheralLatency: UInt16, supervisionTimeout: UInt16, centralClockAccuracy: UInt8
+    ) {
         self.status = status; self.connectionHandle = connectionHandle; self.role = role
         self.peerAddressType = peerAddressType; self.peerAddress = peerAddress
         self.localResolvablePrivateAddress = localResolvablePrivateAddress; self.peerResolvablePrivateAddress = peerResolvablePrivateAddress

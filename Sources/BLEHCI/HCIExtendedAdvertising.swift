@@ -43,10 +43,12 @@ public struct LESetExtendedAdvertisingParameters: Sendable, Equatable {
     public var advertisingSID: UInt8
     public var scanRequestNotificationEnable: UInt8
 
-    public init(advertisingHandle: UInt8 = 0, eventProperties: LEAdvertisingEventProperties, primaryIntervalMin: UInt32 = 0xA0,
-                primaryIntervalMax: UInt32 = 0xA0, primaryChannelMap: UInt8 = 0x07, ownAddressType: UInt8 = 0, peerAddressType: UInt8 = 0,
-                peerAddress: BluetoothAddress = .zero, filterPolicy: UInt8 = 0, txPower: Int8 = 127, primaryPHY: UInt8 = 1,
-                secondaryMaxSkip: UInt8 = 0, secondaryPHY: UInt8 = 1, advertisingSID: UInt8 = 0, scanRequestNotificationEnable: UInt8 = 0) {
+    public init(
+        advertisingHandle: UInt8 = 0, eventProperties: LEAdvertisingEventProperties, primaryIntervalMin: UInt32 = 0xA0,
+        primaryIntervalMax: UInt32 = 0xA0, primaryChannelMap: UInt8 = 0x07, ownAddressType: UInt8 = 0, peerAddressType: UInt8 = 0,
+        peerAddress: BluetoothAddress = .zero, filterPolicy: UInt8 = 0, txPower: Int8 = 127, primaryPHY: UInt8 = 1,
+        secondaryMaxSkip: UInt8 = 0, secondaryPHY: UInt8 = 1, advertisingSID: UInt8 = 0, scanRequestNotificationEnable: UInt8 = 0
+    ) {
         self.advertisingHandle = advertisingHandle; self.eventProperties = eventProperties
         self.primaryIntervalMin = primaryIntervalMin; self.primaryIntervalMax = primaryIntervalMax
         self.primaryChannelMap = primaryChannelMap; self.ownAddressType = ownAddressType; self.peerAddressType = peerAddressType
@@ -129,8 +131,10 @@ public struct LEExtendedInitiatingPHY: Sendable, Equatable {
     public var supervisionTimeout: UInt16
     public var minCELength: UInt16
     public var maxCELength: UInt16
-    public init(scanInterval: UInt16, scanWindow: UInt16, connectionIntervalMin: UInt16, connectionIntervalMax: UInt16,
-                maxLatency: UInt16, supervisionTimeout: UInt16, minCELength: UInt16 = 0, maxCELength: UInt16 = 0) {
+    public init(
+        scanInterval: UInt16, scanWindow: UInt16, connectionIntervalMin: UInt16, connectionIntervalMax: UInt16,
+        maxLatency: UInt16, supervisionTimeout: UInt16, minCELength: UInt16 = 0, maxCELength: UInt16 = 0
+    ) {
         self.scanInterval = scanInterval; self.scanWindow = scanWindow; self.connectionIntervalMin = connectionIntervalMin
         self.connectionIntervalMax = connectionIntervalMax; self.maxLatency = maxLatency; self.supervisionTimeout = supervisionTimeout
         self.minCELength = minCELength; self.maxCELength = maxCELength
@@ -145,20 +149,26 @@ public struct LEExtendedCreateConnection: Sendable, Equatable {
     public var peerAddress: BluetoothAddress
     public var initiatingPHYs: UInt8
     public var phys: [LEExtendedInitiatingPHY]
-    public init(initiatorFilterPolicy: UInt8, ownAddressType: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
-                initiatingPHYs: UInt8, phys: [LEExtendedInitiatingPHY]) {
+    public init(
+        initiatorFilterPolicy: UInt8, ownAddressType: UInt8, peerAddressType: UInt8, peerAddress: BluetoothAddress,
+        initiatingPHYs: UInt8, phys: [LEExtendedInitiatingPHY]
+    ) {
         self.initiatorFilterPolicy = initiatorFilterPolicy; self.ownAddressType = ownAddressType
         self.peerAddressType = peerAddressType; self.peerAddress = peerAddress; self.initiatingPHYs = initiatingPHYs; self.phys = phys
     }
 
     /// The same connection request as a legacy LE Create Connection, on LE 1M.
     public init(_ p: LECreateConnection) {
-        self.init(initiatorFilterPolicy: p.initiatorFilterPolicy, ownAddressType: p.ownAddressType, peerAddressType: p.peerAddressType,
-                  peerAddress: p.peerAddress, initiatingPHYs: 0x01,
-                  phys: [LEExtendedInitiatingPHY(scanInterval: p.leScanInterval, scanWindow: p.leScanWindow,
-                                                 connectionIntervalMin: p.connectionIntervalMin, connectionIntervalMax: p.connectionIntervalMax,
-                                                 maxLatency: p.maxLatency, supervisionTimeout: p.supervisionTimeout,
-                                                 minCELength: p.minCELength, maxCELength: p.maxCELength)])
+        self.init(
+            initiatorFilterPolicy: p.initiatorFilterPolicy, ownAddressType: p.ownAddressType, peerAddressType: p.peerAddressType,
+            peerAddress: p.peerAddress, initiatingPHYs: 0x01,
+            phys: [
+                LEExtendedInitiatingPHY(
+                    scanInterval: p.leScanInterval, scanWindow: p.leScanWindow,
+                    connectionIntervalMin: p.connectionIntervalMin, connectionIntervalMax: p.connectionIntervalMax,
+                    maxLatency: p.maxLatency, supervisionTimeout: p.supervisionTimeout,
+                    minCELength: p.minCELength, maxCELength: p.maxCELength)
+            ])
     }
 }
 
@@ -191,9 +201,11 @@ public struct LEExtendedAdvertisingReport: Sendable, Equatable {
     public var directAddress: BluetoothAddress
     public var data: [UInt8]
 
-    public init(eventType: LEExtendedAdvertisingEventType, addressType: UInt8, address: BluetoothAddress, primaryPHY: UInt8 = 1,
-                secondaryPHY: UInt8 = 0, advertisingSID: UInt8 = 0xFF, txPower: Int8 = 127, rssi: Int8, periodicAdvertisingInterval: UInt16 = 0,
-                directAddressType: UInt8 = 0, directAddress: BluetoothAddress = .zero, data: [UInt8]) {
+    public init(
+        eventType: LEExtendedAdvertisingEventType, addressType: UInt8, address: BluetoothAddress, primaryPHY: UInt8 = 1,
+        secondaryPHY: UInt8 = 0, advertisingSID: UInt8 = 0xFF, txPower: Int8 = 127, rssi: Int8, periodicAdvertisingInterval: UInt16 = 0,
+        directAddressType: UInt8 = 0, directAddress: BluetoothAddress = .zero, data: [UInt8]
+    ) {
         self.eventType = eventType; self.addressType = addressType; self.address = address; self.primaryPHY = primaryPHY
         self.secondaryPHY = secondaryPHY; self.advertisingSID = advertisingSID; self.txPower = txPower; self.rssi = rssi
         self.periodicAdvertisingInterval = periodicAdvertisingInterval; self.directAddressType = directAddressType
@@ -223,7 +235,11 @@ public struct LEReadMaximumAdvertisingDataLengthReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { LEReadMaximumAdvertisingDataLengthReturn(status: HCIStatus(rawValue: try $0.readUInt8()), maxLength: try $0.readUInt16()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(maxLength) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(maxLength)
+        }
+    }
 }
 
 /// HCI_LE_Read_Number_of_Supported_Advertising_Sets (§7.8.58).
@@ -234,7 +250,11 @@ public struct LEReadNumberOfSupportedAdvertisingSetsReturn: HCIReturnParameters 
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { LEReadNumberOfSupportedAdvertisingSetsReturn(status: HCIStatus(rawValue: try $0.readUInt8()), count: try $0.readUInt8()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(count) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(count)
+        }
+    }
 }
 
 /// Zephyr's vendor Read Version Information (0xFC01): 13 octets exactly, which is how a host tells a Zephyr
@@ -249,17 +269,20 @@ public struct ZephyrReadVersionReturn: HCIReturnParameters {
     public var firmwareVersion: UInt8
     public var firmwareRevision: UInt16
     public var firmwareBuild: UInt32
-    public init(status: HCIStatus, hardwarePlatform: UInt16, hardwareVariant: UInt16, firmwareVariant: UInt8, firmwareVersion: UInt8,
-                firmwareRevision: UInt16, firmwareBuild: UInt32) {
+    public init(
+        status: HCIStatus, hardwarePlatform: UInt16, hardwareVariant: UInt16, firmwareVariant: UInt8, firmwareVersion: UInt8,
+        firmwareRevision: UInt16, firmwareBuild: UInt32
+    ) {
         self.status = status; self.hardwarePlatform = hardwarePlatform; self.hardwareVariant = hardwareVariant
         self.firmwareVariant = firmwareVariant; self.firmwareVersion = firmwareVersion; self.firmwareRevision = firmwareRevision
         self.firmwareBuild = firmwareBuild
     }
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) {
-            ZephyrReadVersionReturn(status: HCIStatus(rawValue: try $0.readUInt8()), hardwarePlatform: try $0.readUInt16(),
-                                    hardwareVariant: try $0.readUInt16(), firmwareVariant: try $0.readUInt8(), firmwareVersion: try $0.readUInt8(),
-                                    firmwareRevision: try $0.readUInt16(), firmwareBuild: try $0.readUInt32())
+            ZephyrReadVersionReturn(
+                status: HCIStatus(rawValue: try $0.readUInt8()), hardwarePlatform: try $0.readUInt16(),
+                hardwareVariant: try $0.readUInt16(), firmwareVariant: try $0.readUInt8(), firmwareVersion: try $0.readUInt8(),
+                firmwareRevision: try $0.readUInt16(), firmwareBuild: try $0.readUInt32())
         }
     }
     public func encode() -> [UInt8] {
@@ -308,5 +331,9 @@ public struct SupportedCommandsReturn: HCIReturnParameters {
             return SupportedCommandsReturn(status: st, bits: st == .success ? try $0.readBytes(64) : $0.readRemaining())
         }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(contentsOf: bits) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(contentsOf: bits)
+        }
+    }
 }

@@ -42,7 +42,11 @@ public struct ConnectionHandleReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { ConnectionHandleReturn(status: HCIStatus(rawValue: try $0.readUInt8()), handle: try $0.readUInt16()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(handle) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(handle)
+        }
+    }
 }
 
 /// HCI_Read_Local_Version_Information (§7.4.1).
@@ -59,12 +63,15 @@ public struct ReadLocalVersionReturn: HCIReturnParameters {
     }
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) {
-            ReadLocalVersionReturn(status: HCIStatus(rawValue: try $0.readUInt8()), hciVersion: try $0.readUInt8(), hciSubversion: try $0.readUInt16(),
-                                   lmpVersion: try $0.readUInt8(), companyIdentifier: try $0.readUInt16(), lmpSubversion: try $0.readUInt16())
+            ReadLocalVersionReturn(
+                status: HCIStatus(rawValue: try $0.readUInt8()), hciVersion: try $0.readUInt8(), hciSubversion: try $0.readUInt16(),
+                lmpVersion: try $0.readUInt8(), companyIdentifier: try $0.readUInt16(), lmpSubversion: try $0.readUInt16())
         }
     }
     public func encode() -> [UInt8] {
-        Self.encoding { $0.write(status.rawValue); $0.write(hciVersion); $0.write(hciSubversion); $0.write(lmpVersion); $0.write(companyIdentifier); $0.write(lmpSubversion) }
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(hciVersion); $0.write(hciSubversion); $0.write(lmpVersion); $0.write(companyIdentifier); $0.write(lmpSubversion)
+        }
     }
 }
 
@@ -76,7 +83,11 @@ public struct ReadBDADDRReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { ReadBDADDRReturn(status: HCIStatus(rawValue: try $0.readUInt8()), address: try $0.readAddress()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(address) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(address)
+        }
+    }
 }
 
 /// HCI_Read_Local_Supported_Commands (§7.4.2): a 64-octet bit map.
@@ -90,7 +101,11 @@ public struct ReadLocalSupportedCommandsReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { ReadLocalSupportedCommandsReturn(status: HCIStatus(rawValue: try $0.readUInt8()), supportedCommands: try $0.readBytes(64)) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(contentsOf: supportedCommands) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(contentsOf: supportedCommands)
+        }
+    }
     /// Whether bit `bit` of octet `octet` is set (Vol 4 Part E §6.27).
     public func supports(octet: Int, bit: Int) -> Bool { supportedCommands[octet] & (1 << bit) != 0 }
 }
@@ -103,7 +118,11 @@ public struct ReadLocalSupportedFeaturesReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { ReadLocalSupportedFeaturesReturn(status: HCIStatus(rawValue: try $0.readUInt8()), features: try $0.readUInt64()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(features) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(features)
+        }
+    }
 }
 
 public typealias LEReadLocalSupportedFeaturesReturn = ReadLocalSupportedFeaturesReturn
@@ -137,11 +156,16 @@ public struct LEReadBufferSizeReturn: HCIReturnParameters {
     }
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) {
-            LEReadBufferSizeReturn(status: HCIStatus(rawValue: try $0.readUInt8()), aclDataPacketLength: try $0.readUInt16(),
-                                   totalNumACLDataPackets: try $0.readUInt8())
+            LEReadBufferSizeReturn(
+                status: HCIStatus(rawValue: try $0.readUInt8()), aclDataPacketLength: try $0.readUInt16(),
+                totalNumACLDataPackets: try $0.readUInt8())
         }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(aclDataPacketLength); $0.write(totalNumACLDataPackets) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(aclDataPacketLength); $0.write(totalNumACLDataPackets)
+        }
+    }
 }
 
 /// HCI_Read_Buffer_Size (§7.4.5): the shared ACL buffers, used when LE reports none of its own.
@@ -157,13 +181,16 @@ public struct ReadBufferSizeReturn: HCIReturnParameters {
     }
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) {
-            ReadBufferSizeReturn(status: HCIStatus(rawValue: try $0.readUInt8()), aclDataPacketLength: try $0.readUInt16(),
-                                 syncDataPacketLength: try $0.readUInt8(), totalNumACLDataPackets: try $0.readUInt16(),
-                                 totalNumSyncDataPackets: try $0.readUInt16())
+            ReadBufferSizeReturn(
+                status: HCIStatus(rawValue: try $0.readUInt8()), aclDataPacketLength: try $0.readUInt16(),
+                syncDataPacketLength: try $0.readUInt8(), totalNumACLDataPackets: try $0.readUInt16(),
+                totalNumSyncDataPackets: try $0.readUInt16())
         }
     }
     public func encode() -> [UInt8] {
-        Self.encoding { $0.write(status.rawValue); $0.write(aclDataPacketLength); $0.write(syncDataPacketLength); $0.write(totalNumACLDataPackets); $0.write(totalNumSyncDataPackets) }
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(aclDataPacketLength); $0.write(syncDataPacketLength); $0.write(totalNumACLDataPackets); $0.write(totalNumSyncDataPackets)
+        }
     }
 }
 
@@ -175,7 +202,11 @@ public struct LERandReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { LERandReturn(status: HCIStatus(rawValue: try $0.readUInt8()), randomNumber: try $0.readUInt64()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(randomNumber) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(randomNumber)
+        }
+    }
 }
 
 /// HCI_LE_Encrypt (§7.8.22).
@@ -186,7 +217,11 @@ public struct LEEncryptReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { LEEncryptReturn(status: HCIStatus(rawValue: try $0.readUInt8()), encryptedData: try $0.readBytes(16)) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(contentsOf: encryptedData) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(contentsOf: encryptedData)
+        }
+    }
 }
 
 /// HCI_Read_RSSI (§7.5.4).
@@ -198,7 +233,11 @@ public struct ReadRSSIReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { ReadRSSIReturn(status: HCIStatus(rawValue: try $0.readUInt8()), handle: try $0.readUInt16(), rssi: try $0.readInt8()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(handle); $0.write(rssi) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(handle); $0.write(rssi)
+        }
+    }
 }
 
 /// HCI_LE_Read_PHY (§7.8.47).
@@ -213,7 +252,11 @@ public struct LEReadPHYReturn: HCIReturnParameters {
             LEReadPHYReturn(status: HCIStatus(rawValue: try $0.readUInt8()), handle: try $0.readUInt16(), txPHY: try $0.readUInt8(), rxPHY: try $0.readUInt8())
         }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(handle); $0.write(txPHY); $0.write(rxPHY) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(handle); $0.write(txPHY); $0.write(rxPHY)
+        }
+    }
 }
 
 /// HCI_LE_Read_Maximum_Data_Length (§7.8.46).
@@ -229,13 +272,16 @@ public struct LEReadMaximumDataLengthReturn: HCIReturnParameters {
     }
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) {
-            LEReadMaximumDataLengthReturn(status: HCIStatus(rawValue: try $0.readUInt8()), supportedMaxTxOctets: try $0.readUInt16(),
-                                          supportedMaxTxTime: try $0.readUInt16(), supportedMaxRxOctets: try $0.readUInt16(),
-                                          supportedMaxRxTime: try $0.readUInt16())
+            LEReadMaximumDataLengthReturn(
+                status: HCIStatus(rawValue: try $0.readUInt8()), supportedMaxTxOctets: try $0.readUInt16(),
+                supportedMaxTxTime: try $0.readUInt16(), supportedMaxRxOctets: try $0.readUInt16(),
+                supportedMaxRxTime: try $0.readUInt16())
         }
     }
     public func encode() -> [UInt8] {
-        Self.encoding { $0.write(status.rawValue); $0.write(supportedMaxTxOctets); $0.write(supportedMaxTxTime); $0.write(supportedMaxRxOctets); $0.write(supportedMaxRxTime) }
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(supportedMaxTxOctets); $0.write(supportedMaxTxTime); $0.write(supportedMaxRxOctets); $0.write(supportedMaxRxTime)
+        }
     }
 }
 
@@ -249,11 +295,16 @@ public struct LEReadSuggestedDefaultDataLengthReturn: HCIReturnParameters {
     }
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) {
-            LEReadSuggestedDefaultDataLengthReturn(status: HCIStatus(rawValue: try $0.readUInt8()), suggestedMaxTxOctets: try $0.readUInt16(),
-                                                   suggestedMaxTxTime: try $0.readUInt16())
+            LEReadSuggestedDefaultDataLengthReturn(
+                status: HCIStatus(rawValue: try $0.readUInt8()), suggestedMaxTxOctets: try $0.readUInt16(),
+                suggestedMaxTxTime: try $0.readUInt16())
         }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(suggestedMaxTxOctets); $0.write(suggestedMaxTxTime) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(suggestedMaxTxOctets); $0.write(suggestedMaxTxTime)
+        }
+    }
 }
 
 /// HCI_LE_Read_Advertising_Physical_Channel_Tx_Power (§7.8.6).
@@ -264,7 +315,11 @@ public struct LEReadAdvertisingTxPowerReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { LEReadAdvertisingTxPowerReturn(status: HCIStatus(rawValue: try $0.readUInt8()), txPowerLevel: try $0.readInt8()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(txPowerLevel) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(txPowerLevel)
+        }
+    }
 }
 
 /// HCI_LE_Read_Filter_Accept_List_Size (§7.8.14): how many devices the controller's accept list holds.
@@ -275,5 +330,9 @@ public struct LEReadFilterAcceptListSizeReturn: HCIReturnParameters {
     public init(decoding b: [UInt8]) throws {
         self = try Self.decoding(b) { LEReadFilterAcceptListSizeReturn(status: HCIStatus(rawValue: try $0.readUInt8()), size: try $0.readUInt8()) }
     }
-    public func encode() -> [UInt8] { Self.encoding { $0.write(status.rawValue); $0.write(size) } }
+    public func encode() -> [UInt8] {
+        Self.encoding {
+            $0.write(status.rawValue); $0.write(size)
+        }
+    }
 }

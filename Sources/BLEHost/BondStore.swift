@@ -26,8 +26,10 @@ public struct Bond: Sendable, Hashable {
     /// the static address it connects with); private addresses are resolved with the IRK instead.
     public var otherAddresses: [BluetoothAddress]
 
-    public init(identityAddress: BluetoothAddress, keys: PairingKeys, authenticated: Bool, secureConnections: Bool, keySize: UInt8,
-                otherAddresses: [BluetoothAddress] = []) {
+    public init(
+        identityAddress: BluetoothAddress, keys: PairingKeys, authenticated: Bool, secureConnections: Bool, keySize: UInt8,
+        otherAddresses: [BluetoothAddress] = []
+    ) {
         self.identityAddress = identityAddress
         self.otherAddresses = otherAddresses
         self.keys = keys
@@ -180,14 +182,16 @@ public final class BondStore: @unchecked Sendable {
         func ltk(_ v: Any?, _ what: String) throws -> PairingKeys.LongTermKey? {
             guard let d = v as? [String: Any] else { return nil }
             guard let key = try bytes(d["key"], 16, what), let ediv = d["ediv"] as? Int, let rs = d["rand"] as? String,
-                  let rand = UInt64(rs, radix: 16), (0...0xFFFF).contains(ediv) else { throw BondStoreError.malformed("\(what) incomplete") }
+                let rand = UInt64(rs, radix: 16), (0...0xFFFF).contains(ediv)
+            else { throw BondStoreError.malformed("\(what) incomplete") }
             return .init(key: key, ediv: UInt16(ediv), rand: rand)
         }
         guard let irk = try bytes(root["localIRK"], 16, "localIRK") else { throw BondStoreError.malformed("no localIRK") }
         var loaded: [Bond] = []
         for (i, e) in ((root["bonds"] as? [[String: Any]]) ?? []).enumerated() {
             guard let id = e["identity"] as? [String: Any], let s = id["address"] as? String,
-                  let a = BluetoothAddress(string: s, type: (id["random"] as? Bool ?? false) ? .random : .public) else {
+                let a = BluetoothAddress(string: s, type: (id["random"] as? Bool ?? false) ? .random : .public)
+            else {
                 throw BondStoreError.malformed("bond \(i) has no identity address")
             }
             var keys = PairingKeys()
@@ -204,8 +208,10 @@ public final class BondStore: @unchecked Sendable {
             }
             let size = e["keySize"] as? Int ?? 16
             guard (7...16).contains(size) else { throw BondStoreError.malformed("bond \(i) key size \(size)") }
-            loaded.append(Bond(identityAddress: a, keys: keys, authenticated: e["authenticated"] as? Bool ?? false,
-                               secureConnections: e["secureConnections"] as? Bool ?? false, keySize: UInt8(size), otherAddresses: others))
+            loaded.append(
+                Bond(
+                    identityAddress: a, keys: keys, authenticated: e["authenticated"] as? Bool ?? false,
+                    secureConnections: e["secureConnections"] as? Bool ?? false, keySize: UInt8(size), otherAddresses: others))
         }
         localIRK = irk
         bonds = loaded
@@ -276,7 +282,7 @@ extension LEHost {
 public enum PrivateAddress {
     /// A new RPA from an IRK (least significant octet first): prand with its top bits 0b01, and hash = ah(IRK, prand).
     public static func make(irk: [UInt8], random: [UInt8] = SMPSession.systemRandom(3)) -> BluetoothAddress {
-        var prand = Array(random.prefix(3))            // least significant first
+        var prand = Array(random.prefix(3))   // least significant first
         prand[2] = (prand[2] & 0x3F) | 0x40
         let hash = (try? SMPCrypto.ah(k: irk.reversed(), r: prand.reversed())) ?? [0, 0, 0]
         return BluetoothAddress(bytes: hash.reversed() + prand, type: .random)

@@ -85,15 +85,19 @@ public struct ControllerInfo: Sendable, Equatable {
     /// Extended advertising, scanning and initiating: the feature bit and every command the host uses.
     public var supportsExtendedAdvertising: Bool {
         leFeatures.contains(.extendedAdvertising)
-            && [SupportedCommand.leSetExtendedAdvertisingParameters, .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData,
+            && [
+                SupportedCommand.leSetExtendedAdvertisingParameters, .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData,
                 .leSetExtendedAdvertisingEnable, .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection,
-                .leSetAdvertisingSetRandomAddress].allSatisfy(supports)
+                .leSetAdvertisingSetRandomAddress,
+            ].allSatisfy(supports)
     }
 
     /// Core Specification version from the HCI version (Assigned Numbers: 6 = 4.0 … 13 = 5.4, 14 = 6.0).
     public static func coreVersionName(_ v: UInt8) -> String {
-        let names: [UInt8: String] = [0: "1.0b", 1: "1.1", 2: "1.2", 3: "2.0", 4: "2.1", 5: "3.0", 6: "4.0", 7: "4.1", 8: "4.2",
-                                      9: "5.0", 10: "5.1", 11: "5.2", 12: "5.3", 13: "5.4", 14: "6.0", 15: "6.1"]
+        let names: [UInt8: String] = [
+            0: "1.0b", 1: "1.1", 2: "1.2", 3: "2.0", 4: "2.1", 5: "3.0", 6: "4.0", 7: "4.1", 8: "4.2",
+            9: "5.0", 10: "5.1", 11: "5.2", 12: "5.3", 13: "5.4", 14: "6.0", 15: "6.1",
+        ]
         return names[v] ?? "unknown (\(v))"
     }
 }

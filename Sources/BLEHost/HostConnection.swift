@@ -94,13 +94,16 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     /// Runs a GATT client procedure; `completion` runs on the loop. A procedure refused for insufficient
     /// authentication or encryption secures the link (bond or pairing) and runs once more, as iOS does; the
     /// caller sees only the final result.
-    public func gatt(_ procedure: GATTClient.Procedure,
-                     completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void) {
+    public func gatt(
+        _ procedure: GATTClient.Procedure,
+        completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void
+    ) {
         guard isOpen, let host else { return completion(.failure(.disconnected)) }
         guard host.pairsOnInsufficientSecurity, role == .central else { return runGATT(procedure, completion: completion) }
         runGATT(procedure) { [weak self] result in
             guard let self, let host = self.host, case let .failure(.att(code, _)) = result,
-                  code == .insufficientAuthentication || code == .insufficientEncryption || code == .encryptionKeySizeTooShort else {
+                code == .insufficientAuthentication || code == .insufficientEncryption || code == .encryptionKeySizeTooShort
+            else {
                 return completion(result)
             }
             // Authentication on an encrypted link means a stronger (MITM-protected) key is needed.
@@ -112,8 +115,10 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
         }
     }
 
-    func runGATT(_ procedure: GATTClient.Procedure,
-                 completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void) {
+    func runGATT(
+        _ procedure: GATTClient.Procedure,
+        completion: @escaping (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void
+    ) {
         guard isOpen, let host else { return completion(.failure(.disconnected)) }
         let (id, actions) = gattClient.start(procedure)
         gattCompletions[id] = completion

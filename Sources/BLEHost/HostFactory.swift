@@ -23,7 +23,9 @@ public enum HostFactory {
 
     /// A host for `spec`, not yet powered on. Its loop is the virtual air's loop for `virtual`, its own otherwise.
     public static func makeHost(spec: TransportSpec, name: String? = nil) throws -> LEHost {
-        let n = counter.withLock { c -> Int in c += 1; return c }
+        let n = counter.withLock { c -> Int in
+            c += 1; return c
+        }
         let hostName = name ?? "host\(n)"
         let transport: any HCITransport
         let loop: EventLoop
@@ -62,8 +64,10 @@ public enum HostFactory {
     /// A host on a given virtual air (tests build their own air, often with a virtual clock).
     /// With `capture`, this host's packets are recorded to that btsnoop file.
     /// With `address`, the controller has that public address (a device that comes back in a later "run").
-    public static func makeHost(on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil,
-                                address: BluetoothAddress? = nil) throws -> LEHost {
+    public static func makeHost(
+        on air: VirtualAir, name: String? = nil, position: VirtualPosition? = nil, capture: String? = nil,
+        address: BluetoothAddress? = nil
+    ) throws -> LEHost {
         let controller = air.addController(address: address, position: position)
         let transport: any HCITransport = try capture.map { SnoopingTransport(controller, writer: try BTSnoopWriter(path: $0)) } ?? snooping(controller)
         let host = LEHost(transport: transport, loop: air.loop, name: name ?? "host")

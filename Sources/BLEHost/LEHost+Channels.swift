@@ -25,8 +25,10 @@ extension LEHost {
 
     /// Publishes an SPSM (`psm` nil picks a free dynamic one); `accept` gets each channel a peer opens to it.
     /// Returns the SPSM, or nil when it is taken or none is free.
-    public func publishL2CAP(psm: UInt16? = nil, security: L2CAPSecurityRequirement = .none, parameters: L2CAPChannelParameters? = nil,
-                             accept: @escaping (HostL2CAPChannel) -> Void) -> UInt16? {
+    public func publishL2CAP(
+        psm: UInt16? = nil, security: L2CAPSecurityRequirement = .none, parameters: L2CAPChannelParameters? = nil,
+        accept: @escaping (HostL2CAPChannel) -> Void
+    ) -> UInt16? {
         loop.assertInLoop()
         let chosen: UInt16
         if let psm {
@@ -36,8 +38,9 @@ extension LEHost {
             guard let free = Self.dynamicPSMs.first(where: { l2capServers[$0] == nil }) else { return nil }
             chosen = free
         }
-        l2capServers[chosen] = L2CAPServer(policy: L2CAPServerPolicy(security: security, parameters: parameters ?? defaultChannelParameters),
-                                           accept: accept)
+        l2capServers[chosen] = L2CAPServer(
+            policy: L2CAPServerPolicy(security: security, parameters: parameters ?? defaultChannelParameters),
+            accept: accept)
         return chosen
     }
 
@@ -65,14 +68,18 @@ extension LEHost {
                 sendL2CAP(pdu, cid: .leSignaling, on: c)
             case let .connectionParameterUpdateRequested(identifier, minInterval, maxInterval, latency, timeout):
                 // As central we accept any request within the spec's ranges and ask the controller for it.
-                let ok = ConnectionParameters.isValid(minInterval: minInterval, maxInterval: maxInterval,
-                                                      latency: latency, supervisionTimeout: timeout)
-                sendL2CAP(c.signaling.connectionParameterUpdateResponse(identifier: identifier, accepted: ok),
-                          cid: .leSignaling, on: c)
+                let ok = ConnectionParameters.isValid(
+                    minInterval: minInterval, maxInterval: maxInterval,
+                    latency: latency, supervisionTimeout: timeout)
+                sendL2CAP(
+                    c.signaling.connectionParameterUpdateResponse(identifier: identifier, accepted: ok),
+                    cid: .leSignaling, on: c)
                 if ok {
-                    command(.leConnectionUpdate(LEConnectionUpdate(
-                        connectionHandle: c.handle, connectionIntervalMin: minInterval, connectionIntervalMax: maxInterval,
-                        maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0)))
+                    command(
+                        .leConnectionUpdate(
+                            LEConnectionUpdate(
+                                connectionHandle: c.handle, connectionIntervalMin: minInterval, connectionIntervalMax: maxInterval,
+                                maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0)))
                 }
             case .connectionParameterUpdateResponse, .commandRejected:
                 break
@@ -147,7 +154,8 @@ extension LEHost {
         }
         sendBatch(batch)
         if !hasRoomForUnacknowledgedData, let s = ch.state, s.queuedFrames > 0, s.sendCredits > 0,
-           !channelsWaitingForBuffers.contains(where: { $0 === ch }) {
+            !channelsWaitingForBuffers.contains(where: { $0 === ch })
+        {
             channelsWaitingForBuffers.append(ch)
         }
         if ch.closing {
@@ -183,8 +191,10 @@ extension HostConnection {
     /// `count` (1 to 5) with the Enhanced one. When the peer asks for authentication or encryption, the
     /// link is secured (bond or pairing) and the request made once more, as iOS does. `completion` runs on
     /// the loop with the channels that opened (the enhanced procedure may open fewer than asked).
-    public func openL2CAPChannel(psm: UInt16, parameters: L2CAPChannelParameters? = nil, count: Int = 1, enhanced: Bool = false,
-                                 completion: @escaping (Result<[HostL2CAPChannel], L2CAPOpenError>) -> Void) {
+    public func openL2CAPChannel(
+        psm: UInt16, parameters: L2CAPChannelParameters? = nil, count: Int = 1, enhanced: Bool = false,
+        completion: @escaping (Result<[HostL2CAPChannel], L2CAPOpenError>) -> Void
+    ) {
         guard isOpen, let host else { return completion(.failure(.notConnected)) }
         guard (1...5).contains(count), count == 1 || enhanced, psm != 0 else {
             return completion(.failure(.failed(.refused(.invalidParameters))))
@@ -192,7 +202,8 @@ extension HostConnection {
         let p = parameters ?? host.defaultChannelParameters
         startOpen(psm: psm, parameters: p, count: count, enhanced: enhanced) { [weak self] result in
             guard let self, let host = self.host, host.pairsOnInsufficientSecurity, self.role == .central,
-                  case let .failure(.failed(.refused(r))) = result, r.asksForSecurity else { return completion(result) }
+                case let .failure(.failed(.refused(r))) = result, r.asksForSecurity
+            else { return completion(result) }
             let mitm = r == .insufficientAuthentication && self.security.encrypted
             host.secure(self, mitm: mitm) { [weak self] secured in
                 guard let self else { return }
@@ -204,8 +215,10 @@ extension HostConnection {
         }
     }
 
-    func startOpen(psm: UInt16, parameters: L2CAPChannelParameters, count: Int, enhanced: Bool,
-                   completion: @escaping (Result<[HostL2CAPChannel], L2CAPOpenError>) -> Void) {
+    func startOpen(
+        psm: UInt16, parameters: L2CAPChannelParameters, count: Int, enhanced: Bool,
+        completion: @escaping (Result<[HostL2CAPChannel], L2CAPOpenError>) -> Void
+    ) {
         guard isOpen, let host else { return completion(.failure(.notConnected)) }
         nextChannelToken += 1
         let token = nextChannelToken

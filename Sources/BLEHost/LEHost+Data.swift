@@ -178,12 +178,16 @@ extension LEHost {
         case let .send(pdu, client):
             if let c = connection(client) { sendATT(pdu, on: c) }
         case let .readRequest(id, client, handle, offset):
-            peripheralDelegate?.host(self, didReceiveRead: HostReadRequest(
-                id: id.rawValue, connectionHandle: UInt16(truncatingIfNeeded: client.rawValue), attributeHandle: handle, offset: offset))
+            peripheralDelegate?.host(
+                self,
+                didReceiveRead: HostReadRequest(
+                    id: id.rawValue, connectionHandle: UInt16(truncatingIfNeeded: client.rawValue), attributeHandle: handle, offset: offset))
         case let .writeRequests(id, client, writes, needsResponse):
             let items = writes.map { HostWriteRequest.Item(attributeHandle: $0.handle, offset: $0.offset, value: $0.value) }
-            peripheralDelegate?.host(self, didReceiveWrite: HostWriteRequest(
-                id: id.rawValue, connectionHandle: UInt16(truncatingIfNeeded: client.rawValue), items: items, needsResponse: needsResponse))
+            peripheralDelegate?.host(
+                self,
+                didReceiveWrite: HostWriteRequest(
+                    id: id.rawValue, connectionHandle: UInt16(truncatingIfNeeded: client.rawValue), items: items, needsResponse: needsResponse))
         case let .subscriptionChanged(client, valueHandle, notify, indicate):
             if let c = connection(client) {
                 peripheralDelegate?.host(self, connection: c, didChangeSubscriptionOf: valueHandle, notify: notify, indicate: indicate)
@@ -256,8 +260,10 @@ extension LEHost {
     /// The ACL packets that carry `payload` as one L2CAP basic frame (Vol 3 Part A §3.1) to `handle`, in
     /// fragments of at most `fragmentSize` octets (Vol 4 Part E §5.4.2: first non-flushable, then continuing),
     /// each built straight from the payload: one array per packet, no intermediate frame or fragment list.
-    static func forEachACLPacket(carrying payload: [UInt8], cid: L2CAPChannelID, handle: UInt16, fragmentSize: Int,
-                                 _ body: (HCIPacket) -> Void) {
+    static func forEachACLPacket(
+        carrying payload: [UInt8], cid: L2CAPChannelID, handle: UInt16, fragmentSize: Int,
+        _ body: (HCIPacket) -> Void
+    ) {
         guard fragmentSize >= 4 else {
             // A controller with buffers smaller than an L2CAP header: the general fragmenter copes.
             for f in L2CAPFragmenter.fragment(payload, channelID: cid, maximumFragmentSize: fragmentSize) {

@@ -39,13 +39,15 @@ extension LEHost {
     func handle(le event: LEMetaEvent) {
         switch event {
         case let .connectionComplete(e):
-            connectionCompleted(status: e.status, handle: e.connectionHandle, role: e.role,
-                                peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
-                                interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
+            connectionCompleted(
+                status: e.status, handle: e.connectionHandle, role: e.role,
+                peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
+                interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
         case let .enhancedConnectionComplete(e):
-            connectionCompleted(status: e.status, handle: e.connectionHandle, role: e.role,
-                                peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
-                                interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
+            connectionCompleted(
+                status: e.status, handle: e.connectionHandle, role: e.role,
+                peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
+                interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
         case let .advertisingReport(reports):
             guard isScanning, let d = centralDelegate else { return }
             for r in reports {
@@ -79,8 +81,7 @@ extension LEHost {
             if e.connectionHandle == 0 || connections[e.connectionHandle] == nil { isAdvertising = false }
             log("advertising set \(e.advertisingHandle) terminated (\(e.status))")
         case let .longTermKeyRequest(handle, random, ediv):
-            if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) }
-            else { command(.leLongTermKeyRequestNegativeReply(handle: handle)) }
+            if let c = connections[handle] { longTermKeyRequested(c, ediv: ediv, rand: random) } else { command(.leLongTermKeyRequestNegativeReply(handle: handle)) }
         default:
             break
         }
@@ -88,8 +89,10 @@ extension LEHost {
 
     // MARK: Connections
 
-    func connectionCompleted(status: HCIStatus, handle: UInt16, role: UInt8, peer: BluetoothAddress,
-                             interval: UInt16, latency: UInt16, timeout: UInt16) {
+    func connectionCompleted(
+        status: HCIStatus, handle: UInt16, role: UInt8, peer: BluetoothAddress,
+        interval: UInt16, latency: UInt16, timeout: UInt16
+    ) {
         let asCentral = role == 0
         if asCentral {
             let failed = initiationEnded(status: status, peer: peer)
@@ -103,15 +106,17 @@ extension LEHost {
             if status == .success { isAdvertising = false }
             guard status == .success else { return }
         }
-        let c = HostConnection(handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
-                               localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
+        let c = HostConnection(
+            handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
+            localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
         loggers.gap.debug("connected", metadata: ["connection": "\(c)", "interval": "\(interval)"])
         aclInFlight[handle] = 0
         let bond = bondStore.bond(matching: peer)
         if let bond { c.identityAddress = bond.identityAddress }
-        gattServer.clientConnected(GATTClientID(UInt64(handle)),
-                                   security: ATTSecurity(hasLongTermKey: bond != nil), bonded: bond != nil)
+        gattServer.clientConnected(
+            GATTClientID(UInt64(handle)),
+            security: ATTSecurity(hasLongTermKey: bond != nil), bonded: bond != nil)
         if asCentral {
             if requestsFastLinks { requestFastLink(c) }
             centralDelegate?.host(self, didConnect: c)

@@ -16,8 +16,10 @@ extension LEHost {
     func scanParametersCommand(active: Bool, interval: UInt16, window: UInt16) -> HCICommand {
         let type: LEScanType = active ? .active : .passive
         guard usesExtendedAdvertising else {
-            return .leSetScanParameters(LESetScanParameters(scanType: type, scanInterval: interval, scanWindow: window,
-                                                            ownAddressType: ownAddressType, scanningFilterPolicy: 0))
+            return .leSetScanParameters(
+                LESetScanParameters(
+                    scanType: type, scanInterval: interval, scanWindow: window,
+                    ownAddressType: ownAddressType, scanningFilterPolicy: 0))
         }
         // LE 1M, and LE Coded when the controller has it (long-range advertisers use it as primary PHY).
         var phys: UInt8 = 0x01
@@ -115,9 +117,12 @@ extension LEHost {
                 continue
             }
             let t = r.eventType
-            let kind: AdvertisingReport.Kind = t.contains(.scanResponse) ? .scanResponse
-                : t.contains(.connectable) ? (t.contains(.directed) ? .connectableDirected : .connectableUndirected)
-                : t.contains(.scannable) ? .scannableUndirected : .nonConnectable
+            let kind: AdvertisingReport.Kind =
+                t.contains(.scanResponse)
+                ? .scanResponse
+                : t.contains(.connectable)
+                    ? (t.contains(.directed) ? .connectableDirected : .connectableUndirected)
+                    : t.contains(.scannable) ? .scannableUndirected : .nonConnectable
             let addr = BluetoothAddress(bytes: r.address.bytes, type: AddressType(rawValue: r.addressType) ?? .public)
             d.host(self, didReceive: AdvertisingReport(kind: kind, address: addr, data: data, rssi: r.rssi))
         }

@@ -25,9 +25,11 @@ extension LEHost {
     // MARK: Scanning
 
     /// Starts scanning; reports go to the central delegate. `active` sends scan requests.
-    public func startScanning(active: Bool = true, filterDuplicates: Bool = false,
-                              interval: UInt16 = 0x0010, window: UInt16 = 0x0010,
-                              completion: @escaping (HostError?) -> Void = { _ in }) {
+    public func startScanning(
+        active: Bool = true, filterDuplicates: Bool = false,
+        interval: UInt16 = 0x0010, window: UInt16 = 0x0010,
+        completion: @escaping (HostError?) -> Void = { _ in }
+    ) {
         guard powerState == .on else { return completion(.notPoweredOn) }
         scanSettings = (active, filterDuplicates, interval, window)
         loggers.gap.debug("scanning", metadata: ["active": "\(active)", "filter-duplicates": "\(filterDuplicates)"])
@@ -308,7 +310,10 @@ extension LEHost {
             var failed: HCIStatus?
             switch r {
             case let .success(.status(s)) where s != .success: failed = s
-            case let .failure(e): failed = { if case let .commandFailed(_, s) = e { return s }; return .unspecifiedError }()
+            case let .failure(e):
+                failed = {
+                    if case let .commandFailed(_, s) = e { return s }; return .unspecifiedError
+                }()
             default: break
             }
             guard let s = failed, generation == initiationGeneration, !initiatingFor.isEmpty else { return }
@@ -347,7 +352,8 @@ extension LEHost {
             guard let self else { return }
             self.connectRotationTimer = nil
             guard self.initiatingFor == current, !self.pendingConnects.isEmpty, self.initiationCommandSent,
-                  !self.connectCancelRequested, !self.connectRotationRequested, !self.connectRegroupRequested else {
+                !self.connectCancelRequested, !self.connectRotationRequested, !self.connectRegroupRequested
+            else {
                 return self.scheduleConnectRotation()
             }
             self.connectRotationRequested = true
@@ -388,8 +394,9 @@ extension LEHost {
     /// Update Request (Vol 3 Part A §4.20); the central decides. Intervals in 1.25 ms, timeout in 10 ms units.
     public func requestConnectionParameters(handle: UInt16, minInterval: UInt16, maxInterval: UInt16, latency: UInt16, timeout: UInt16) {
         guard let c = connections[handle], c.role == .peripheral else { return }
-        sendL2CAP(c.signaling.connectionParameterUpdateRequest(minInterval: minInterval, maxInterval: maxInterval, latency: latency, timeout: timeout),
-                  cid: .leSignaling, on: c)
+        sendL2CAP(
+            c.signaling.connectionParameterUpdateRequest(minInterval: minInterval, maxInterval: maxInterval, latency: latency, timeout: timeout),
+            cid: .leSignaling, on: c)
     }
 }
 
@@ -419,11 +426,17 @@ extension LEHost {
     }
 
     /// As central, changes a link's connection parameters (HCI LE Connection Update). Units of 1.25 ms / 10 ms.
-    public func updateConnection(handle: UInt16, interval: UInt16, latency: UInt16 = 0, timeout: UInt16 = 400,
-                                 completion: @escaping (HostError?) -> Void = { _ in }) {
+    public func updateConnection(
+        handle: UInt16, interval: UInt16, latency: UInt16 = 0, timeout: UInt16 = 400,
+        completion: @escaping (HostError?) -> Void = { _ in }
+    ) {
         guard let c = connections[handle], c.role == .central else { return completion(.invalidState("not a central link")) }
-        command(.leConnectionUpdate(LEConnectionUpdate(connectionHandle: handle, connectionIntervalMin: interval, connectionIntervalMax: interval,
-                                                       maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0))) { r in
+        command(
+            .leConnectionUpdate(
+                LEConnectionUpdate(
+                    connectionHandle: handle, connectionIntervalMin: interval, connectionIntervalMax: interval,
+                    maxLatency: latency, supervisionTimeout: timeout, minCELength: 0, maxCELength: 0))
+        ) { r in
             if case let .success(.status(s)) = r, s != .success { return completion(.commandFailed(opcode: HCIOpcode.leConnectionUpdate, status: s)) }
             if case let .failure(e) = r { return completion(e) }
             completion(nil)

@@ -102,7 +102,8 @@ extension LEHost {
         switch c.role {
         case .central:
             if let bond = bondStore.bond(matching: c.peerAddress), let key = bond.centralKey, !c.security.encrypted,
-               bond.authenticated || !mitm {
+                bond.authenticated || !mitm
+            {
                 startEncryption(c, key: key, bond: bond)
             } else {
                 startPairing(c, mitm: mitm)
@@ -156,10 +157,11 @@ extension LEHost {
 
     func smpConfiguration(mitm: Bool) -> SMPConfiguration {
         let s = securityConfiguration
-        return SMPConfiguration(ioCapability: pairingAgent.ioCapability, bondable: s.bondable, mitm: mitm || s.mitm, requireMITM: mitm || s.requireMITM,
-                                secureConnections: s.secureConnections, secureConnectionsOnly: s.secureConnectionsOnly,
-                                maximumKeySize: s.maximumKeySize, minimumKeySize: s.minimumKeySize,
-                                legacyOOBKey: s.legacyOOBKey, localOOB: s.localOOB, peerOOB: s.peerOOB)
+        return SMPConfiguration(
+            ioCapability: pairingAgent.ioCapability, bondable: s.bondable, mitm: mitm || s.mitm, requireMITM: mitm || s.requireMITM,
+            secureConnections: s.secureConnections, secureConnectionsOnly: s.secureConnectionsOnly,
+            maximumKeySize: s.maximumKeySize, minimumKeySize: s.minimumKeySize,
+            legacyOOBKey: s.legacyOOBKey, localOOB: s.localOOB, peerOOB: s.peerOOB)
     }
 
     /// The address we show on links: our RPA while privacy is on, else the controller's public address.
@@ -170,9 +172,10 @@ extension LEHost {
 
     func makeSession(_ c: HostConnection, role: SMPSession.Role, mitm: Bool) -> SMPSession {
         let me = c.localLinkAddress
-        return SMPSession(role: role, configuration: smpConfiguration(mitm: mitm), identity: localIdentity, keyPair: smpKeyPair,
-                          initiatorAddress: role == .initiator ? me : c.peerAddress,
-                          responderAddress: role == .initiator ? c.peerAddress : me)
+        return SMPSession(
+            role: role, configuration: smpConfiguration(mitm: mitm), identity: localIdentity, keyPair: smpKeyPair,
+            initiatorAddress: role == .initiator ? me : c.peerAddress,
+            responderAddress: role == .initiator ? c.peerAddress : me)
     }
 
     /// True (and the pairing refused) while a device that failed pairing must wait (Vol 3 Part H §2.3.6).
@@ -196,7 +199,10 @@ extension LEHost {
     }
 
     func handleSMP(_ bytes: [UInt8], on c: HostConnection) {
-        if loggers.smpTraces { loggers.smp.trace("PDU in", metadata: ["connection": "\(c.handle)", "code": "\(bytes.first.map { SMPCode(rawValue: $0).map { "\($0)" } ?? "0x\(String($0, radix: 16))" } ?? "none")"]) }
+        if loggers.smpTraces {
+            loggers.smp.trace(
+                "PDU in", metadata: ["connection": "\(c.handle)", "code": "\(bytes.first.map { SMPCode(rawValue: $0).map { "\($0)" } ?? "0x\(String($0, radix: 16))" } ?? "none")"])
+        }
         // After an SMP timeout nothing more is exchanged on this link (Vol 3 Part H §3.4).
         guard !c.smpTimedOut else { return }
         if let s = c.smp, s.isInProgress {
@@ -272,7 +278,8 @@ extension LEHost {
                     // Authentication failures make the device wait, longer each time (Vol 3 Part H §2.3.6).
                     let key = c.identityAddress.bytes
                     let previous = pairingBackoff[key]?.interval
-                    let interval = previous.map { min($0 * 2, securityConfiguration.maximumRepeatedAttemptsInterval) }
+                    let interval =
+                        previous.map { min($0 * 2, securityConfiguration.maximumRepeatedAttemptsInterval) }
                         ?? securityConfiguration.repeatedAttemptsInterval
                     pairingBackoff[key] = (loop.now + interval, interval)
                 default:
@@ -286,7 +293,9 @@ extension LEHost {
     }
 
     func pairingCompleted(_ c: HostConnection, result: PairingResult) {
-        loggers.smp.debug("paired", metadata: ["connection": "\(c)", "bonded": "\(result.bonded)", "authenticated": "\(result.authenticated)", "secure-connections": "\(result.secureConnections)"])
+        loggers.smp.debug(
+            "paired",
+            metadata: ["connection": "\(c)", "bonded": "\(result.bonded)", "authenticated": "\(result.authenticated)", "secure-connections": "\(result.secureConnections)"])
         pairingBackoff[c.identityAddress.bytes] = nil
         c.lastPairingError = nil
         if let id = result.keys.peerIdentityAddress { c.identityAddress = id }
@@ -295,8 +304,10 @@ extension LEHost {
             var keys = result.keys
             keys.peerIdentityAddress = identity
             let seenAt = c.peerAddress.randomKind == .resolvablePrivate || c.peerAddress.bytes == identity.bytes ? [] : [c.peerAddress]
-            bondStore.store(Bond(identityAddress: identity, keys: keys, authenticated: result.authenticated,
-                                 secureConnections: result.secureConnections, keySize: result.keySize, otherAddresses: seenAt))
+            bondStore.store(
+                Bond(
+                    identityAddress: identity, keys: keys, authenticated: result.authenticated,
+                    secureConnections: result.secureConnections, keySize: result.keySize, otherAddresses: seenAt))
         }
         updateServerSecurity(c)
         securityEvent(c, .paired(result))
@@ -354,8 +365,7 @@ extension LEHost {
         let withBond = c.encryptingWithBond
         c.encryptingWithBond = false
         if status == .success && enabled {
-            if withBond, let b = c.bondSecurity { c.security = b }
-            else { c.security.encrypted = true }
+            if withBond, let b = c.bondSecurity { c.security = b } else { c.security.encrypted = true }
             if let bond = bondStore.bond(matching: c.peerAddress) { c.identityAddress = bond.identityAddress }
             updateServerSecurity(c)
             securityEvent(c, .encryptionChanged(c.security))
@@ -378,7 +388,8 @@ extension LEHost {
     func updateServerSecurity(_ c: HostConnection) {
         let s = c.security
         let bonded = bondStore.bond(matching: c.peerAddress) != nil
-        gattServer.updateSecurity(ATTSecurity(encrypted: s.encrypted, authenticated: s.authenticated, keySize: s.keySize, hasLongTermKey: bonded),
-                                  bonded: bonded, for: c.clientID)
+        gattServer.updateSecurity(
+            ATTSecurity(encrypted: s.encrypted, authenticated: s.authenticated, keySize: s.keySize, hasLongTermKey: bonded),
+            bonded: bonded, for: c.clientID)
     }
 }

@@ -46,108 +46,143 @@ extension LEHost {
 
     static let startupSteps: [StartupStep] = [
         StartupStep(name: "Reset", need: .required, command: { _ in .reset }, timeout: { $0.resetTimeout }),
-        StartupStep(name: "Read Local Version Information", command: { _ in .readLocalVersionInformation }, answer: { h, p in
-            let v = try ReadLocalVersionReturn(decoding: p)
-            guard v.status == .success else { throw StartupStep.Failed(description: "\(v.status)") }
-            h.startupInfo.version = v
-            h.controllerVersion = v
-        }),
-        StartupStep(name: "Read Local Supported Commands", command: { _ in .readLocalSupportedCommands }, answer: { h, p in
-            let r = try SupportedCommandsReturn(decoding: p)
-            guard r.status == .success else { throw StartupStep.Failed(description: "\(r.status)") }
-            h.startupInfo.supportedCommands = r.bits
-        }),
-        StartupStep(name: "Read Local Supported Features", when: { $0.startupInfo.supports(.readLocalSupportedFeatures) },
-                    command: { _ in .readLocalSupportedFeatures }, answer: { h, p in
-            let f = try ReadLocalSupportedFeaturesReturn(decoding: p)
-            if f.status == .success { h.startupInfo.lmpFeatures = f.features }
-        }),
-        StartupStep(name: "Read BD_ADDR", command: { _ in .readBDADDR }, answer: { h, p in
-            let v = try ReadBDADDRReturn(decoding: p)
-            guard v.status == .success else { throw StartupStep.Failed(description: "\(v.status)") }
-            h.startupInfo.publicAddress = BluetoothAddress(bytes: v.address.bytes, type: .public)
-            h.localAddress = h.startupInfo.publicAddress
-        }),
-        StartupStep(name: "Set Event Mask", command: { _ in .setEventMask(0x2000_9FFF_FFFF_FFFF) }),  // defaults + LE Meta (bit 61)
-        StartupStep(name: "LE Read Local Supported Features", when: { $0.startupInfo.supports(.leReadLocalSupportedFeatures) },
-                    command: { _ in .leReadLocalSupportedFeatures }, answer: { h, p in
-            let f = try LEReadLocalSupportedFeaturesReturn(decoding: p)
-            guard f.status == .success else { throw StartupStep.Failed(description: "\(f.status)") }
-            h.startupInfo.leFeatures = LEFeatures(rawValue: f.features)
-            h.leFeatures = f.features
-        }),
-        StartupStep(name: "LE Set Event Mask", command: { h in
-            .leSetEventMask(baseLEEventMask | (h.startupInfo.supportsExtendedAdvertising && !h.prefersLegacyAdvertising ? extendedLEEventMask : 0))
-        }),
+        StartupStep(
+            name: "Read Local Version Information", command: { _ in .readLocalVersionInformation },
+            answer: { h, p in
+                let v = try ReadLocalVersionReturn(decoding: p)
+                guard v.status == .success else { throw StartupStep.Failed(description: "\(v.status)") }
+                h.startupInfo.version = v
+                h.controllerVersion = v
+            }),
+        StartupStep(
+            name: "Read Local Supported Commands", command: { _ in .readLocalSupportedCommands },
+            answer: { h, p in
+                let r = try SupportedCommandsReturn(decoding: p)
+                guard r.status == .success else { throw StartupStep.Failed(description: "\(r.status)") }
+                h.startupInfo.supportedCommands = r.bits
+            }),
+        StartupStep(
+            name: "Read Local Supported Features", when: { $0.startupInfo.supports(.readLocalSupportedFeatures) },
+            command: { _ in .readLocalSupportedFeatures },
+            answer: { h, p in
+                let f = try ReadLocalSupportedFeaturesReturn(decoding: p)
+                if f.status == .success { h.startupInfo.lmpFeatures = f.features }
+            }),
+        StartupStep(
+            name: "Read BD_ADDR", command: { _ in .readBDADDR },
+            answer: { h, p in
+                let v = try ReadBDADDRReturn(decoding: p)
+                guard v.status == .success else { throw StartupStep.Failed(description: "\(v.status)") }
+                h.startupInfo.publicAddress = BluetoothAddress(bytes: v.address.bytes, type: .public)
+                h.localAddress = h.startupInfo.publicAddress
+            }),
+        StartupStep(name: "Set Event Mask", command: { _ in .setEventMask(0x2000_9FFF_FFFF_FFFF) }),   // defaults + LE Meta (bit 61)
+        StartupStep(
+            name: "LE Read Local Supported Features", when: { $0.startupInfo.supports(.leReadLocalSupportedFeatures) },
+            command: { _ in .leReadLocalSupportedFeatures },
+            answer: { h, p in
+                let f = try LEReadLocalSupportedFeaturesReturn(decoding: p)
+                guard f.status == .success else { throw StartupStep.Failed(description: "\(f.status)") }
+                h.startupInfo.leFeatures = LEFeatures(rawValue: f.features)
+                h.leFeatures = f.features
+            }),
+        StartupStep(
+            name: "LE Set Event Mask",
+            command: { h in
+                .leSetEventMask(baseLEEventMask | (h.startupInfo.supportsExtendedAdvertising && !h.prefersLegacyAdvertising ? extendedLEEventMask : 0))
+            }),
         // Vol 4 Part E §7.8.2: a length or count of 0 means LE shares the BR/EDR ACL buffers (Read Buffer Size).
-        StartupStep(name: "LE Read Buffer Size", need: .required, command: { _ in .leReadBufferSize }, answer: { h, p in
-            let b = try LEReadBufferSizeReturn(decoding: p)
-            guard b.status == .success else { throw StartupStep.Failed(description: "\(b.status)") }
-            if b.aclDataPacketLength > 0 && b.totalNumACLDataPackets > 0 {
+        StartupStep(
+            name: "LE Read Buffer Size", need: .required, command: { _ in .leReadBufferSize },
+            answer: { h, p in
+                let b = try LEReadBufferSizeReturn(decoding: p)
+                guard b.status == .success else { throw StartupStep.Failed(description: "\(b.status)") }
+                if b.aclDataPacketLength > 0 && b.totalNumACLDataPackets > 0 {
+                    h.startupInfo.aclBufferSize = Int(b.aclDataPacketLength)
+                    h.startupInfo.aclBufferCount = Int(b.totalNumACLDataPackets)
+                } else {
+                    h.startupInfo.sharedACLBuffers = true
+                }
+            }),
+        StartupStep(
+            name: "Read Buffer Size", when: { $0.startupInfo.sharedACLBuffers }, command: { _ in .readBufferSize },
+            answer: { h, p in
+                let b = try ReadBufferSizeReturn(decoding: p)
+                guard b.status == .success, b.aclDataPacketLength > 0, b.totalNumACLDataPackets > 0 else {
+                    h.log("controller reports no ACL buffers at all; sending one 27-octet packet at a time")
+                    return
+                }
                 h.startupInfo.aclBufferSize = Int(b.aclDataPacketLength)
                 h.startupInfo.aclBufferCount = Int(b.totalNumACLDataPackets)
-            } else {
-                h.startupInfo.sharedACLBuffers = true
-            }
-        }),
-        StartupStep(name: "Read Buffer Size", when: { $0.startupInfo.sharedACLBuffers }, command: { _ in .readBufferSize }, answer: { h, p in
-            let b = try ReadBufferSizeReturn(decoding: p)
-            guard b.status == .success, b.aclDataPacketLength > 0, b.totalNumACLDataPackets > 0 else {
-                h.log("controller reports no ACL buffers at all; sending one 27-octet packet at a time")
-                return
-            }
-            h.startupInfo.aclBufferSize = Int(b.aclDataPacketLength)
-            h.startupInfo.aclBufferCount = Int(b.totalNumACLDataPackets)
-        }),
-        StartupStep(name: "LE Read Maximum Data Length",
-                    when: { $0.startupInfo.supportsDataLengthExtension && $0.startupInfo.supports(.leReadMaximumDataLength) },
-                    command: { _ in .leReadMaximumDataLength }, answer: { h, p in
-            let m = try LEReadMaximumDataLengthReturn(decoding: p)
-            if m.status == .success { h.startupInfo.maxTxOctets = m.supportedMaxTxOctets }
-        }),
-        StartupStep(name: "LE Read Maximum Advertising Data Length",
-                    when: { $0.startupInfo.supportsExtendedAdvertising && $0.startupInfo.supports(.leReadMaximumAdvertisingDataLength) },
-                    command: { _ in .leReadMaximumAdvertisingDataLength }, answer: { h, p in
-            let m = try LEReadMaximumAdvertisingDataLengthReturn(decoding: p)
-            if m.status == .success { h.startupInfo.maxAdvertisingDataLength = m.maxLength }
-        }),
-        StartupStep(name: "LE Read Number of Supported Advertising Sets",
-                    when: { $0.startupInfo.supportsExtendedAdvertising && $0.startupInfo.supports(.leReadNumberOfSupportedAdvertisingSets) },
-                    command: { _ in .leReadNumberOfSupportedAdvertisingSets }, answer: { h, p in
-            let m = try LEReadNumberOfSupportedAdvertisingSetsReturn(decoding: p)
-            if m.status == .success { h.startupInfo.advertisingSets = m.count }
-        }),
-        StartupStep(name: "LE Clear Advertising Sets", when: { $0.startupInfo.supportsExtendedAdvertising && !$0.prefersLegacyAdvertising && $0.startupInfo.supports(.leClearAdvertisingSets) }, command: { _ in .leClearAdvertisingSets }),
+            }),
+        StartupStep(
+            name: "LE Read Maximum Data Length",
+            when: { $0.startupInfo.supportsDataLengthExtension && $0.startupInfo.supports(.leReadMaximumDataLength) },
+            command: { _ in .leReadMaximumDataLength },
+            answer: { h, p in
+                let m = try LEReadMaximumDataLengthReturn(decoding: p)
+                if m.status == .success { h.startupInfo.maxTxOctets = m.supportedMaxTxOctets }
+            }),
+        StartupStep(
+            name: "LE Read Maximum Advertising Data Length",
+            when: { $0.startupInfo.supportsExtendedAdvertising && $0.startupInfo.supports(.leReadMaximumAdvertisingDataLength) },
+            command: { _ in .leReadMaximumAdvertisingDataLength },
+            answer: { h, p in
+                let m = try LEReadMaximumAdvertisingDataLengthReturn(decoding: p)
+                if m.status == .success { h.startupInfo.maxAdvertisingDataLength = m.maxLength }
+            }),
+        StartupStep(
+            name: "LE Read Number of Supported Advertising Sets",
+            when: { $0.startupInfo.supportsExtendedAdvertising && $0.startupInfo.supports(.leReadNumberOfSupportedAdvertisingSets) },
+            command: { _ in .leReadNumberOfSupportedAdvertisingSets },
+            answer: { h, p in
+                let m = try LEReadNumberOfSupportedAdvertisingSetsReturn(decoding: p)
+                if m.status == .success { h.startupInfo.advertisingSets = m.count }
+            }),
+        StartupStep(
+            name: "LE Clear Advertising Sets",
+            when: { $0.startupInfo.supportsExtendedAdvertising && !$0.prefersLegacyAdvertising && $0.startupInfo.supports(.leClearAdvertisingSets) },
+            command: { _ in .leClearAdvertisingSets }),
         // Zephyr's host asks for the vendor commands when the controller has no public address and speaks
         // HCI 5.0 or later (hci_core.c, CONFIG_BT_HCI_VS_EXT_DETECT); a 13-octet answer is Zephyr's.
-        StartupStep(name: "Zephyr Read Version Information", when: { h in
-            guard h.startupInfo.publicAddress.bytes == BluetoothAddress.zero.bytes, let v = h.startupInfo.version else { return false }
-            return v.hciVersion >= 9 || v.companyIdentifier == 0x05F1
-        }, command: { _ in .unknown(opcode: .zephyrReadVersionInformation, parameters: []) }, timeout: { _ in .seconds(1) }, answer: { h, p in
-            let v = try ZephyrReadVersionReturn(decoding: p)
-            guard v.status == .success else { throw StartupStep.Failed(description: "\(v.status)") }
-            h.startupInfo.zephyrVersion = v
-        }),
-        StartupStep(name: "Zephyr Read Supported Commands", when: { $0.startupInfo.zephyrVersion != nil },
-                    command: { _ in .unknown(opcode: .zephyrReadSupportedCommands, parameters: []) }, timeout: { _ in .seconds(1) }, answer: { h, p in
-            let r = try SupportedCommandsReturn(decoding: p)
-            guard r.status == .success else { throw StartupStep.Failed(description: "\(r.status)") }
-            h.zephyrCommands = r.bits
-        }),
+        StartupStep(
+            name: "Zephyr Read Version Information",
+            when: { h in
+                guard h.startupInfo.publicAddress.bytes == BluetoothAddress.zero.bytes, let v = h.startupInfo.version else { return false }
+                return v.hciVersion >= 9 || v.companyIdentifier == 0x05F1
+            }, command: { _ in .unknown(opcode: .zephyrReadVersionInformation, parameters: []) }, timeout: { _ in .seconds(1) },
+            answer: { h, p in
+                let v = try ZephyrReadVersionReturn(decoding: p)
+                guard v.status == .success else { throw StartupStep.Failed(description: "\(v.status)") }
+                h.startupInfo.zephyrVersion = v
+            }),
+        StartupStep(
+            name: "Zephyr Read Supported Commands", when: { $0.startupInfo.zephyrVersion != nil },
+            command: { _ in .unknown(opcode: .zephyrReadSupportedCommands, parameters: []) }, timeout: { _ in .seconds(1) },
+            answer: { h, p in
+                let r = try SupportedCommandsReturn(decoding: p)
+                guard r.status == .success else { throw StartupStep.Failed(description: "\(r.status)") }
+                h.zephyrCommands = r.bits
+            }),
         // BT_VS_CMD_BIT_READ_STATIC_ADDRS: octet 1, bit 0 of Zephyr's vendor supported-commands map.
-        StartupStep(name: "Zephyr Read Static Addresses", when: { ($0.zephyrCommands?.count ?? 0) > 1 && $0.zephyrCommands![1] & 1 != 0 },
-                    command: { _ in .unknown(opcode: .zephyrReadStaticAddresses, parameters: []) }, timeout: { _ in .seconds(1) }, answer: { h, p in
-            let r = try ZephyrReadStaticAddressesReturn(decoding: p)
-            guard r.status == .success else { throw StartupStep.Failed(description: "\(r.status)") }
-            h.zephyrStaticAddress = r.addresses.first { $0.randomKind == .staticAddress }
-        }),
-        StartupStep(name: "choose the identity address", when: { $0.startupInfo.publicAddress.bytes == BluetoothAddress.zero.bytes },
-                    command: { _ in nil }, answer: { h, _ in h.chooseStaticIdentity() }),
-        StartupStep(name: "LE Set Random Address (identity)", when: { $0.controllerStaticAddress != nil },
-                    command: { h in .leSetRandomAddress(h.controllerStaticAddress!) }, answer: { h, p in
-            try StartupStep.expectSuccess(p)
-            h.currentPrivateAddress = h.controllerStaticAddress
-        }),
+        StartupStep(
+            name: "Zephyr Read Static Addresses", when: { ($0.zephyrCommands?.count ?? 0) > 1 && $0.zephyrCommands![1] & 1 != 0 },
+            command: { _ in .unknown(opcode: .zephyrReadStaticAddresses, parameters: []) }, timeout: { _ in .seconds(1) },
+            answer: { h, p in
+                let r = try ZephyrReadStaticAddressesReturn(decoding: p)
+                guard r.status == .success else { throw StartupStep.Failed(description: "\(r.status)") }
+                h.zephyrStaticAddress = r.addresses.first { $0.randomKind == .staticAddress }
+            }),
+        StartupStep(
+            name: "choose the identity address", when: { $0.startupInfo.publicAddress.bytes == BluetoothAddress.zero.bytes },
+            command: { _ in nil }, answer: { h, _ in h.chooseStaticIdentity() }),
+        StartupStep(
+            name: "LE Set Random Address (identity)", when: { $0.controllerStaticAddress != nil },
+            command: { h in .leSetRandomAddress(h.controllerStaticAddress!) },
+            answer: { h, p in
+                try StartupStep.expectSuccess(p)
+                h.currentPrivateAddress = h.controllerStaticAddress
+            }),
     ]
 
     func runInitialisation() {
@@ -194,12 +229,14 @@ extension LEHost {
         aclCredits = aclBufferCount
         usesExtendedAdvertising = startupInfo.supportsExtendedAdvertising && !prefersLegacyAdvertising
         controllerInfoSnapshot.withLock { $0 = startupInfo }
-        loggers.hci.debug("controller ready", metadata: [
-            "hci-version": "\(startupInfo.version.map { ControllerInfo.coreVersionName($0.hciVersion) } ?? "?")",
-            "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
-            "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",
-            "advertising": "\(usesExtendedAdvertising ? "extended" : "legacy")",
-        ])
+        loggers.hci.debug(
+            "controller ready",
+            metadata: [
+                "hci-version": "\(startupInfo.version.map { ControllerInfo.coreVersionName($0.hciVersion) } ?? "?")",
+                "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
+                "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",
+                "advertising": "\(usesExtendedAdvertising ? "extended" : "legacy")",
+            ])
         hadController = true
         LEHost.started.withLock { list in
             list.removeAll { $0.host == nil || $0.host === self }
@@ -207,8 +244,7 @@ extension LEHost {
         }
         openBondStoreIfNeeded()
         setPowerState(.on)
-        if privacyInterval != nil { rotatePrivateAddress() }
-        else if let s = staticIdentityAddress, s != controllerStaticAddress { setStaticRandomAddress(s) }
+        if privacyInterval != nil { rotatePrivateAddress() } else if let s = staticIdentityAddress, s != controllerStaticAddress { setStaticRandomAddress(s) }
     }
 
     /// A controller without a public address: Zephyr's factory static address, else one the host makes once
@@ -221,8 +257,9 @@ extension LEHost {
         } else {
             let file = bondStoreDirectory.map { $0.appendingPathComponent("static-address-\(Self.fileKey(transport.name)).txt") }
             if let file, let text = try? String(contentsOf: file, encoding: .utf8),
-               let a = BluetoothAddress(string: text.trimmingCharacters(in: .whitespacesAndNewlines), type: .random),
-               a.randomKind == .staticAddress {
+                let a = BluetoothAddress(string: text.trimmingCharacters(in: .whitespacesAndNewlines), type: .random),
+                a.randomKind == .staticAddress
+            {
                 address = a
             } else {
                 var bytes = (0..<6).map { _ in UInt8.random(in: 0...255) }

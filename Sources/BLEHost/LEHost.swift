@@ -176,8 +176,10 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// and LE 2M when the controller supports them, as iOS does.
     public var requestsFastLinks = true
 
-    public init(transport: any HCITransport, loop: EventLoop, name: String = "host",
-                database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)) {
+    public init(
+        transport: any HCITransport, loop: EventLoop, name: String = "host",
+        database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)
+    ) {
         self.transport = transport
         self.loop = loop
         self.name = name
@@ -318,8 +320,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     // MARK: HCITransportSink
 
     public func transport(didReceive packet: HCIPacket) {
-        if loop.isInLoop { handle(packet) } else if transport.deliversOnReaderThread { loop.runWaiting { handle(packet) } }
-        else { loop.execute { [self] in handle(packet) } }
+        if loop.isInLoop { handle(packet) } else if transport.deliversOnReaderThread { loop.runWaiting { handle(packet) } } else { loop.execute { [self] in handle(packet) } }
     }
 
     public func transportDidClose(error: (any Error)?) {

@@ -60,8 +60,10 @@ public struct L2CAPCreditChannel: Sendable {
         }
     }
 
-    public init(psm: UInt16, localCID: UInt16, remoteCID: UInt16, localMTU: UInt16, localMPS: UInt16,
-                remoteMTU: UInt16, remoteMPS: UInt16, sendCredits: UInt16, receiveCredits: UInt16, receiveWindow: Int) {
+    public init(
+        psm: UInt16, localCID: UInt16, remoteCID: UInt16, localMTU: UInt16, localMPS: UInt16,
+        remoteMTU: UInt16, remoteMPS: UInt16, sendCredits: UInt16, receiveCredits: UInt16, receiveWindow: Int
+    ) {
         self.psm = psm
         self.localCID = localCID
         self.remoteCID = remoteCID

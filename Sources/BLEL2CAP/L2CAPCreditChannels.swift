@@ -102,13 +102,16 @@ public struct L2CAPCreditChannels: Sendable {
 
     /// Opens `count` channels to `psm`: the LE Credit Based Connection Request for one channel unless
     /// `enhanced`, else the Enhanced Credit Based Connection Request (1 to 5 channels, MTU and MPS ≥ 64).
-    public mutating func open(psm: UInt16, parameters p: L2CAPChannelParameters, count: Int = 1, enhanced: Bool = false,
-                              token: UInt64, identifier: UInt8) -> [Action] {
+    public mutating func open(
+        psm: UInt16, parameters p: L2CAPChannelParameters, count: Int = 1, enhanced: Bool = false,
+        token: UInt64, identifier: UInt8
+    ) -> [Action] {
         precondition((1...5).contains(count) && (count == 1 || enhanced), "one LE channel, or 1 to 5 enhanced ones")
         guard let cids = allocate(count) else { return [.openFailed(token: token, .refused(.noResources))] }
         let credits = L2CAPCreditChannel.initialCredits(window: p.window, mps: p.mps)
         pending[identifier] = .open(token: token, psm: psm, localCIDs: cids, parameters: p, enhanced: enhanced)
-        let signal: L2CAPSignal = enhanced
+        let signal: L2CAPSignal =
+            enhanced
             ? .creditBasedConnectionRequest(identifier: identifier, spsm: psm, mtu: p.mtu, mps: p.mps, initialCredits: credits, sourceCIDs: cids)
             : .leCreditBasedConnectionRequest(identifier: identifier, spsm: psm, sourceCID: cids[0], mtu: p.mtu, mps: p.mps, initialCredits: credits)
         return [.sendSignal(signal.encode()), .startTimer(identifier: identifier)]
@@ -123,8 +126,10 @@ public struct L2CAPCreditChannels: Sendable {
         guard let ch = channels.removeValue(forKey: localCID) else { return [] }
         reserved.insert(localCID)
         pending[identifier] = .disconnect(localCID: localCID, reportsClose: reportsClose)
-        return [.sendSignal(L2CAPSignal.disconnectionRequest(identifier: identifier, destinationCID: ch.remoteCID, sourceCID: localCID).encode()),
-                .startTimer(identifier: identifier)]
+        return [
+            .sendSignal(L2CAPSignal.disconnectionRequest(identifier: identifier, destinationCID: ch.remoteCID, sourceCID: localCID).encode()),
+            .startTimer(identifier: identifier),
+        ]
     }
 
     /// Raises our MTU and MPS on enhanced channels (§4.27).
@@ -133,8 +138,10 @@ public struct L2CAPCreditChannels: Sendable {
             return [.reconfigured(localCIDs: localCIDs, result: L2CAPReconfigureResult.invalidDestinationCID.rawValue)]
         }
         pending[identifier] = .reconfigure(localCIDs: localCIDs, mtu: mtu, mps: mps)
-        return [.sendSignal(L2CAPSignal.creditBasedReconfigureRequest(identifier: identifier, mtu: mtu, mps: mps, destinationCIDs: localCIDs).encode()),
-                .startTimer(identifier: identifier)]
+        return [
+            .sendSignal(L2CAPSignal.creditBasedReconfigureRequest(identifier: identifier, mtu: mtu, mps: mps, destinationCIDs: localCIDs).encode()),
+            .startTimer(identifier: identifier),
+        ]
     }
 
     /// The RTX timer of our request ran out (§6.2.1): the request is abandoned.
@@ -215,15 +222,19 @@ public struct L2CAPCreditChannels: Sendable {
     // MARK: The peer's commands
 
     /// Handles one credit-based or disconnection command. `servers` names the published SPSMs.
-    public mutating func receive(_ signal: L2CAPSignal, security: L2CAPLinkSecurity,
-                                 servers: (UInt16) -> L2CAPServerPolicy?, identifier: () -> UInt8) -> [Action] {
+    public mutating func receive(
+        _ signal: L2CAPSignal, security: L2CAPLinkSecurity,
+        servers: (UInt16) -> L2CAPServerPolicy?, identifier: () -> UInt8
+    ) -> [Action] {
         switch signal {
         case let .leCreditBasedConnectionRequest(id, spsm, scid, mtu, mps, credits):
-            return connectionRequest(id: id, spsm: spsm, sourceCIDs: [scid], mtu: mtu, mps: mps, credits: credits, enhanced: false,
-                                     security: security, servers: servers)
+            return connectionRequest(
+                id: id, spsm: spsm, sourceCIDs: [scid], mtu: mtu, mps: mps, credits: credits, enhanced: false,
+                security: security, servers: servers)
         case let .creditBasedConnectionRequest(id, spsm, mtu, mps, credits, scids):
-            return connectionRequest(id: id, spsm: spsm, sourceCIDs: scids, mtu: mtu, mps: mps, credits: credits, enhanced: true,
-                                     security: security, servers: servers)
+            return connectionRequest(
+                id: id, spsm: spsm, sourceCIDs: scids, mtu: mtu, mps: mps, credits: credits, enhanced: true,
+                security: security, servers: servers)
         case let .leCreditBasedConnectionResponse(id, dcid, mtu, mps, credits, result):
             return connectionResponse(id: id, destinationCIDs: [dcid], mtu: mtu, mps: mps, credits: credits, result: result, enhanced: false)
         case let .creditBasedConnectionResponse(id, mtu, mps, credits, result, dcids):
@@ -246,8 +257,10 @@ public struct L2CAPCreditChannels: Sendable {
                 return [.sendSignal(Self.invalidCID(id, dcid, scid))]
             }
             channels[dcid] = nil
-            return [.sendSignal(L2CAPSignal.disconnectionResponse(identifier: id, destinationCID: dcid, sourceCID: scid).encode()),
-                    .closed(localCID: dcid, .peerDisconnected)]
+            return [
+                .sendSignal(L2CAPSignal.disconnectionResponse(identifier: id, destinationCID: dcid, sourceCID: scid).encode()),
+                .closed(localCID: dcid, .peerDisconnected),
+            ]
         case let .disconnectionResponse(id, _, scid):
             guard case let .disconnect(cid, reports)? = pending[id], cid == scid else { return [] }
             pending[id] = nil
@@ -279,16 +292,22 @@ public struct L2CAPCreditChannels: Sendable {
 
     static func invalidCID(_ id: UInt8, _ dcid: UInt16, _ scid: UInt16) -> [UInt8] {
         // Command Reject, reason 0x0002 invalid CID in request, with the local and remote CIDs (§4.1).
-        L2CAPSignal.commandReject(identifier: id, reason: 0x0002,
-                                  data: [UInt8(dcid & 0xFF), UInt8(dcid >> 8), UInt8(scid & 0xFF), UInt8(scid >> 8)]).encode()
+        L2CAPSignal.commandReject(
+            identifier: id, reason: 0x0002,
+            data: [UInt8(dcid & 0xFF), UInt8(dcid >> 8), UInt8(scid & 0xFF), UInt8(scid >> 8)]
+        ).encode()
     }
 
-    mutating func connectionRequest(id: UInt8, spsm: UInt16, sourceCIDs: [UInt16], mtu: UInt16, mps: UInt16, credits: UInt16,
-                                    enhanced: Bool, security: L2CAPLinkSecurity, servers: (UInt16) -> L2CAPServerPolicy?) -> [Action] {
+    mutating func connectionRequest(
+        id: UInt8, spsm: UInt16, sourceCIDs: [UInt16], mtu: UInt16, mps: UInt16, credits: UInt16,
+        enhanced: Bool, security: L2CAPLinkSecurity, servers: (UInt16) -> L2CAPServerPolicy?
+    ) -> [Action] {
         func refuse(_ r: L2CAPConnectionResult, _ policy: L2CAPChannelParameters? = nil) -> [Action] {
-            let signal: L2CAPSignal = enhanced
-                ? .creditBasedConnectionResponse(identifier: id, mtu: policy?.mtu ?? 0, mps: policy?.mps ?? 0, initialCredits: 0, result: r.rawValue,
-                                                 destinationCIDs: sourceCIDs.map { _ in 0 })
+            let signal: L2CAPSignal =
+                enhanced
+                ? .creditBasedConnectionResponse(
+                    identifier: id, mtu: policy?.mtu ?? 0, mps: policy?.mps ?? 0, initialCredits: 0, result: r.rawValue,
+                    destinationCIDs: sourceCIDs.map { _ in 0 })
                 : .leCreditBasedConnectionResponse(identifier: id, destinationCID: 0, mtu: 0, mps: 0, initialCredits: 0, result: r.rawValue)
             return [.sendSignal(signal.encode())]
         }
@@ -311,10 +330,11 @@ public struct L2CAPCreditChannels: Sendable {
                 destinations.append(0)
             } else if let cid = allocate(1)?.first {
                 reserved.remove(cid)
-                channels[cid] = L2CAPCreditChannel(psm: spsm, localCID: cid, remoteCID: scid, localMTU: p.mtu, localMPS: p.mps,
-                                                   remoteMTU: mtu, remoteMPS: mps, sendCredits: credits,
-                                                   receiveCredits: L2CAPCreditChannel.initialCredits(window: p.window, mps: p.mps),
-                                                   receiveWindow: p.window)
+                channels[cid] = L2CAPCreditChannel(
+                    psm: spsm, localCID: cid, remoteCID: scid, localMTU: p.mtu, localMPS: p.mps,
+                    remoteMTU: mtu, remoteMPS: mps, sendCredits: credits,
+                    receiveCredits: L2CAPCreditChannel.initialCredits(window: p.window, mps: p.mps),
+                    receiveWindow: p.window)
                 destinations.append(cid)
                 opened.append(cid)
             } else {
@@ -324,16 +344,21 @@ public struct L2CAPCreditChannels: Sendable {
         }
         if !enhanced, result != .success { return refuse(result) }
         let initial = L2CAPCreditChannel.initialCredits(window: p.window, mps: p.mps)
-        let signal: L2CAPSignal = enhanced
-            ? .creditBasedConnectionResponse(identifier: id, mtu: p.mtu, mps: p.mps, initialCredits: opened.isEmpty ? 0 : initial,
-                                             result: result.rawValue, destinationCIDs: destinations)
-            : .leCreditBasedConnectionResponse(identifier: id, destinationCID: destinations[0], mtu: p.mtu, mps: p.mps,
-                                               initialCredits: initial, result: 0)
+        let signal: L2CAPSignal =
+            enhanced
+            ? .creditBasedConnectionResponse(
+                identifier: id, mtu: p.mtu, mps: p.mps, initialCredits: opened.isEmpty ? 0 : initial,
+                result: result.rawValue, destinationCIDs: destinations)
+            : .leCreditBasedConnectionResponse(
+                identifier: id, destinationCID: destinations[0], mtu: p.mtu, mps: p.mps,
+                initialCredits: initial, result: 0)
         return [.sendSignal(signal.encode())] + opened.map { .opened(localCID: $0, token: nil) }
     }
 
-    mutating func connectionResponse(id: UInt8, destinationCIDs: [UInt16], mtu: UInt16, mps: UInt16, credits: UInt16,
-                                     result: UInt16, enhanced: Bool) -> [Action] {
+    mutating func connectionResponse(
+        id: UInt8, destinationCIDs: [UInt16], mtu: UInt16, mps: UInt16, credits: UInt16,
+        result: UInt16, enhanced: Bool
+    ) -> [Action] {
         guard case let .open(token, psm, cids, p, wasEnhanced)? = pending[id], wasEnhanced == enhanced else { return [] }
         pending[id] = nil
         reserved.subtract(cids)
@@ -345,16 +370,18 @@ public struct L2CAPCreditChannels: Sendable {
             return out
         }
         guard destinationCIDs.count == cids.count, mtu >= minimum, (minimum...65_533).contains(mps),
-              accepted.allSatisfy({ Self.dynamicCIDs.contains($0.element) }) else {
+            accepted.allSatisfy({ Self.dynamicCIDs.contains($0.element) })
+        else {
             out.append(.openFailed(token: token, .invalidResponse("MTU \(mtu), MPS \(mps), CIDs \(destinationCIDs)")))
             return out
         }
         let initial = L2CAPCreditChannel.initialCredits(window: p.window, mps: p.mps)
         for (i, dcid) in accepted {
             let cid = cids[i]
-            channels[cid] = L2CAPCreditChannel(psm: psm, localCID: cid, remoteCID: dcid, localMTU: p.mtu, localMPS: p.mps,
-                                               remoteMTU: mtu, remoteMPS: mps, sendCredits: credits, receiveCredits: initial,
-                                               receiveWindow: p.window)
+            channels[cid] = L2CAPCreditChannel(
+                psm: psm, localCID: cid, remoteCID: dcid, localMTU: p.mtu, localMPS: p.mps,
+                remoteMTU: mtu, remoteMPS: mps, sendCredits: credits, receiveCredits: initial,
+                receiveWindow: p.window)
             out.append(.opened(localCID: cid, token: token))
         }
         return out

@@ -66,11 +66,11 @@ public enum L2CAPSignal: Sendable, Equatable {
     public var identifier: UInt8 {
         switch self {
         case let .commandReject(i, _, _), let .disconnectionRequest(i, _, _), let .disconnectionResponse(i, _, _),
-             let .connectionParameterUpdateRequest(i, _, _, _, _), let .connectionParameterUpdateResponse(i, _),
-             let .leCreditBasedConnectionRequest(i, _, _, _, _, _), let .leCreditBasedConnectionResponse(i, _, _, _, _, _),
-             let .flowControlCreditIndication(i, _, _), let .unknown(_, i, _),
-             let .creditBasedConnectionRequest(i, _, _, _, _, _), let .creditBasedConnectionResponse(i, _, _, _, _, _),
-             let .creditBasedReconfigureRequest(i, _, _, _), let .creditBasedReconfigureResponse(i, _):
+            let .connectionParameterUpdateRequest(i, _, _, _, _), let .connectionParameterUpdateResponse(i, _),
+            let .leCreditBasedConnectionRequest(i, _, _, _, _, _), let .leCreditBasedConnectionResponse(i, _, _, _, _, _),
+            let .flowControlCreditIndication(i, _, _), let .unknown(_, i, _),
+            let .creditBasedConnectionRequest(i, _, _, _, _, _), let .creditBasedConnectionResponse(i, _, _, _, _, _),
+            let .creditBasedReconfigureRequest(i, _, _, _), let .creditBasedReconfigureResponse(i, _):
             return i
         }
     }
@@ -115,16 +115,19 @@ public enum L2CAPSignal: Sendable, Equatable {
         case L2CAPSignalCode.disconnectionResponse:
             s = .disconnectionResponse(identifier: id, destinationCID: try d.readUInt16(), sourceCID: try d.readUInt16())
         case L2CAPSignalCode.connectionParameterUpdateRequest:
-            s = .connectionParameterUpdateRequest(identifier: id, intervalMin: try d.readUInt16(), intervalMax: try d.readUInt16(),
-                                                  latency: try d.readUInt16(), timeout: try d.readUInt16())
+            s = .connectionParameterUpdateRequest(
+                identifier: id, intervalMin: try d.readUInt16(), intervalMax: try d.readUInt16(),
+                latency: try d.readUInt16(), timeout: try d.readUInt16())
         case L2CAPSignalCode.connectionParameterUpdateResponse:
             s = .connectionParameterUpdateResponse(identifier: id, result: try d.readUInt16())
         case L2CAPSignalCode.leCreditBasedConnectionRequest:
-            s = .leCreditBasedConnectionRequest(identifier: id, spsm: try d.readUInt16(), sourceCID: try d.readUInt16(), mtu: try d.readUInt16(),
-                                                mps: try d.readUInt16(), initialCredits: try d.readUInt16())
+            s = .leCreditBasedConnectionRequest(
+                identifier: id, spsm: try d.readUInt16(), sourceCID: try d.readUInt16(), mtu: try d.readUInt16(),
+                mps: try d.readUInt16(), initialCredits: try d.readUInt16())
         case L2CAPSignalCode.leCreditBasedConnectionResponse:
-            s = .leCreditBasedConnectionResponse(identifier: id, destinationCID: try d.readUInt16(), mtu: try d.readUInt16(), mps: try d.readUInt16(),
-                                                 initialCredits: try d.readUInt16(), result: try d.readUInt16())
+            s = .leCreditBasedConnectionResponse(
+                identifier: id, destinationCID: try d.readUInt16(), mtu: try d.readUInt16(), mps: try d.readUInt16(),
+                initialCredits: try d.readUInt16(), result: try d.readUInt16())
         case L2CAPSignalCode.flowControlCreditIndication:
             s = .flowControlCreditIndication(identifier: id, cid: try d.readUInt16(), credits: try d.readUInt16())
         case L2CAPSignalCode.creditBasedConnectionRequest:

@@ -32,8 +32,10 @@ public struct L2CAPSignalingState: Sendable {
     public static let notUnderstood: UInt16 = 0x0000
 
     /// Handles one C-frame. `security` and `servers` decide the peer's credit-based connection requests.
-    public mutating func receive(_ payload: [UInt8], security: L2CAPLinkSecurity = .init(),
-                                 servers: (UInt16) -> L2CAPServerPolicy? = { _ in nil }) -> [Action] {
+    public mutating func receive(
+        _ payload: [UInt8], security: L2CAPLinkSecurity = .init(),
+        servers: (UInt16) -> L2CAPServerPolicy? = { _ in nil }
+    ) -> [Action] {
         let commands: [L2CAPSignal]
         do {
             commands = try L2CAPSignal.decodeAll(payload)
@@ -61,8 +63,8 @@ public struct L2CAPSignalingState: Sendable {
                     actions += creditReceive(c, security: security, servers: servers)
                 }
             case .leCreditBasedConnectionRequest, .leCreditBasedConnectionResponse, .flowControlCreditIndication,
-                 .disconnectionRequest, .disconnectionResponse, .creditBasedConnectionRequest, .creditBasedConnectionResponse,
-                 .creditBasedReconfigureRequest, .creditBasedReconfigureResponse:
+                .disconnectionRequest, .disconnectionResponse, .creditBasedConnectionRequest, .creditBasedConnectionResponse,
+                .creditBasedReconfigureRequest, .creditBasedReconfigureResponse:
                 actions += creditReceive(c, security: security, servers: servers)
             case let .unknown(_, id, _):
                 guard id != 0 else { continue }
@@ -78,8 +80,10 @@ public struct L2CAPSignalingState: Sendable {
     }
 
     /// Opens credit-based channels (see `L2CAPCreditChannels.open`).
-    public mutating func openChannel(psm: UInt16, parameters: L2CAPChannelParameters, count: Int = 1, enhanced: Bool = false,
-                                     token: UInt64) -> [Action] {
+    public mutating func openChannel(
+        psm: UInt16, parameters: L2CAPChannelParameters, count: Int = 1, enhanced: Bool = false,
+        token: UInt64
+    ) -> [Action] {
         let id = nextIdentifier()
         return channelActions(credit.open(psm: psm, parameters: parameters, count: count, enhanced: enhanced, token: token, identifier: id))
     }
@@ -126,8 +130,10 @@ public struct L2CAPSignalingState: Sendable {
     public mutating func connectionParameterUpdateRequest(minInterval: UInt16, maxInterval: UInt16, latency: UInt16, timeout: UInt16) -> [UInt8] {
         let id = nextIdentifier()
         outstanding.insert(id)
-        return L2CAPSignal.connectionParameterUpdateRequest(identifier: id, intervalMin: minInterval, intervalMax: maxInterval,
-                                                            latency: latency, timeout: timeout).encode()
+        return L2CAPSignal.connectionParameterUpdateRequest(
+            identifier: id, intervalMin: minInterval, intervalMax: maxInterval,
+            latency: latency, timeout: timeout
+        ).encode()
     }
 
     mutating func nextIdentifier() -> UInt8 { ids.next() }

@@ -103,8 +103,10 @@ public struct PairingFeatures: Sendable, Hashable {
     public var initiatorKeys: KeyDistribution
     public var responderKeys: KeyDistribution
 
-    public init(ioCapability: IOCapability, oobDataPresent: Bool = false, authRequirements: AuthRequirements,
-                maximumKeySize: UInt8 = 16, initiatorKeys: KeyDistribution, responderKeys: KeyDistribution) {
+    public init(
+        ioCapability: IOCapability, oobDataPresent: Bool = false, authRequirements: AuthRequirements,
+        maximumKeySize: UInt8 = 16, initiatorKeys: KeyDistribution, responderKeys: KeyDistribution
+    ) {
         self.ioCapability = ioCapability
         self.oobDataPresent = oobDataPresent
         self.authRequirements = authRequirements
@@ -180,8 +182,9 @@ public enum SMPPDU: Sendable, Hashable {
             guard let io = IOCapability(rawValue: p[0]) else { throw .invalidField("IO capability 0x\(String(p[0], radix: 16))") }
             guard p[1] <= 1 else { throw .invalidField("OOB data flag \(p[1])") }
             guard (7...16).contains(p[3]) else { throw .invalidField("maximum encryption key size \(p[3])") }
-            return PairingFeatures(ioCapability: io, oobDataPresent: p[1] == 1, authRequirements: AuthRequirements(rawValue: p[2]),
-                                   maximumKeySize: p[3], initiatorKeys: KeyDistribution(rawValue: p[4]), responderKeys: KeyDistribution(rawValue: p[5]))
+            return PairingFeatures(
+                ioCapability: io, oobDataPresent: p[1] == 1, authRequirements: AuthRequirements(rawValue: p[2]),
+                maximumKeySize: p[3], initiatorKeys: KeyDistribution(rawValue: p[4]), responderKeys: KeyDistribution(rawValue: p[5]))
         }
         switch code {
         case .pairingRequest: return .pairingRequest(try features())
@@ -212,7 +215,7 @@ public enum SMPPDU: Sendable, Hashable {
         switch self {
         case let .pairingRequest(f), let .pairingResponse(f): w.write(contentsOf: f.bytes)
         case let .pairingConfirm(v), let .pairingRandom(v), let .encryptionInformation(v), let .identityInformation(v),
-             let .signingInformation(v), let .pairingDHKeyCheck(v):
+            let .signingInformation(v), let .pairingDHKeyCheck(v):
             w.write(contentsOf: v)
         case let .pairingFailed(r): w.write(r.rawValue)
         case let .centralIdentification(ediv, rand): w.write(ediv); w.write(rand)

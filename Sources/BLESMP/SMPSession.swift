@@ -96,9 +96,11 @@ public final class SMPSession: @unchecked Sendable {   // confined to its host's
     /// The key the controller encrypts with now (STK or LTK), least significant octet first.
     public private(set) var encryptionKey: [UInt8]?
 
-    public init(role: Role, configuration: SMPConfiguration, identity: SMPLocalIdentity?, keyPair: SMPKeyPair,
-                initiatorAddress: BluetoothAddress, responderAddress: BluetoothAddress,
-                random: @escaping (Int) -> [UInt8] = SMPSession.systemRandom) {
+    public init(
+        role: Role, configuration: SMPConfiguration, identity: SMPLocalIdentity?, keyPair: SMPKeyPair,
+        initiatorAddress: BluetoothAddress, responderAddress: BluetoothAddress,
+        random: @escaping (Int) -> [UInt8] = SMPSession.systemRandom
+    ) {
         self.role = role
         self.configuration = configuration
         self.identity = identity
@@ -121,9 +123,10 @@ public final class SMPSession: @unchecked Sendable {   // confined to its host's
     public func start() -> [Action] {
         guard role == .initiator, phase == .idle else { return [] }
         let c = configuration
-        let f = PairingFeatures(ioCapability: c.ioCapability, oobDataPresent: hasPeerOOBData,
-                                authRequirements: c.authRequirements, maximumKeySize: c.maximumKeySize,
-                                initiatorKeys: c.bondable ? c.keysToDistribute : [], responderKeys: c.bondable ? c.keysToRequest : [])
+        let f = PairingFeatures(
+            ioCapability: c.ioCapability, oobDataPresent: hasPeerOOBData,
+            authRequirements: c.authRequirements, maximumKeySize: c.maximumKeySize,
+            initiatorKeys: c.bondable ? c.keysToDistribute : [], responderKeys: c.bondable ? c.keysToRequest : [])
         requestFeatures = f
         let pdu = SMPPDU.pairingRequest(f).encode()
         preq = pdu
@@ -245,8 +248,8 @@ public final class SMPSession: @unchecked Sendable {   // confined to its host's
         case let (.pairingRandom(v), .waitRandom): return try handleRandom(Array(v.reversed()))
         case let (.pairingDHKeyCheck(v), .waitDHKeyCheck): return try handleDHKeyCheck(Array(v.reversed()))
         case (.encryptionInformation, .keyDistribution), (.centralIdentification, .keyDistribution),
-             (.identityInformation, .keyDistribution), (.identityAddressInformation, .keyDistribution),
-             (.signingInformation, .keyDistribution):
+            (.identityInformation, .keyDistribution), (.identityAddressInformation, .keyDistribution),
+            (.signingInformation, .keyDistribution):
             return try handleKey(pdu)
         case (.securityRequest, _) where role == .initiator:
             return []   // pairing is already under way
@@ -265,10 +268,11 @@ public final class SMPSession: @unchecked Sendable {   // confined to its host's
         keySize = min(f.maximumKeySize, c.maximumKeySize)
         if keySize < c.minimumKeySize { throw Failure(reason: .encryptionKeySize) }
         let bonding = f.authRequirements.wantsBonding && c.bondable
-        let r = PairingFeatures(ioCapability: c.ioCapability, oobDataPresent: hasPeerOOBData, authRequirements: c.authRequirements,
-                                maximumKeySize: c.maximumKeySize,
-                                initiatorKeys: bonding ? f.initiatorKeys.intersection(c.keysToRequest) : [],
-                                responderKeys: bonding ? f.responderKeys.intersection(c.keysToDistribute) : [])
+        let r = PairingFeatures(
+            ioCapability: c.ioCapability, oobDataPresent: hasPeerOOBData, authRequirements: c.authRequirements,
+            maximumKeySize: c.maximumKeySize,
+            initiatorKeys: bonding ? f.initiatorKeys.intersection(c.keysToRequest) : [],
+            responderKeys: bonding ? f.responderKeys.intersection(c.keysToDistribute) : [])
         responseFeatures = r
         method = PairingMethodSelection.method(initiator: f, responder: r, secureConnections: secureConnections)
         if method == .outOfBand && !secureConnections && c.legacyOOBKey == nil { throw Failure(reason: .oobNotAvailable) }
@@ -379,9 +383,10 @@ public final class SMPSession: @unchecked Sendable {   // confined to its host's
 
     private func legacyConfirmValue(random r: [UInt8]) throws -> [UInt8] {
         guard let tk else { throw Failure(reason: .unspecifiedReason) }
-        return try SMPCrypto.c1(k: tk, r: r, preq: preq.reversed(), pres: pres.reversed(),
-                                iat: initiatorAddress.type.isRandom ? 1 : 0, rat: responderAddress.type.isRandom ? 1 : 0,
-                                ia: initiatorAddress.bytes.reversed(), ra: responderAddress.bytes.reversed())
+        return try SMPCrypto.c1(
+            k: tk, r: r, preq: preq.reversed(), pres: pres.reversed(),
+            iat: initiatorAddress.type.isRandom ? 1 : 0, rat: responderAddress.type.isRandom ? 1 : 0,
+            ia: initiatorAddress.bytes.reversed(), ra: responderAddress.bytes.reversed())
     }
 
     private func sendLegacyConfirm() throws -> [Action] {
@@ -717,7 +722,12 @@ public final class SMPSession: @unchecked Sendable {   // confined to its host's
     private func finish() -> [Action] {
         phase = .complete
         let bonded = (requestFeatures?.authRequirements.wantsBonding ?? false) && (responseFeatures?.authRequirements.wantsBonding ?? false)
-        return [.stopTimer, .completed(PairingResult(method: method, secureConnections: secureConnections, authenticated: method.isAuthenticated,
-                                                      keySize: keySize, bonded: bonded, keys: keys))]
+        return [
+            .stopTimer,
+            .completed(
+                PairingResult(
+                    method: method, secureConnections: secureConnections, authenticated: method.isAuthenticated,
+                    keySize: keySize, bonded: bonded, keys: keys)),
+        ]
     }
 }

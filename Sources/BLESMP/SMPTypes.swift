@@ -38,11 +38,13 @@ public struct SMPConfiguration: Sendable {
     public var localOOB: SecureConnectionsOOBData?
     public var peerOOB: SecureConnectionsOOBData?
 
-    public init(ioCapability: IOCapability = .noInputNoOutput, bondable: Bool = true, mitm: Bool = true, requireMITM: Bool = false,
-                secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
-                maximumKeySize: UInt8 = 16, minimumKeySize: UInt8 = 7,
-                keysToDistribute: KeyDistribution = .le, keysToRequest: KeyDistribution = .le,
-                legacyOOBKey: [UInt8]? = nil, localOOB: SecureConnectionsOOBData? = nil, peerOOB: SecureConnectionsOOBData? = nil) {
+    public init(
+        ioCapability: IOCapability = .noInputNoOutput, bondable: Bool = true, mitm: Bool = true, requireMITM: Bool = false,
+        secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
+        maximumKeySize: UInt8 = 16, minimumKeySize: UInt8 = 7,
+        keysToDistribute: KeyDistribution = .le, keysToRequest: KeyDistribution = .le,
+        legacyOOBKey: [UInt8]? = nil, localOOB: SecureConnectionsOOBData? = nil, peerOOB: SecureConnectionsOOBData? = nil
+    ) {
         self.ioCapability = ioCapability
         self.bondable = bondable
         self.mitm = mitm

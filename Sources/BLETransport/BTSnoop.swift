@@ -122,9 +122,11 @@ public enum BTSnoopReader {
             let body = Array(b[(i + 24)..<(i + 24 + included)])
             i += 24 + included
             guard let first = body.first, let type = HCIPacketType(rawValue: first) else { continue }
-            out.append(BTSnoopRecord(packet: HCIPacket(type: type, bytes: Array(body.dropFirst())),
-                                     direction: flags & 1 == 1 ? .controllerToHost : .hostToController,
-                                     timestampMicros: ts &- BTSnoopWriter.epochDelta))
+            out.append(
+                BTSnoopRecord(
+                    packet: HCIPacket(type: type, bytes: Array(body.dropFirst())),
+                    direction: flags & 1 == 1 ? .controllerToHost : .hostToController,
+                    timestampMicros: ts &- BTSnoopWriter.epochDelta))
         }
         return out
     }

@@ -291,8 +291,9 @@ public final class EventLoop: @unchecked Sendable {
             dispatchTimer = timer
         }
         armedDeadline = d
-        dispatchTimer!.schedule(deadline: DispatchTime(uptimeNanoseconds: origin + min(d, LoopTime(Int64.max) - origin)),
-                                leeway: .microseconds(100))
+        dispatchTimer!.schedule(
+            deadline: DispatchTime(uptimeNanoseconds: origin + min(d, LoopTime(Int64.max) - origin)),
+            leeway: .microseconds(100))
     }
 
     private func realTimerFired() {
@@ -319,7 +320,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Runs queued work without moving time; returns `executedWorkCount` after it.
     @discardableResult
     public func runPending() -> UInt64 {
-        sync { drain(); return executedWorkCount }
+        sync {
+            drain(); return executedWorkCount
+        }
     }
 
     /// The deadline of the earliest live timer, if any (loop-confined: read it inside `sync`). A test that

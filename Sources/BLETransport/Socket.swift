@@ -116,15 +116,19 @@ public final class StreamConnection: @unchecked Sendable {
     }
 
     /// Starts the reader thread. `onPacket` gets each framed packet; `onClose` is called once at the end.
-    public func start(onPacket: @escaping @Sendable (HCIPacket) -> Void,
-                      onClose: @escaping @Sendable ((any Error)?) -> Void) {
+    public func start(
+        onPacket: @escaping @Sendable (HCIPacket) -> Void,
+        onClose: @escaping @Sendable ((any Error)?) -> Void
+    ) {
         start(onPackets: { for p in $0 { onPacket(p) } }, onClose: onClose)
     }
 
     /// Starts the reader thread. `onPackets` gets the packets framed from each read, in order (never empty);
     /// `onClose` is called once at the end.
-    public func start(onPackets: @escaping @Sendable ([HCIPacket]) -> Void,
-                      onClose: @escaping @Sendable ((any Error)?) -> Void) {
+    public func start(
+        onPackets: @escaping @Sendable ([HCIPacket]) -> Void,
+        onClose: @escaping @Sendable ((any Error)?) -> Void
+    ) {
         let go = state.withLock { s -> Bool in
             if s.started || s.closed { return false }
             s.started = true
@@ -166,7 +170,9 @@ public final class StreamConnection: @unchecked Sendable {
             stats.packetsIn += packets.count
             stats.bytesIn += n
             let published = stats
-            readStatistics.withLock { $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn }
+            readStatistics.withLock {
+                $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn
+            }
             let before = writeLock.withLock { $0.generation }
             if !packets.isEmpty { onPackets(packets) }
             if isTCP {
@@ -255,7 +261,8 @@ public final class StreamConnection: @unchecked Sendable {
             // Only a connection that only listens: nothing written for a while, nothing waiting to leave (a
             // host that waits for credits or buffers needs what the peer sends as soon as it comes).
             if !delaying && answerless >= policy.runLength && now &- runStart < policy.runWindow
-                && now &- lastWrite > policy.quiet && !hostBacklog {
+                && now &- lastWrite > policy.quiet && !hostBacklog
+            {
                 delaying = true
                 lastEnter = 0
             }
@@ -371,8 +378,9 @@ public final class StreamConnection: @unchecked Sendable {
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { b in
-                isSocket ? Glibc.send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
-                         : Glibc.write(fd, b.baseAddress! + off, b.count - off)
+                isSocket
+                    ? Glibc.send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
+                    : Glibc.write(fd, b.baseAddress! + off, b.count - off)
             }
             stats.writes += 1
             if n < 0 {

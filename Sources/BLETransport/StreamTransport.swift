@@ -24,8 +24,9 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         let (fd, tcp) = try connectFn()
         let c = StreamConnection(fd: fd, isTCP: tcp, label: name)
         connection.withLock { $0 = c }
-        c.start(onPackets: { [weak sink] ps in sink?.transport(didReceivePackets: ps) },
-                onClose: { [weak sink] e in sink?.transportDidClose(error: e) })
+        c.start(
+            onPackets: { [weak sink] ps in sink?.transport(didReceivePackets: ps) },
+            onClose: { [weak sink] e in sink?.transportDidClose(error: e) })
     }
 
     public func send(_ packet: HCIPacket) {
@@ -43,6 +44,8 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
     public func hostBacklogChanged(_ hasBacklog: Bool) { connection.withLock { $0 }?.hostBacklogChanged(hasBacklog) }
 
     public func close() {
-        connection.withLock { c in c?.close(); c = nil }
+        connection.withLock { c in
+            c?.close(); c = nil
+        }
     }
 }

@@ -32,11 +32,12 @@ public final class TCPServerTransport: HCITransport, @unchecked Sendable {
                 return q
             }
             guard let queued else { c.close(); return }   // one controller at a time
-            c.start(onPackets: { ps in sink.transport(didReceivePackets: ps) },
-                    onClose: { [weak self] e in
-                        self?.state.withLock { $0.connection = nil }
-                        sink.transportDidClose(error: e)
-                    })
+            c.start(
+                onPackets: { ps in sink.transport(didReceivePackets: ps) },
+                onClose: { [weak self] e in
+                    self?.state.withLock { $0.connection = nil }
+                    sink.transportDidClose(error: e)
+                })
             if !queued.isEmpty { c.write(packets: queued) }
         }
     }

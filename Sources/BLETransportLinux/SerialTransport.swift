@@ -46,7 +46,9 @@ public enum SerialPort {
         t.c_cflag &= ~tcflag_t(CSTOPB | PARENB)
         if flowControl { t.c_cflag |= tcflag_t(CRTSCTS) } else { t.c_cflag &= ~tcflag_t(CRTSCTS) }
         // VMIN 1, VTIME 0: a read returns as soon as one byte is there.
-        withUnsafeMutableBytes(of: &t.c_cc) { cc in cc[Int(VMIN)] = 1; cc[Int(VTIME)] = 0 }
+        withUnsafeMutableBytes(of: &t.c_cc) { cc in
+            cc[Int(VMIN)] = 1; cc[Int(VTIME)] = 0
+        }
         guard let speed = speedConstant(baud) else {
             _ = Glibc.close(fd)
             throw TransportError.invalidSpec("serial \(path): unsupported baud rate \(baud)")
@@ -63,10 +65,12 @@ public enum SerialPort {
     }
 
     static func speedConstant(_ baud: Int) -> speed_t? {
-        let table: [Int: Int32] = [9600: B9600, 19200: B19200, 38400: B38400, 57600: B57600, 115200: B115200,
-                                   230400: B230400, 460800: B460800, 500000: B500000, 576000: B576000, 921600: B921600,
-                                   1_000_000: B1000000, 1_152_000: B1152000, 1_500_000: B1500000, 2_000_000: B2000000,
-                                   3_000_000: B3000000, 4_000_000: B4000000]
+        let table: [Int: Int32] = [
+            9600: B9600, 19200: B19200, 38400: B38400, 57600: B57600, 115200: B115200,
+            230400: B230400, 460800: B460800, 500000: B500000, 576000: B576000, 921600: B921600,
+            1_000_000: B1000000, 1_152_000: B1152000, 1_500_000: B1500000, 2_000_000: B2000000,
+            3_000_000: B3000000, 4_000_000: B4000000,
+        ]
         return table[baud].map { speed_t($0) }
     }
 
@@ -78,9 +82,10 @@ public enum SerialPort {
         default: break
         }
         // /dev/serial0 and /dev/serial/by-id/… are links: decide on the device they name.
-        let resolved = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)).map {
-            $0.hasPrefix("/") ? $0 : (path as NSString).deletingLastPathComponent + "/" + $0
-        } ?? path
+        let resolved =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: path)).map {
+                $0.hasPrefix("/") ? $0 : (path as NSString).deletingLastPathComponent + "/" + $0
+            } ?? path
         let name = (resolved as NSString).lastPathComponent
         return ["ttyAMA", "ttyS", "ttyTHS", "ttymxc", "ttyUSB", "ttySAC", "ttyO"].contains { name.hasPrefix($0) }
     }
@@ -114,7 +119,9 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
         // Non-blocking, so that the reader can wake every 100 ms to see whether it was closed (closing a tty
         // from another thread does not wake a blocked read).
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        let generation = state.withLock { s -> Int in s.fd = fd; s.generation += 1; return s.generation }
+        let generation = state.withLock { s -> Int in
+            s.fd = fd; s.generation += 1; return s.generation
+        }
         discarded.withLock { $0 = 0 }
         write([UInt8](repeating: 0, count: Self.resynchronizationPadding))
         let thread = Thread { [self] in readLoop(fd: fd, generation: generation, sink: sink) }

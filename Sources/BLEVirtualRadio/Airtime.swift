@@ -59,8 +59,10 @@ public struct AirtimeModel: Sendable, Equatable {
 
     public static let interFrameSpace: Double = 150   // T_IFS, µs
 
-    public init(phy: LEPHY = .le1M, dataLength: Int = 27, connectionIntervalMilliseconds: Double = 7.5,
-                eventLengthMilliseconds: Double? = nil, encrypted: Bool = false, lossRate: Double = 0) {
+    public init(
+        phy: LEPHY = .le1M, dataLength: Int = 27, connectionIntervalMilliseconds: Double = 7.5,
+        eventLengthMilliseconds: Double? = nil, encrypted: Bool = false, lossRate: Double = 0
+    ) {
         self.phy = phy
         self.dataLength = min(max(dataLength, 27), 251)
         self.connectionIntervalMicroseconds = connectionIntervalMilliseconds * 1000
@@ -74,11 +76,11 @@ public struct AirtimeModel: Sendable, Equatable {
         let mic = encrypted && payload > 0 ? 4 : 0
         let pduBits = Double(8 * (2 + payload + mic))
         switch phy {
-        case .le1M: return Double(8 * (1 + 4 + 3)) + pduBits            // preamble, AA, CRC + PDU, 1 µs/bit
-        case .le2M: return (Double(8 * (2 + 4 + 3)) + pduBits) / 2      // 0.5 µs/bit
+        case .le1M: return Double(8 * (1 + 4 + 3)) + pduBits   // preamble, AA, CRC + PDU, 1 µs/bit
+        case .le2M: return (Double(8 * (2 + 4 + 3)) + pduBits) / 2   // 0.5 µs/bit
         case .codedS2, .codedS8:
             let s: Double = phy == .codedS2 ? 2 : 8
-            return 80 + 296 + (pduBits + 24 + 3) * s                     // preamble, FEC block 1, FEC block 2
+            return 80 + 296 + (pduBits + 24 + 3) * s   // preamble, FEC block 1, FEC block 2
         }
     }
 

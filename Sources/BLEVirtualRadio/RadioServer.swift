@@ -31,12 +31,13 @@ public final class RadioServer: @unchecked Sendable {
         try? controller.open(sink: bridge)
         let key = ObjectIdentifier(connection)
         sessions.withLock { $0[key] = (connection, controller) }
-        connection.start(onPacket: { packet in controller.send(packet) },
-                         onClose: { [weak self] _ in
-                             guard let self else { return }
-                             self.sessions.withLock { _ = $0.removeValue(forKey: key) }
-                             self.air.remove(controller)
-                         })
+        connection.start(
+            onPacket: { packet in controller.send(packet) },
+            onClose: { [weak self] _ in
+                guard let self else { return }
+                self.sessions.withLock { _ = $0.removeValue(forKey: key) }
+                self.air.remove(controller)
+            })
     }
 
     public func stop() {

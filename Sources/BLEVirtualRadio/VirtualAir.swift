@@ -74,7 +74,9 @@ public final class VirtualAir: @unchecked Sendable {
     /// Adds a controller (callable from any thread). Without an address, a unique public one is made.
     /// Without a position, devices are placed one metre apart along the x axis.
     public func addController(address: BluetoothAddress? = nil, position: VirtualPosition? = nil) -> VirtualController {
-        let n = addressCounter.withLock { c -> UInt32 in c += 1; return c }
+        let n = addressCounter.withLock { c -> UInt32 in
+            c += 1; return c
+        }
         let position = position ?? VirtualPosition(x: Double(n), y: 0, z: 0)
         let addr = address ?? BluetoothAddress(bytes: [UInt8(n & 0xFF), UInt8((n >> 8) & 0xFF), UInt8((n >> 16) & 0xFF), 0x5A, 0xB1, 0x0C], type: .public)
         let c = VirtualController(air: self, address: addr, position: position)

@@ -39,9 +39,13 @@ extension VirtualController {
         var sizes: [Int] = []
         var left = acl.data.count
         repeat { sizes.append(min(max(left, 0), model.dataLength)); left -= model.dataLength } while left > 0
-        link.airQueue.append(AirPacket(forPeer: ACLPacket(handle: link.peerHandle, boundary: acl.boundary, broadcast: acl.broadcast,
-                                                          data: acl.data).encode(),
-                                       handle: acl.handle, fragments: sizes))
+        link.airQueue.append(
+            AirPacket(
+                forPeer: ACLPacket(
+                    handle: link.peerHandle, boundary: acl.boundary, broadcast: acl.broadcast,
+                    data: acl.data
+                ).encode(),
+                handle: acl.handle, fragments: sizes))
     }
 
     /// The central's controller runs the link's connection events from now on.
@@ -66,8 +70,10 @@ extension VirtualController {
     }
 
     /// One exchange of the event at `elapsed` µs after the anchor; the next one is scheduled at its end.
-    private func exchange(_ central: VirtualLink, _ peripheral: VirtualLink, peer: VirtualController, model: AirtimeModel,
-                          elapsed: Double, first: Bool) {
+    private func exchange(
+        _ central: VirtualLink, _ peripheral: VirtualLink, peer: VirtualController, model: AirtimeModel,
+        elapsed: Double, first: Bool
+    ) {
         let m = central.nextFragment, s = peripheral.nextFragment
         // More Data: after the first exchange the event goes on only while someone has something to send.
         if !first && m == nil && s == nil { return }

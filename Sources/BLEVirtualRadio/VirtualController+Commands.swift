@@ -24,17 +24,17 @@ extension VirtualController {
     static let supportedCommands: [UInt8] = {
         var m = [UInt8](repeating: 0, count: 64)
         func set(_ octet: Int, _ bit: Int) { m[octet] |= 1 << bit }
-        set(0, 5)                                   // Disconnect
-        set(2, 7)                                   // Read Remote Version Information
-        set(5, 6); set(5, 7)                        // Set Event Mask, Reset
-        set(14, 3); set(14, 5); set(14, 7)          // Read Local Version, Read Local Supported Features, Read Buffer Size
-        set(15, 1); set(15, 5)                      // Read BD_ADDR, Read RSSI
+        set(0, 5)   // Disconnect
+        set(2, 7)   // Read Remote Version Information
+        set(5, 6); set(5, 7)   // Set Event Mask, Reset
+        set(14, 3); set(14, 5); set(14, 7)   // Read Local Version, Read Local Supported Features, Read Buffer Size
+        set(15, 1); set(15, 5)   // Read BD_ADDR, Read RSSI
         for b in [0, 1, 2, 4, 5, 6, 7] { set(25, b) }   // LE Set Event Mask … LE Set Advertising Data
         for b in 0...3 { set(26, b) }; set(26, 4); set(26, 5)   // scan response … LE Create Connection Cancel
-        set(27, 2); set(27, 5); set(27, 6); set(27, 7)  // LE Connection Update, Read Remote Features, Encrypt, Rand
-        set(28, 0); set(28, 1); set(28, 2)          // LE Enable Encryption, LTK Request Reply / Negative Reply
-        set(33, 6); set(33, 7); set(34, 0)          // LE Set Data Length, Read/Write Suggested Default Data Length
-        set(35, 3); set(35, 4); set(35, 5); set(35, 6)  // LE Read Maximum Data Length, Read PHY, Set Default PHY, Set PHY
+        set(27, 2); set(27, 5); set(27, 6); set(27, 7)   // LE Connection Update, Read Remote Features, Encrypt, Rand
+        set(28, 0); set(28, 1); set(28, 2)   // LE Enable Encryption, LTK Request Reply / Negative Reply
+        set(33, 6); set(33, 7); set(34, 0)   // LE Set Data Length, Read/Write Suggested Default Data Length
+        set(35, 3); set(35, 4); set(35, 5); set(35, 6)   // LE Read Maximum Data Length, Read PHY, Set Default PHY, Set PHY
         return m
     }()
 
@@ -45,8 +45,11 @@ extension VirtualController {
             resetState()
             complete(op)
         case .readLocalVersionInformation:
-            complete(op, ReadLocalVersionReturn(status: .success, hciVersion: 0x0C, hciSubversion: 0x0001, lmpVersion: 0x0C,
-                                                companyIdentifier: 0xFFFF, lmpSubversion: 0x0001))
+            complete(
+                op,
+                ReadLocalVersionReturn(
+                    status: .success, hciVersion: 0x0C, hciSubversion: 0x0001, lmpVersion: 0x0C,
+                    companyIdentifier: 0xFFFF, lmpSubversion: 0x0001))
         case .readBDADDR:
             complete(op, ReadBDADDRReturn(status: .success, address: BluetoothAddress(bytes: address.bytes)))
         case .readLocalSupportedCommands:
@@ -55,8 +58,11 @@ extension VirtualController {
             // LMP features: bit 38 "LE Supported (Controller)", bit 37 "BR/EDR Not Supported".
             complete(op, ReadLocalSupportedFeaturesReturn(status: .success, features: 1 << 38 | 1 << 37))
         case .readBufferSize:
-            complete(op, ReadBufferSizeReturn(status: .success, aclDataPacketLength: aclBufferSize, syncDataPacketLength: 0,
-                                              totalNumACLDataPackets: UInt16(aclBufferCount), totalNumSyncDataPackets: 0))
+            complete(
+                op,
+                ReadBufferSizeReturn(
+                    status: .success, aclDataPacketLength: aclBufferSize, syncDataPacketLength: 0,
+                    totalNumACLDataPackets: UInt16(aclBufferCount), totalNumSyncDataPackets: 0))
         case let .setEventMask(m):
             eventMask = m
             complete(op)
@@ -75,8 +81,10 @@ extension VirtualController {
             guard !advertising else { return complete(op, .commandDisallowed) }
             let directed = p.advertisingType == .connectableDirectedHighDuty || p.advertisingType == .connectableDirectedLowDuty
             guard p.advertisingType.rawValue <= 4, p.advertisingChannelMap & 0x07 != 0, p.advertisingChannelMap <= 0x07,
-                  directed || (p.advertisingIntervalMin >= 0x0020 && p.advertisingIntervalMin <= p.advertisingIntervalMax
-                               && p.advertisingIntervalMax <= 0x4000) else {
+                directed
+                    || (p.advertisingIntervalMin >= 0x0020 && p.advertisingIntervalMin <= p.advertisingIntervalMax
+                        && p.advertisingIntervalMax <= 0x4000)
+            else {
                 return complete(op, .invalidParameters)
             }
             advertisingParameters = p
@@ -156,8 +164,9 @@ extension VirtualController {
             link.interval = p.connectionIntervalMax
             link.latency = p.maxLatency
             link.timeout = p.supervisionTimeout
-            let e = LEConnectionUpdateComplete(status: .success, connectionHandle: link.handle, connectionInterval: link.interval,
-                                               peripheralLatency: link.latency, supervisionTimeout: link.timeout)
+            let e = LEConnectionUpdateComplete(
+                status: .success, connectionHandle: link.handle, connectionInterval: link.interval,
+                peripheralLatency: link.latency, supervisionTimeout: link.timeout)
             deliver(.le(.connectionUpdateComplete(e)))
             if let peer = link.peer, let pl = peer.links[link.peerHandle] {
                 pl.interval = link.interval; pl.latency = link.latency; pl.timeout = link.timeout
@@ -193,8 +202,11 @@ extension VirtualController {
         case .leWriteSuggestedDefaultDataLength:
             complete(op)
         case .leReadMaximumDataLength:
-            complete(op, LEReadMaximumDataLengthReturn(status: .success, supportedMaxTxOctets: 251, supportedMaxTxTime: 17040,
-                                                       supportedMaxRxOctets: 251, supportedMaxRxTime: 17040))
+            complete(
+                op,
+                LEReadMaximumDataLengthReturn(
+                    status: .success, supportedMaxTxOctets: 251, supportedMaxTxTime: 17040,
+                    supportedMaxRxOctets: 251, supportedMaxRxTime: 17040))
         case let .leReadPHY(h):
             guard links[h] != nil else { return complete(op, LEReadPHYReturn(status: .unknownConnectionIdentifier, handle: h, txPHY: 0, rxPHY: 0)) }
             let phy = links[h]!.phy.hciValue
@@ -262,9 +274,9 @@ extension VirtualController {
             }
             complete(op, LEEncryptReturn(status: .success, encryptedData: out.reversed()))
         case .setEventMaskPage2, .unknown, .leSetAdvertisingSetRandomAddress, .leSetExtendedAdvertisingParameters,
-             .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable,
-             .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet,
-             .leClearAdvertisingSets, .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection:
+            .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable,
+            .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet,
+            .leClearAdvertisingSets, .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection:
             // A legacy-advertising controller: the extended commands are not in its supported-commands map.
             complete(op, .unknownCommand)
         }

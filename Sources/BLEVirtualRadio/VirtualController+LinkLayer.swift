@@ -95,18 +95,22 @@ extension VirtualController {
         advertisingTimer = nil
         let ch = initiator.allocateHandle()
         let ph = allocateHandle()
-        let central = VirtualLink(handle: ch, role: 0, peer: self, peerHandle: ph, interval: p.connectionIntervalMax,
-                                  latency: p.maxLatency, timeout: p.supervisionTimeout)
-        let peripheral = VirtualLink(handle: ph, role: 1, peer: initiator, peerHandle: ch, interval: p.connectionIntervalMax,
-                                     latency: p.maxLatency, timeout: p.supervisionTimeout)
+        let central = VirtualLink(
+            handle: ch, role: 0, peer: self, peerHandle: ph, interval: p.connectionIntervalMax,
+            latency: p.maxLatency, timeout: p.supervisionTimeout)
+        let peripheral = VirtualLink(
+            handle: ph, role: 1, peer: initiator, peerHandle: ch, interval: p.connectionIntervalMax,
+            latency: p.maxLatency, timeout: p.supervisionTimeout)
         initiator.links[ch] = central
         links[ph] = peripheral
         let me = ownAddress
         let initiatorAddress = p.ownAddressType & 1 == 1 ? (initiator.randomAddress ?? initiator.address) : initiator.address
-        initiator.sendConnectionComplete(status: .success, handle: ch, role: 0, peer: me, interval: p.connectionIntervalMax,
-                                         latency: p.maxLatency, timeout: p.supervisionTimeout)
-        sendConnectionComplete(status: .success, handle: ph, role: 1, peer: initiatorAddress, interval: p.connectionIntervalMax,
-                               latency: p.maxLatency, timeout: p.supervisionTimeout)
+        initiator.sendConnectionComplete(
+            status: .success, handle: ch, role: 0, peer: me, interval: p.connectionIntervalMax,
+            latency: p.maxLatency, timeout: p.supervisionTimeout)
+        sendConnectionComplete(
+            status: .success, handle: ph, role: 1, peer: initiatorAddress, interval: p.connectionIntervalMax,
+            latency: p.maxLatency, timeout: p.supervisionTimeout)
         initiator.startConnectionEvents(central)
     }
 
@@ -118,17 +122,25 @@ extension VirtualController {
     }
 
     /// LE Enhanced Connection Complete when the host unmasked it, else LE Connection Complete (§7.7.65.10).
-    func sendConnectionComplete(status: HCIStatus, handle: UInt16, role: UInt8, peer: BluetoothAddress,
-                                interval: UInt16, latency: UInt16, timeout: UInt16) {
+    func sendConnectionComplete(
+        status: HCIStatus, handle: UInt16, role: UInt8, peer: BluetoothAddress,
+        interval: UInt16, latency: UInt16, timeout: UInt16
+    ) {
         let peerType: UInt8 = peer.type.isRandom ? 1 : 0
         if leEventMask & (1 << 9) != 0 {
-            deliver(.le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(
-                status: status, connectionHandle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
-                connectionInterval: interval, peripheralLatency: latency, supervisionTimeout: timeout, centralClockAccuracy: 0))))
+            deliver(
+                .le(
+                    .enhancedConnectionComplete(
+                        LEEnhancedConnectionComplete(
+                            status: status, connectionHandle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
+                            connectionInterval: interval, peripheralLatency: latency, supervisionTimeout: timeout, centralClockAccuracy: 0))))
         } else {
-            deliver(.le(.connectionComplete(LEConnectionComplete(
-                status: status, connectionHandle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
-                connectionInterval: interval, peripheralLatency: latency, supervisionTimeout: timeout, centralClockAccuracy: 0))))
+            deliver(
+                .le(
+                    .connectionComplete(
+                        LEConnectionComplete(
+                            status: status, connectionHandle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
+                            connectionInterval: interval, peripheralLatency: latency, supervisionTimeout: timeout, centralClockAccuracy: 0))))
         }
     }
 }

@@ -66,8 +66,10 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     /// ACL buffers reported by LE Read Buffer Size.
     public var aclBufferSize: UInt16 = 251
     public var aclBufferCount: UInt8 = 8
-    public static let leFeatures: LEFeatures = [.encryption, .extendedRejectIndication, .peripheralInitiatedFeaturesExchange,
-                                                .dataPacketLengthExtension, .le2MPHY]
+    public static let leFeatures: LEFeatures = [
+        .encryption, .extendedRejectIndication, .peripheralInitiatedFeaturesExchange,
+        .dataPacketLengthExtension, .le2MPHY,
+    ]
 
     // Loop-confined link-layer state.
     var isPoweredOn = true
@@ -204,7 +206,9 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         links.removeAll()
         resetState()
         isPoweredOn = false
-        let sink = sinkLock.withLock { s -> (any HCITransportSink)? in let v = s; s = nil; return v }
+        let sink = sinkLock.withLock { s -> (any HCITransportSink)? in
+            let v = s; s = nil; return v
+        }
         loop.execute { sink?.transportDidClose(error: reason) }
     }
 

@@ -36,8 +36,7 @@ public struct BluetoothAddress: Hashable, Sendable, CustomStringConvertible {
     public init?(string: String, type: AddressType = .public) {
         var text = Substring(string)
         var t = type
-        if text.hasSuffix("/P") { t = .public; text = text.dropLast(2) }
-        else if text.hasSuffix("/R") { t = .random; text = text.dropLast(2) }
+        if text.hasSuffix("/P") { t = .public; text = text.dropLast(2) } else if text.hasSuffix("/R") { t = .random; text = text.dropLast(2) }
         let parts = text.split(separator: ":")
         guard parts.count == 6 else { return nil }
         var be: [UInt8] = []

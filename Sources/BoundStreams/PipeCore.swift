@@ -48,7 +48,7 @@ struct PipeState {
     var writerArmed = true
     var writerEndPosted = false
     var writerErrorPosted = false
-    var writerEnd = WriterEnd.open          // what the reader sees
+    var writerEnd = WriterEnd.open   // what the reader sees
     var writerFailure: (any Error)? = nil   // the transport failed the writing stream
     var writerCloseNotified = false
 
@@ -236,7 +236,7 @@ struct ByteQueue {
     mutating func pop(max: Int) -> [UInt8] {
         let n = Swift.min(max, count)
         guard n > 0 else { return [] }
-        let out = Array(storage[head ..< head + n])
+        let out = Array(storage[head..<head + n])
         drop(n)
         return out
     }
@@ -245,7 +245,7 @@ struct ByteQueue {
     mutating func withFront(max: Int, _ body: (UnsafeRawBufferPointer) -> Int) -> Int {
         let n = Swift.min(max, count)
         let used = storage.withUnsafeBytes { src in
-            body(UnsafeRawBufferPointer(rebasing: src[head ..< head + n]))
+            body(UnsafeRawBufferPointer(rebasing: src[head..<head + n]))
         }
         precondition(used >= 0 && used <= n, "took more bytes than were lent")
         drop(used)
@@ -263,7 +263,7 @@ struct ByteQueue {
             storage.removeAll(keepingCapacity: true)
             head = 0
         } else if head >= 4096, head * 2 >= storage.count {
-            storage.removeSubrange(0 ..< head)
+            storage.removeSubrange(0..<head)
             head = 0
         }
     }

@@ -39,8 +39,10 @@ extension PipeInputStream {
                         if let error = chunks.core.withState({ s -> (any Error)? in
                             if case .failed(let e) = s.writerEnd { return e }
                             return nil
-                        }) { throw error }
-                        return nil    // closed
+                        }) {
+                            throw error
+                        }
+                        return nil   // closed
                     case .mustWait:
                         await chunks.core.waitReadableAsync()
                     }

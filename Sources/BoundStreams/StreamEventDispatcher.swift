@@ -313,9 +313,10 @@ enum CoreFoundationWakeUp {
     private static let functions: (CurrentRunLoop, WakeUp)? = {
         #if canImport(Glibc) || canImport(Musl)
         guard ProcessInfo.processInfo.environment["BOUNDSTREAMS_WAKE_WITH_TIMER"] == nil,
-              let process = dlopen(nil, RTLD_NOW),
-              let current = dlsym(process, "CFRunLoopGetCurrent"),
-              let wakeUp = dlsym(process, "CFRunLoopWakeUp") else { return nil }
+            let process = dlopen(nil, RTLD_NOW),
+            let current = dlsym(process, "CFRunLoopGetCurrent"),
+            let wakeUp = dlsym(process, "CFRunLoopWakeUp")
+        else { return nil }
         return (unsafeBitCast(current, to: CurrentRunLoop.self), unsafeBitCast(wakeUp, to: WakeUp.self))
         #else
         return nil

@@ -17,9 +17,7 @@ struct AdvertisementFields {
         let adv = AdvertisingData(lenient: advertisingData)
         let rsp = scanResponse.map { AdvertisingData(lenient: $0) } ?? AdvertisingData()
         // A complete name wins over a shortened one, wherever each came from.
-        if adv.isLocalNameComplete { localName = adv.localName }
-        else if rsp.isLocalNameComplete { localName = rsp.localName }
-        else { localName = adv.localName ?? rsp.localName }
+        if adv.isLocalNameComplete { localName = adv.localName } else if rsp.isLocalNameComplete { localName = rsp.localName } else { localName = adv.localName ?? rsp.localName }
         for u in adv.serviceUUIDs + rsp.serviceUUIDs where !serviceUUIDs.contains(u) { serviceUUIDs.append(u) }
         for u in adv.solicitedServiceUUIDs + rsp.solicitedServiceUUIDs where !solicitedServiceUUIDs.contains(u) { solicitedServiceUUIDs.append(u) }
         serviceData = adv.serviceData + rsp.serviceData.filter { e in !adv.serviceData.contains { $0.uuid == e.uuid } }

@@ -122,22 +122,22 @@ public struct CBATTError: CustomNSError, Hashable, @unchecked Sendable {
             case .success: return "The operation completed successfully."
             case .invalidHandle: return "The handle is invalid."
             case .readNotPermitted: return "Reading is not permitted."
-            case .writeNotPermitted: return "Writing is not permitted."  // (seen)
+            case .writeNotPermitted: return "Writing is not permitted."   // (seen)
             case .invalidPdu: return "The command is invalid."
-            case .insufficientAuthentication: return "Authentication is insufficient."  // (seen)
+            case .insufficientAuthentication: return "Authentication is insufficient."   // (seen)
             case .requestNotSupported: return "The request is not supported."
             case .invalidOffset: return "The offset is invalid."
             case .insufficientAuthorization: return "Authorization is insufficient."
             case .prepareQueueFull: return "The prepare queue is full."
-            case .attributeNotFound: return "The attribute could not be found."  // (seen)
+            case .attributeNotFound: return "The attribute could not be found."   // (seen)
             case .attributeNotLong: return "The attribute is not long."
             case .insufficientEncryptionKeySize: return "The encryption key size is insufficient."
             case .invalidAttributeValueLength: return "The value's length is invalid."
             case .unlikelyError: return "Unlikely error."
-            case .insufficientEncryption: return "Encryption is insufficient."  // (seen)
+            case .insufficientEncryption: return "Encryption is insufficient."   // (seen)
             case .unsupportedGroupType: return "The group type is not supported."
             case .insufficientResources: return "Resources are insufficient."
-            case .other: return "Unknown ATT error."  // (seen, code 242)
+            case .other: return "Unknown ATT error."   // (seen, code 242)
             }
         }
     }

@@ -49,7 +49,9 @@ final class EventListeners<Event: Sendable>: @unchecked Sendable {
     }
 
     func finishAll() {
-        for c in lock.withLock({ () -> [AsyncStream<Event>.Continuation] in let v = Array(listeners.values); listeners.removeAll(); return v }) { c.finish() }
+        for c in lock.withLock({ () -> [AsyncStream<Event>.Continuation] in
+            let v = Array(listeners.values); listeners.removeAll(); return v
+        }) { c.finish() }
     }
 }
 
@@ -84,7 +86,9 @@ extension CBCentralManager {
                 for await e in stream { if case let .discovered(d) = e { c.yield(d) } }
             }
             scanForPeripherals(withServices: services, options: box.value)
-            c.onTermination = { [weak self] _ in task.cancel(); self?.stopScan() }
+            c.onTermination = { [weak self] _ in
+                task.cancel(); self?.stopScan()
+            }
         }
     }
 

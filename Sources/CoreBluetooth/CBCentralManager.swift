@@ -84,23 +84,24 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     private func attach(failure: String?) {
-        start(on: leHost, queue: queue, failure: failure,
-              announceUnsupported: { [weak self] in if let self { self.delegate?.centralManagerDidUpdateState(self) } },
-              register: { [weak self] host in
-                  guard let self else { return }
-                  let hub = HostHub.of(host)
-                  hub.add(self)
-                  self.hub = hub
-                  // Once a device has told us its identity, its later private addresses find the same CBPeripheral.
-                  host.addSecurityObserver { [weak self] c, e in
-                      guard let self, case .paired = e, let link = SharedLink.existing(c) else { return }
-                      for p in link.peripherals(of: self) {
-                          peripheralsByAddress[c.identityAddress] = p
-                          deviceCache?.bind(p.identifier, toIdentity: c.identityAddress)
-                      }
-                  }
-              },
-              powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
+        start(
+            on: leHost, queue: queue, failure: failure,
+            announceUnsupported: { [weak self] in if let self { self.delegate?.centralManagerDidUpdateState(self) } },
+            register: { [weak self] host in
+                guard let self else { return }
+                let hub = HostHub.of(host)
+                hub.add(self)
+                self.hub = hub
+                // Once a device has told us its identity, its later private addresses find the same CBPeripheral.
+                host.addSecurityObserver { [weak self] c, e in
+                    guard let self, case .paired = e, let link = SharedLink.existing(c) else { return }
+                    for p in link.peripherals(of: self) {
+                        peripheralsByAddress[c.identityAddress] = p
+                        deviceCache?.bind(p.identifier, toIdentity: c.identityAddress)
+                    }
+                }
+            },
+            powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
     deinit {
@@ -169,12 +170,16 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// Scans for peripherals advertising any of `serviceUUIDs` (nil: all). A new call replaces the filters.
     open func scanForPeripherals(withServices serviceUUIDs: [CBUUID]?, options: [String: Any]? = nil) {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
-        let allowDuplicates = (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? NSNumber)?.boolValue
+        let allowDuplicates =
+            (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? NSNumber)?.boolValue
             ?? (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool) ?? false
         let solicited = (options?[CBCentralManagerScanOptionSolicitedServiceUUIDsKey] as? [CBUUID]) ?? []
-        let state = ScanState(services: serviceUUIDs.map { Set($0.map(\.bluetoothUUID)) }.flatMap { $0.isEmpty ? nil : $0 },
-                              solicited: Set(solicited.map(\.bluetoothUUID)), allowDuplicates: allowDuplicates)
-        managerLock.withLock { storedIsScanning = true; scanRecord = (serviceUUIDs, options) }
+        let state = ScanState(
+            services: serviceUUIDs.map { Set($0.map(\.bluetoothUUID)) }.flatMap { $0.isEmpty ? nil : $0 },
+            solicited: Set(solicited.map(\.bluetoothUUID)), allowDuplicates: allowDuplicates)
+        managerLock.withLock {
+            storedIsScanning = true; scanRecord = (serviceUUIDs, options)
+        }
         saveRestorationState()
         host.loop.execute { [self] in
             scan = state
@@ -188,7 +193,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     open func stopScan() {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
-        managerLock.withLock { storedIsScanning = false; scanRecord = nil }
+        managerLock.withLock {
+            storedIsScanning = false; scanRecord = nil
+        }
         saveRestorationState()
         host.loop.execute { [self] in
             scan = nil
@@ -236,8 +243,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         guard let id = restoreIdentifier else { return }
         let (peripherals, scanRecord) = managerLock.withLock { (peripheralsByIdentifier.values, self.scanRecord) }
         let kept = peripherals.filter { $0.state == .connected || $0.state == .connecting }.map { ($0.deviceAddress, $0.identifier) }
-        RestorationStore.saveCentral(id: id, peripherals: kept, scanning: scanRecord != nil,
-                                     scanServices: scanRecord?.services ?? nil, scanOptions: scanRecord?.options ?? nil)
+        RestorationStore.saveCentral(
+            id: id, peripherals: kept, scanning: scanRecord != nil,
+            scanServices: scanRecord?.services ?? nil, scanOptions: scanRecord?.options ?? nil)
     }
 
     /// The one CBPeripheral of this manager for an address (created on first sight). Loop only.
@@ -341,12 +349,15 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             return
         }
         if peripheral.state == .connected {
-            queue.async { [self] in delegate?.centralManager(self, didConnect: peripheral); broadcast(.connected(peripheral)) }
+            queue.async { [self] in
+                delegate?.centralManager(self, didConnect: peripheral); broadcast(.connected(peripheral))
+            }
             return
         }
         guard peripheral.state != .connecting else { return }
         peripheral.setState(.connecting)
-        peripheral.autoReconnect = (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? NSNumber)?.boolValue
+        peripheral.autoReconnect =
+            (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? NSNumber)?.boolValue
             ?? (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? Bool) ?? false
         let delay = (options?[CBConnectPeripheralOptionStartDelayKey] as? NSNumber)?.doubleValue ?? 0
         let attempt = peripheral.beginConnectAttempt()
@@ -587,8 +598,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             p.resetAfterDisconnect()
             if isReconnecting { p.setState(.connecting) }
             saveRestorationState()
-            delegate?.centralManager(self, didDisconnectPeripheral: p, timestamp: CFAbsoluteTimeGetCurrent(),
-                                     isReconnecting: isReconnecting, error: error)
+            delegate?.centralManager(
+                self, didDisconnectPeripheral: p, timestamp: CFAbsoluteTimeGetCurrent(),
+                isReconnecting: isReconnecting, error: error)
             broadcast(.disconnected(p, error.map { UncheckedBox($0) }))
             if let events = managerLock.withLock({ connectionEventOptions }), matches(events, p) {
                 delegate?.centralManager(self, connectionEventDidOccur: .peerDisconnected, for: p)

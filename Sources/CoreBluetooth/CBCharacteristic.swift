@@ -17,8 +17,10 @@ open class CBCharacteristic: CBAttribute, @unchecked Sendable {
     /// A discovered (or local) characteristic. `handle` is the characteristic declaration, `valueHandle`
     /// the value attribute and `endHandle` the last handle before the next characteristic or the end of
     /// the service (Core Spec Vol 3 Part G §3.3).
-    package init(uuid: CBUUID, properties: CBCharacteristicProperties, value: Data? = nil, service: CBService? = nil,
-                 handle: UInt16 = 0, valueHandle: UInt16 = 0, endHandle: UInt16 = 0) {
+    package init(
+        uuid: CBUUID, properties: CBCharacteristicProperties, value: Data? = nil, service: CBService? = nil,
+        handle: UInt16 = 0, valueHandle: UInt16 = 0, endHandle: UInt16 = 0
+    ) {
         storedProperties = properties
         storedValue = value
         storedHandle = handle
@@ -97,7 +99,8 @@ open class CBCharacteristic: CBAttribute, @unchecked Sendable {
 
     open override var description: String {
         let v = value.map { "{length = \($0.count), bytes = 0x\([UInt8]($0).map { hex2($0) }.joined())}" } ?? "(null)"
-        return "<\(type(of: self)): \(address(of: self)), UUID = \(uuid), properties = 0x\(String(properties.rawValue, radix: 16, uppercase: true)), value = \(v), notifying = \(isNotifying ? "YES" : "NO")>"
+        return
+            "<\(type(of: self)): \(address(of: self)), UUID = \(uuid), properties = 0x\(String(properties.rawValue, radix: 16, uppercase: true)), value = \(v), notifying = \(isNotifying ? "YES" : "NO")>"
     }
 }
 

@@ -20,10 +20,12 @@ extension CBError {
         case .operationCancelledByHost: code = .operationCancelled
         default: code = connecting ? .connectionFailed : .unknown
         }
-        return CBError(code, userInfo: [
-            NSLocalizedFailureReasonErrorKey: "HCI status 0x\(String(status.rawValue, radix: 16, uppercase: true)): \(status)",
-            CBHCIStatusKey: NSNumber(value: status.rawValue),
-        ])
+        return CBError(
+            code,
+            userInfo: [
+                NSLocalizedFailureReasonErrorKey: "HCI status 0x\(String(status.rawValue, radix: 16, uppercase: true)): \(status)",
+                CBHCIStatusKey: NSNumber(value: status.rawValue),
+            ])
     }
 }
 

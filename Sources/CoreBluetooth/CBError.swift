@@ -77,21 +77,21 @@ public struct CBError: CustomNSError, Hashable, @unchecked Sendable {
         /// follow the same style.
         var defaultDescription: String {
             switch self {
-            case .unknown: return "Unknown error."  // (seen)
+            case .unknown: return "Unknown error."   // (seen)
             case .invalidParameters: return "The specified parameters are invalid."
             case .invalidHandle: return "The specified attribute handle is invalid."
-            case .notConnected: return "The specified device is not connected."  // (seen)
+            case .notConnected: return "The specified device is not connected."   // (seen)
             case .outOfSpace: return "The device has run out of space to complete the intended operation."
             case .operationCancelled: return "The operation was cancelled."
-            case .connectionTimeout: return "The connection has timed out unexpectedly."  // (seen)
-            case .peripheralDisconnected: return "The specified device has disconnected from us."  // (seen)
+            case .connectionTimeout: return "The connection has timed out unexpectedly."   // (seen)
+            case .peripheralDisconnected: return "The specified device has disconnected from us."   // (seen)
             case .uuidNotAllowed: return "The specified UUID is not allowed for this operation."
             case .alreadyAdvertising: return "The peripheral is already advertising."
             case .connectionFailed: return "The connection has failed unexpectedly."
             case .connectionLimitReached: return "The device has reached the maximum number of connections."
             case .unknownDevice: return "The device is unknown."
             case .operationNotSupported: return "The operation is not supported."
-            case .peerRemovedPairingInformation: return "Peer removed pairing information"  // (seen)
+            case .peerRemovedPairingInformation: return "Peer removed pairing information"   // (seen)
             case .encryptionTimedOut: return "The encryption has timed out."
             case .tooManyLEPairedDevices: return "Too many LE devices are paired."
             case .leGattExceededBackgroundNotificationLimit: return "The background notification limit has been exceeded."

@@ -207,7 +207,7 @@ final class ChannelBridge: @unchecked Sendable {
                     var i = 0
                     while i < bytes.count {
                         let end = min(bytes.count, i + size)
-                        outbound.append([UInt8](UnsafeRawBufferPointer(rebasing: bytes[i ..< end])))
+                        outbound.append([UInt8](UnsafeRawBufferPointer(rebasing: bytes[i..<end])))
                         i = end
                     }
                     return bytes.count
@@ -248,8 +248,12 @@ extension L2CAPOpenError {
         case .failed(.timeout):
             return CBError(.connectionTimeout)
         case let .failed(.refused(r)):
-            return CBError(.connectionFailed, userInfo: [NSLocalizedFailureReasonErrorKey: "L2CAP connection refused: \(r)",
-                                                         "L2CAPResult": Int(r.rawValue)])
+            return CBError(
+                .connectionFailed,
+                userInfo: [
+                    NSLocalizedFailureReasonErrorKey: "L2CAP connection refused: \(r)",
+                    "L2CAPResult": Int(r.rawValue),
+                ])
         case let .failed(f):
             return CBError(.connectionFailed, userInfo: [NSLocalizedFailureReasonErrorKey: "\(f)"])
         case let .pairingFailed(why):

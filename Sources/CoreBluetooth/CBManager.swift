@@ -39,10 +39,12 @@ open class CBManager: NSObject, @unchecked Sendable {
     /// Starts a manager on its host: without one, the state becomes `.unsupported` (announced on `queue`);
     /// with one, `register` installs the manager as the host's delegate, power changes are observed, and the
     /// host is powered on (or its current state reported).
-    package func start(on host: LEHost?, queue: DispatchQueue, failure: String?,
-                       announceUnsupported: @escaping @Sendable () -> Void,
-                       register: @escaping @Sendable (LEHost) -> Void,
-                       powerChanged: @escaping @Sendable (CBManagerState) -> Void) {
+    package func start(
+        on host: LEHost?, queue: DispatchQueue, failure: String?,
+        announceUnsupported: @escaping @Sendable () -> Void,
+        register: @escaping @Sendable (LEHost) -> Void,
+        powerChanged: @escaping @Sendable (CBManagerState) -> Void
+    ) {
         guard let host else {
             queue.async { [self] in
                 CBLog.warning("no Bluetooth controller: \(failure ?? "unknown error")")

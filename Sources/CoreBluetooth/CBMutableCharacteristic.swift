@@ -10,8 +10,10 @@ open class CBMutableCharacteristic: CBCharacteristic, @unchecked Sendable {
     private var storedSubscribedCentrals: [CBCentral]?
 
     /// A local characteristic. `value` non-nil means cached (read-only); nil means dynamic.
-    public init(type UUID: CBUUID, properties: CBCharacteristicProperties, value: Data?,
-                permissions: CBAttributePermissions) {
+    public init(
+        type UUID: CBUUID, properties: CBCharacteristicProperties, value: Data?,
+        permissions: CBAttributePermissions
+    ) {
         storedPermissions = permissions
         super.init(uuid: UUID, properties: properties, value: value)
     }

@@ -19,7 +19,8 @@ open class CBMutableDescriptor: CBDescriptor, @unchecked Sendable {
     /// Why `init(type:value:)` would trap for this UUID, or nil if the type is supported.
     package static func unsupportedTypeProblem(_ uuid: CBUUID) -> String? {
         if uuid == CBUUID(string: CBUUIDCharacteristicUserDescriptionString)
-            || uuid == CBUUID(string: CBUUIDCharacteristicFormatString) {
+            || uuid == CBUUID(string: CBUUIDCharacteristicFormatString)
+        {
             return nil
         }
         return "descriptor type \(uuid.uuidString) is not supported; only "

@@ -9,8 +9,10 @@ import BLEHost
 
 extension CBPeripheral {
     /// Runs a GATT procedure, applies `apply` to the model on the delegate queue, then returns.
-    func gattAsync<T: Sendable>(_ procedure: GATTClient.Procedure,
-                                _ apply: @escaping @Sendable (GATTClient.Outcome) throws -> T) async throws -> T {
+    func gattAsync<T: Sendable>(
+        _ procedure: GATTClient.Procedure,
+        _ apply: @escaping @Sendable (GATTClient.Outcome) throws -> T
+    ) async throws -> T {
         guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
         let q = queue
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<T, any Error>) in
@@ -153,6 +155,8 @@ final class ValueListeners: @unchecked Sendable {
     }
 
     func finishAll() {
-        for e in lock.withLock({ () -> [AsyncStream<Data>.Continuation] in let v = entries.values.map(\.continuation); entries.removeAll(); return v }) { e.finish() }
+        for e in lock.withLock({ () -> [AsyncStream<Data>.Continuation] in
+            let v = entries.values.map(\.continuation); entries.removeAll(); return v
+        }) { e.finish() }
     }
 }

@@ -12,7 +12,8 @@ extension CBPeripheral {
     public func discoverServices(_ serviceUUIDs: [CBUUID]?) {
         let filter = serviceUUIDs.flatMap { $0.isEmpty ? nil : $0 }
         withConnection("discoverServices") { [self] c in
-            let procedure: GATTClient.Procedure = filter?.count == 1
+            let procedure: GATTClient.Procedure =
+                filter?.count == 1
                 ? .discoverPrimaryServices(uuid: filter![0].bluetoothUUID) : .discoverAllPrimaryServices
             c.gatt(procedure) { [self] r in
                 switch r {
@@ -62,18 +63,23 @@ extension CBPeripheral {
             c.gatt(.findIncludedServices(start: start, end: end)) { [self] r in
                 switch r {
                 case let .success(.includedServices(found)):
-                    deliver({ $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }, prepare: { [self] in
-                        var list = service._includedServices ?? []
-                        var known = Set(list.map(\.handle))
-                        let byHandle = Dictionary((services ?? []).map { ($0.handle, $0) }, uniquingKeysWith: { a, _ in a })
-                        for inc in found.prefix(Self.maximumServices) where filter?.contains(CBUUID(inc.uuid)) ?? true {
-                            guard known.insert(inc.startHandle).inserted else { continue }
-                            let existing = byHandle[inc.startHandle]
-                            list.append(existing ?? CBService(uuid: CBUUID(inc.uuid), isPrimary: false, handle: inc.startHandle,
-                                                              endHandle: inc.endHandle, peripheral: self))
-                        }
-                        service._includedServices = list
-                    })
+                    deliver(
+                        { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) },
+                        prepare: { [self] in
+                            var list = service._includedServices ?? []
+                            var known = Set(list.map(\.handle))
+                            let byHandle = Dictionary((services ?? []).map { ($0.handle, $0) }, uniquingKeysWith: { a, _ in a })
+                            for inc in found.prefix(Self.maximumServices) where filter?.contains(CBUUID(inc.uuid)) ?? true {
+                                guard known.insert(inc.startHandle).inserted else { continue }
+                                let existing = byHandle[inc.startHandle]
+                                list.append(
+                                    existing
+                                        ?? CBService(
+                                            uuid: CBUUID(inc.uuid), isPrimary: false, handle: inc.startHandle,
+                                            endHandle: inc.endHandle, peripheral: self))
+                            }
+                            service._includedServices = list
+                        })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: self.cbError(f)) }
                 default:
@@ -95,9 +101,11 @@ extension CBPeripheral {
                     guard found.count <= Self.maximumCharacteristicsPerService else {
                         return deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: Self.tooLarge("characteristics", found.count)) }
                     }
-                    deliver({ $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }, prepare: { [self] in
-                        mergeCharacteristics(found, into: service, filter: filter)
-                    })
+                    deliver(
+                        { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) },
+                        prepare: { [self] in
+                            mergeCharacteristics(found, into: service, filter: filter)
+                        })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: self.cbError(f)) }
                 default:
@@ -117,9 +125,11 @@ extension CBPeripheral {
                     guard found.count <= Self.maximumDescriptorsPerCharacteristic else {
                         return deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: Self.tooLarge("descriptors", found.count)) }
                     }
-                    deliver({ $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }, prepare: { [self] in
-                        mergeDescriptors(found, into: characteristic)
-                    })
+                    deliver(
+                        { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) },
+                        prepare: { [self] in
+                            mergeDescriptors(found, into: characteristic)
+                        })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: self.cbError(f)) }
                 }
@@ -143,9 +153,10 @@ extension CBPeripheral {
         for (i, ch) in found.enumerated() {
             let endHandle = i + 1 < found.count ? found[i + 1].declarationHandle - 1 : service.endHandle
             guard filter?.contains(CBUUID(ch.uuid)) ?? true, known.insert(ch.declarationHandle).inserted else { continue }
-            list.append(CBCharacteristic(
-                uuid: CBUUID(ch.uuid), properties: CBCharacteristicProperties(rawValue: UInt(ch.properties)),
-                service: service, handle: ch.declarationHandle, valueHandle: ch.valueHandle, endHandle: endHandle))
+            list.append(
+                CBCharacteristic(
+                    uuid: CBUUID(ch.uuid), properties: CBCharacteristicProperties(rawValue: UInt(ch.properties)),
+                    service: service, handle: ch.declarationHandle, valueHandle: ch.valueHandle, endHandle: endHandle))
         }
         list.sort { $0.handle < $1.handle }
         service._characteristics = list
@@ -171,8 +182,9 @@ extension CBPeripheral {
                 switch r {
                 case let .success(.value(v)):
                     let data = Data(v)
-                    deliver({ $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) },
-                            prepare: { characteristic._value = data })
+                    deliver(
+                        { $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) },
+                        prepare: { characteristic._value = data })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: self.cbError(f)) }
                 default:
@@ -226,8 +238,9 @@ extension CBPeripheral {
                     if let f {
                         deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: self.cbError(f)) }
                     } else {
-                        deliver({ $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
-                                prepare: { characteristic._isNotifying = enabled })
+                        deliver(
+                            { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
+                            prepare: { characteristic._isNotifying = enabled })
                     }
                 }
             }
@@ -237,7 +250,8 @@ extension CBPeripheral {
             }
             c.gatt(.discoverDescriptors(start: start, end: end)) { [self] r in
                 guard case let .success(.descriptors(found)) = r,
-                      let cccd = found.first(where: { $0.uuid == .clientCharacteristicConfiguration }) else {
+                    let cccd = found.first(where: { $0.uuid == .clientCharacteristicConfiguration })
+                else {
                     let err: any Error = { if case let .failure(f) = r { return self.cbError(f) } else { return CBATTError(.attributeNotFound) } }()
                     return deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: err) }
                 }
@@ -298,7 +312,9 @@ extension CBPeripheral {
     package func readyToSendWriteWithoutResponse() {
         queue.async { [self] in
             var had = 0
-            updateWritesPending { had = $0; $0 = 0 }
+            updateWritesPending {
+                had = $0; $0 = 0
+            }
             guard had > 0 else { return }
             guard state == .connected else { return }
             delegate?.peripheralIsReady(toSendWriteWithoutResponse: self)
@@ -314,8 +330,9 @@ extension CBPeripheral {
             c.gatt(.readLong(handle: handle)) { [self] r in
                 switch r {
                 case let .success(.value(v)):
-                    deliver({ $0.peripheral(self, didUpdateValueFor: descriptor, error: nil) },
-                            prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
+                    deliver(
+                        { $0.peripheral(self, didUpdateValueFor: descriptor, error: nil) },
+                        prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
                 case let .failure(f):
                     deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: self.cbError(f)) }
                 default:
@@ -362,7 +379,8 @@ extension CBPeripheral {
     /// `userInfo` (NSLocalizedFailureReasonErrorKey, and "OCBPairingFailureReason" with the SMP code).
     func cbError(_ f: GATTClient.Failure) -> any Error {
         guard case let .att(code, _) = f, code == .insufficientAuthentication || code == .insufficientEncryption,
-              let pairing = connection?.lastPairingError else { return f.cbError }
+            let pairing = connection?.lastPairingError
+        else { return f.cbError }
         var info: [String: Any] = [NSLocalizedFailureReasonErrorKey: "\(pairing)"]
         if let r = pairing.reason { info["OCBPairingFailureReason"] = Int(r.rawValue) }
         return CBATTError(CBATTError.Code(rawValue: Int(code.rawValue)) ?? .unlikelyError, userInfo: info)

@@ -75,7 +75,11 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     /// A new connect (or a cancel) supersedes the previous attempt; returns the new attempt's number.
     @discardableResult
-    package func beginConnectAttempt() -> UInt64 { lock.withLock { connectAttempt += 1; return connectAttempt } }
+    package func beginConnectAttempt() -> UInt64 {
+        lock.withLock {
+            connectAttempt += 1; return connectAttempt
+        }
+    }
     package func isCurrentConnectAttempt(_ n: UInt64) -> Bool { lock.withLock { connectAttempt == n } }
 
     open weak var delegate: (any CBPeripheralDelegate)? {
@@ -157,7 +161,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         withConnection("read name") { [self] c in
             c.gatt(.readUsingCharacteristicUUID(start: 0x0001, end: 0xFFFF, uuid: .deviceName)) { [self] r in
                 guard case let .success(.handleValues(values)) = r, let v = values.first,
-                      let n = String(bytes: v.value, encoding: .utf8) else { return }
+                    let n = String(bytes: v.value, encoding: .utf8)
+                else { return }
                 queue.async { [self] in
                     let changed = lock.withLock { () -> Bool in
                         let before = gapName ?? storedName

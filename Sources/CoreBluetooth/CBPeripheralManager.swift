@@ -53,14 +53,16 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
         let made = Result { try HostFactory.sharedHostFromEnvironment(name: "peripheral") }
-        self.init(delegate: delegate, queue: queue, made: made,
-                  restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
+        self.init(
+            delegate: delegate, queue: queue, made: made,
+            restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
 
     /// Creates a manager on a given host (for tests and tools that choose the controller themselves).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, host: LEHost) {
-        self.init(delegate: delegate, queue: queue, made: .success(host),
-                  restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
+        self.init(
+            delegate: delegate, queue: queue, made: .success(host),
+            restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
 
     private init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?) {
@@ -75,10 +77,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     private func attach(failure: String?) {
-        start(on: leHost, queue: queue, failure: failure,
-              announceUnsupported: { [weak self] in if let self { self.delegate?.peripheralManagerDidUpdateState(self) } },
-              register: { [weak self] host in if let self { HostHub.of(host).add(self) } },
-              powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
+        start(
+            on: leHost, queue: queue, failure: failure,
+            announceUnsupported: { [weak self] in if let self { self.delegate?.peripheralManagerDidUpdateState(self) } },
+            register: { [weak self] host in if let self { HostHub.of(host).add(self) } },
+            powerChanged: { [weak self] s in self?.hostPowerChanged(s) })
     }
 
     deinit {
@@ -107,9 +110,12 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             let restored = newState == .poweredOn ? takeRestoredState() : nil
             if let restored {
                 // willRestoreState is "the first method invoked", before the state update.
-                delegate?.peripheralManager(self, willRestoreState: [
-                    CBPeripheralManagerRestoredStateServicesKey: restored.services,
-                    CBPeripheralManagerRestoredStateAdvertisementDataKey: restored.advertisement ?? [:]])
+                delegate?.peripheralManager(
+                    self,
+                    willRestoreState: [
+                        CBPeripheralManagerRestoredStateServicesKey: restored.services,
+                        CBPeripheralManagerRestoredStateAdvertisementDataKey: restored.advertisement ?? [:],
+                    ])
             }
             setState(newState)
             delegate?.peripheralManagerDidUpdateState(self)
@@ -161,7 +167,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         let name = data[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (data[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         let packed = AdvertisingPacker.pack(localName: name, serviceUUIDs: uuids.map(\.bluetoothUUID))
-        managerLock.withLock { storedIsAdvertising = true; advertisedData = data }
+        managerLock.withLock {
+            storedIsAdvertising = true; advertisedData = data
+        }
         saveRestorationState()
         host.loop.execute { [self] in
             host.startAdvertising(AdvertisingConfiguration(data: packed.advertisingData, scanResponse: packed.scanResponseData)) { [self] e in
@@ -175,7 +183,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     open func stopAdvertising() {
         guard !misusedOutsidePoweredOn(), let host = leHost else { return }
-        managerLock.withLock { storedIsAdvertising = false; advertisedData = nil }
+        managerLock.withLock {
+            storedIsAdvertising = false; advertisedData = nil
+        }
         saveRestorationState()
         host.loop.execute { host.stopAdvertising() }
     }
@@ -223,8 +233,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
                     guard let h = serviceHandlesOnLoop[inc] else { throw CBError(.invalidParameters) }
                     return GATTServiceReference(handle: h)
                 }
-                return try host.addService(GATTServiceDefinition(uuid: uuid, isPrimary: isPrimary, includedServices: includes,
-                                                                 characteristics: characteristics))
+                return try host.addService(
+                    GATTServiceDefinition(
+                        uuid: uuid, isPrimary: isPrimary, includedServices: includes,
+                        characteristics: characteristics))
             }
             if case let .success(handles) = result { serviceHandlesOnLoop[key] = handles.range.lowerBound }
             queue.async { [self] in
@@ -462,8 +474,10 @@ extension CBMutableCharacteristic {
         if properties.contains(.notifyEncryptionRequired) { wire.insert(.notify) }
         if properties.contains(.indicateEncryptionRequired) { wire.insert(.indicate) }
         if !properties.isDisjoint(with: [.notifyEncryptionRequired, .indicateEncryptionRequired]) {
-            descriptors.append(GATTDescriptorDefinition(uuid: .clientCharacteristicConfiguration,
-                                                        permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil))
+            descriptors.append(
+                GATTDescriptorDefinition(
+                    uuid: .clientCharacteristicConfiguration,
+                    permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil))
         }
         return GATTCharacteristicDefinition(
             uuid: uuid.bluetoothUUID, properties: wire,

@@ -42,8 +42,11 @@ open class CBUUID: NSObject, NSCopying, @unchecked Sendable {
     /// A 128-bit UUID.
     public convenience init(nsuuid theUUID: UUID) {
         let u = theUUID.uuid
-        self.init(BluetoothUUID(bigEndianBytes: [u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7,
-                                                 u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15]))
+        self.init(
+            BluetoothUUID(bigEndianBytes: [
+                u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7,
+                u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15,
+            ]))
     }
 
     /// The UUID in its own form, big-endian: 2, 4 or 16 bytes.

@@ -82,8 +82,9 @@ package final class DeviceCache: @unchecked Sendable {
                 return (id, newlyBonded)
             }
             let id = preferred.flatMap { entries[$0] == nil ? $0 : nil } ?? UUID()
-            entries[id] = Entry(identifier: id, address: k.string, random: k.type.isRandom, name: nil, bonded: bonded,
-                                connected: false, lastSeen: now)
+            entries[id] = Entry(
+                identifier: id, address: k.string, random: k.type.isRandom, name: nil, bonded: bonded,
+                connected: false, lastSeen: now)
             byAddress[k] = id
             trim()
             return (id, true)
@@ -169,8 +170,9 @@ package final class DeviceCache: @unchecked Sendable {
             return Document(version: Self.formatVersion, devices: entries.values.sorted { $0.address < $1.address })
         }
         do {
-            try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                at: file.deletingLastPathComponent(), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             try encoder.encode(doc).write(to: file, options: .atomic)

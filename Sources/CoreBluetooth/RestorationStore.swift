@@ -26,11 +26,19 @@ struct SavedCentralState {
 }
 
 enum RestorationStore {
-    static func saveCentral(id: String, peripherals: [(address: BluetoothAddress, identifier: UUID)], scanning: Bool,
-                            scanServices: [CBUUID]?, scanOptions: [String: Any]?) {
-        var root: [String: Any] = ["version": 1, "scanning": scanning,
-                                   "peripherals": peripherals.map { ["address": $0.address.string, "random": $0.address.type.isRandom,
-                                                                     "identifier": $0.identifier.uuidString] }]
+    static func saveCentral(
+        id: String, peripherals: [(address: BluetoothAddress, identifier: UUID)], scanning: Bool,
+        scanServices: [CBUUID]?, scanOptions: [String: Any]?
+    ) {
+        var root: [String: Any] = [
+            "version": 1, "scanning": scanning,
+            "peripherals": peripherals.map {
+                [
+                    "address": $0.address.string, "random": $0.address.type.isRandom,
+                    "identifier": $0.identifier.uuidString,
+                ]
+            },
+        ]
         if let scanServices { root["scanServices"] = scanServices.map(\.uuidString) }
         if let dup = scanOptions?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool { root["allowDuplicates"] = dup }
         write(root, to: file("central", id), id: id)
@@ -38,10 +46,12 @@ enum RestorationStore {
 
     static func loadCentral(id: String) -> SavedCentralState? {
         guard let data = try? Data(contentsOf: file("central", id)),
-              let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any], root["version"] as? Int == 1 else { return nil }
+            let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any], root["version"] as? Int == 1
+        else { return nil }
         let peripherals = ((root["peripherals"] as? [[String: Any]]) ?? []).compactMap { p -> (address: BluetoothAddress, identifier: UUID?)? in
             guard let s = p["address"] as? String,
-                  let a = BluetoothAddress(string: s, type: (p["random"] as? Bool ?? false) ? .random : .public) else { return nil }
+                let a = BluetoothAddress(string: s, type: (p["random"] as? Bool ?? false) ? .random : .public)
+            else { return nil }
             return (a, (p["identifier"] as? String).flatMap(UUID.init(uuidString:)))
         }
         let services = (root["scanServices"] as? [String])?.compactMap { CBUUID.bluetoothUUID(parsing: $0).map { CBUUID($0) } }
@@ -103,8 +113,9 @@ enum RestorationStore {
 
     static func loadPeripheral(id: String) -> RestoredPeripheralState? {
         guard let data = try? Data(contentsOf: file("peripheral", id)),
-              let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-              root["version"] as? Int == 1, let list = root["services"] as? [[String: Any]] else { return nil }
+            let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            root["version"] as? Int == 1, let list = root["services"] as? [[String: Any]]
+        else { return nil }
         func uuid(_ v: Any?) -> CBUUID? { (v as? String).flatMap { CBUUID.bluetoothUUID(parsing: $0) }.map { CBUUID($0) } }
         func bytes(_ v: Any?) -> Data? { (v as? String).flatMap { [UInt8](hexString: $0) }.map { Data($0) } }
         var services: [CBMutableService] = []
@@ -113,8 +124,9 @@ enum RestorationStore {
             let service = CBMutableService(type: u, primary: s["primary"] as? Bool ?? true)
             service.characteristics = ((s["characteristics"] as? [[String: Any]]) ?? []).compactMap { c in
                 guard let cu = uuid(c["uuid"]) else { return nil }
-                let ch = CBMutableCharacteristic(type: cu, properties: CBCharacteristicProperties(rawValue: UInt(c["properties"] as? Int ?? 0)),
-                                                 value: bytes(c["value"]), permissions: CBAttributePermissions(rawValue: UInt(c["permissions"] as? Int ?? 0)))
+                let ch = CBMutableCharacteristic(
+                    type: cu, properties: CBCharacteristicProperties(rawValue: UInt(c["properties"] as? Int ?? 0)),
+                    value: bytes(c["value"]), permissions: CBAttributePermissions(rawValue: UInt(c["permissions"] as? Int ?? 0)))
                 ch.descriptors = ((c["descriptors"] as? [[String: Any]]) ?? []).compactMap { d in
                     guard let du = uuid(d["uuid"]) else { return nil }
                     if let text = d["string"] as? String { return CBMutableDescriptor(type: du, value: text) }

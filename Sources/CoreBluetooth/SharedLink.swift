@@ -99,8 +99,10 @@ final class SharedLink {
     /// descriptor when the peer's configuration must change. A link with one user writes each time it is
     /// asked, as iOS does for a single app; with others subscribed, a request they already cover needs no
     /// write. `completion` gets nil on success.
-    func configure(user id: UInt64, valueHandle: UInt16, descriptor: UInt16, value: [UInt8]?,
-                   completion: @escaping (GATTClient.Failure?) -> Void) {
+    func configure(
+        user id: UInt64, valueHandle: UInt16, descriptor: UInt16, value: [UInt8]?,
+        completion: @escaping (GATTClient.Failure?) -> Void
+    ) {
         guard let c = connection, c.isOpen else { return completion(.disconnected) }
         var sub = subscriptions[valueHandle] ?? Subscription(descriptor: descriptor)
         sub.descriptor = descriptor
@@ -165,7 +167,8 @@ final class SharedLink {
             guard let self, let c, case let .success(.services(found)) = r, let gatt = found.first else { return }
             c.gatt(.discoverCharacteristics(start: gatt.handle, end: gatt.endHandle, uuid: nil)) { [weak self, weak c] r in
                 guard let self, let c, case let .success(.characteristics(chars)) = r,
-                      let i = chars.firstIndex(where: { $0.uuid == .serviceChanged }) else { return }
+                    let i = chars.firstIndex(where: { $0.uuid == .serviceChanged })
+                else { return }
                 let sc = chars[i]
                 let end = i + 1 < chars.count ? chars[i + 1].declarationHandle - 1 : gatt.endHandle
                 self.serviceChangedHandle = sc.valueHandle
@@ -173,7 +176,8 @@ final class SharedLink {
                 guard sc.valueHandle < end else { return }
                 c.gatt(.discoverDescriptors(start: sc.valueHandle + 1, end: end)) { [weak c] r in
                     guard let c, case let .success(.descriptors(ds)) = r,
-                          let cccd = ds.first(where: { $0.uuid == .clientCharacteristicConfiguration }) else { return }
+                        let cccd = ds.first(where: { $0.uuid == .clientCharacteristicConfiguration })
+                    else { return }
                     c.gatt(.write(handle: cccd.handle, value: [0x02, 0x00])) { _ in }
                 }
             }

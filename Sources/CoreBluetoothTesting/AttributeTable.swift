@@ -81,7 +81,9 @@ public struct AttributeTable: Sendable, Equatable {
                     k += 1
                     continue
                 }
-                guard a.type == .characteristic else { throw RebuildError.cannotPlace("attribute 0x\(String(a.handle, radix: 16)) (\(a.type)) precedes every characteristic of its service") }
+                guard a.type == .characteristic else {
+                    throw RebuildError.cannotPlace("attribute 0x\(String(a.handle, radix: 16)) (\(a.type)) precedes every characteristic of its service")
+                }
                 guard let v = a.value, v.count == 5 || v.count == 19 else { throw RebuildError.malformedDeclaration(handle: a.handle) }
                 let properties = GATTCharacteristicProperties(rawValue: v[0])
                 let valueHandle = UInt16(v[1]) | UInt16(v[2]) << 8
@@ -101,8 +103,10 @@ public struct AttributeTable: Sendable, Equatable {
                     let x = inside[d]
                     if x.handle != valueHandle {
                         let writable = x.type == .clientCharacteristicConfiguration || x.type == BluetoothUUID(0x2903)
-                        descriptors.append(GATTDescriptorDefinition(uuid: x.type, permissions: x.permissions ?? (writable ? [.readable, .writeable] : .readable),
-                                                                    value: x.value ?? [], handle: x.handle))
+                        descriptors.append(
+                            GATTDescriptorDefinition(
+                                uuid: x.type, permissions: x.permissions ?? (writable ? [.readable, .writeable] : .readable),
+                                value: x.value ?? [], handle: x.handle))
                     }
                     d += 1
                 }
@@ -110,16 +114,22 @@ public struct AttributeTable: Sendable, Equatable {
                 if let e = descriptors.first(where: { $0.uuid == .characteristicExtendedProperties })?.value, let b = e.first {
                     extended = GATTCharacteristicExtendedProperties(rawValue: UInt16(b) | UInt16(e.count > 1 ? e[1] : 0) << 8)
                 }
-                characteristics.append(GATTCharacteristicDefinition(uuid: cuuid, properties: properties, permissions: permissions, value: value,
-                                                                    descriptors: descriptors, extendedProperties: extended, handle: a.handle))
+                characteristics.append(
+                    GATTCharacteristicDefinition(
+                        uuid: cuuid, properties: properties, permissions: permissions, value: value,
+                        descriptors: descriptors, extendedProperties: extended, handle: a.handle))
                 k = d
             }
-            defs.append(GATTServiceDefinition(uuid: uuid, isPrimary: decl.type == .primaryService, includedServices: includes,
-                                              characteristics: characteristics, handle: decl.handle, endHandle: end))
+            defs.append(
+                GATTServiceDefinition(
+                    uuid: uuid, isPrimary: decl.type == .primaryService, includedServices: includes,
+                    characteristics: characteristics, handle: decl.handle, endHandle: end))
         }
         if let stray = attributes.first(where: { a in
             !defs.contains { ($0.handle!...$0.endHandle!).contains(a.handle) }
-        }) { throw RebuildError.attributeOutsideService(handle: stray.handle) }
+        }) {
+            throw RebuildError.attributeOutsideService(handle: stray.handle)
+        }
         // Included services first.
         var ordered: [GATTServiceDefinition] = []
         var placed = Set<UInt16>()

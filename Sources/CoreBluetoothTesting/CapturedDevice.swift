@@ -117,8 +117,9 @@ public struct CapturedDevice: Sendable {
         var s = PeripheralSpec()
         s.name = name
         s.proximity = proximity
-        s.advertising = PeripheralSpec.Advertising(data: advertisingData, scanResponse: scanResponse, interval: advertisingInterval ?? 0.1,
-                                                   delay: 0, alsoWhenConnected: false, isConnectable: true)
+        s.advertising = PeripheralSpec.Advertising(
+            data: advertisingData, scanResponse: scanResponse, interval: advertisingInterval ?? 0.1,
+            delay: 0, alsoWhenConnected: false, isConnectable: true)
         s.isConnectable = true
         s.includesDefaultServices = false
         s.services = try database.serviceDefinitions()
@@ -272,8 +273,7 @@ struct CaptureParser {
             let boundary: L2CAPFragment.Boundary = acl.boundary == .continuing ? .continuing : .first
             let toHost = r.direction == .controllerToHost
             let frame: L2CAPFrame?
-            if toHost { frame = try? links[i].toHost.append(acl.data, boundary: boundary) }
-            else { frame = try? links[i].toController.append(acl.data, boundary: boundary) }
+            if toHost { frame = try? links[i].toHost.append(acl.data, boundary: boundary) } else { frame = try? links[i].toController.append(acl.data, boundary: boundary) }
             guard let frame, frame.channelID == .att, let pdu = try? ATTPDU.decode(frame.payload) else { return }
             // The device's side: from the controller when the capturing host was the central.
             let fromDevice = toHost == (links[i].role == 0)
@@ -287,7 +287,9 @@ struct CaptureParser {
         switch e {
         case let .le(.advertisingReport(reports)):
             for a in reports {
-                if a.eventType == .scanRsp { scanResponses[a.address.bytes] = a.data } else {
+                if a.eventType == .scanRsp {
+                    scanResponses[a.address.bytes] = a.data
+                } else {
                     advertising[a.address.bytes] = a.data
                     advertisingTimes[a.address.bytes, default: []].append(time)
                 }

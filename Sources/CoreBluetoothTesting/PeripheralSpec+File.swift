@@ -27,7 +27,8 @@ extension PeripheralSpec {
         self.includesDefaultServices = false
         self.services = try AttributeTable(db).serviceDefinitions()
         let packed = AdvertisingPacker.pack(localName: name, serviceUUIDs: file.advertise.serviceUUIDs)
-        advertising = Advertising(data: packed.advertisingData, scanResponse: packed.scanResponseData, interval: 0.1, delay: 0,
-                                  alsoWhenConnected: false, isConnectable: true)
+        advertising = Advertising(
+            data: packed.advertisingData, scanResponse: packed.scanResponseData, interval: 0.1, delay: 0,
+            alsoWhenConnected: false, isConnectable: true)
     }
 }

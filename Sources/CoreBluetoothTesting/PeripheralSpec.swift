@@ -151,26 +151,34 @@ public struct PeripheralSpec: Sendable {
         /// Advertises `advertisementData` (Core Bluetooth's keys: local name, service UUIDs, manufacturer
         /// data, service data, TX power level, solicited services) every `interval` seconds, starting after
         /// `delay`.
-        public func advertising(advertisementData: [String: Any], withInterval interval: TimeInterval = 0.1, delay: TimeInterval = 0,
-                                alsoWhenConnected: Bool = false) -> Builder {
+        public func advertising(
+            advertisementData: [String: Any], withInterval interval: TimeInterval = 0.1, delay: TimeInterval = 0,
+            alsoWhenConnected: Bool = false
+        ) -> Builder {
             let packed = AdvertisementEncoder.encode(advertisementData, connectable: true)
-            return advertising(data: packed.data, scanResponse: packed.scanResponse, withInterval: interval, delay: delay,
-                               alsoWhenConnected: alsoWhenConnected)
+            return advertising(
+                data: packed.data, scanResponse: packed.scanResponse, withInterval: interval, delay: delay,
+                alsoWhenConnected: alsoWhenConnected)
         }
 
         /// Advertises exactly these bytes (a capture's advertising, say).
-        public func advertising(data: [UInt8], scanResponse: [UInt8] = [], withInterval interval: TimeInterval = 0.1,
-                                delay: TimeInterval = 0, alsoWhenConnected: Bool = false) -> Builder {
+        public func advertising(
+            data: [UInt8], scanResponse: [UInt8] = [], withInterval interval: TimeInterval = 0.1,
+            delay: TimeInterval = 0, alsoWhenConnected: Bool = false
+        ) -> Builder {
             var b = self
-            b.spec.advertising = Advertising(data: data, scanResponse: scanResponse, interval: interval, delay: delay,
-                                             alsoWhenConnected: alsoWhenConnected, isConnectable: true)
+            b.spec.advertising = Advertising(
+                data: data, scanResponse: scanResponse, interval: interval, delay: delay,
+                alsoWhenConnected: alsoWhenConnected, isConnectable: true)
             return b
         }
 
         /// Makes the peripheral connectable with these services (published in order), a preferred connection
         /// interval (seconds) and ATT_MTU.
-        public func connectable(name: String, services: [CBMutableService], connectionInterval: TimeInterval? = nil,
-                                mtu: UInt16 = 517) -> Builder {
+        public func connectable(
+            name: String, services: [CBMutableService], connectionInterval: TimeInterval? = nil,
+            mtu: UInt16 = 517
+        ) -> Builder {
             var b = self
             b.spec.name = name
             b.spec.isConnectable = true
@@ -199,8 +207,10 @@ public struct PeripheralSpec: Sendable {
             var b = self; b.spec.onSubscriptionChange = handler; return b
         }
         /// Publishes an L2CAP PSM; `handler` gets each channel opened to it (on the air's loop).
-        public func l2capChannel(psm: UInt16, response: SimulatedChannelResponse = .accept,
-                                 _ handler: @escaping ChannelHandler) -> Builder {
+        public func l2capChannel(
+            psm: UInt16, response: SimulatedChannelResponse = .accept,
+            _ handler: @escaping ChannelHandler
+        ) -> Builder {
             var b = self; b.spec.channels.append((psm, response, handler)); return b
         }
 
@@ -230,11 +240,14 @@ extension GATTServiceDefinition {
             if c.properties.contains(.notifyEncryptionRequired) { wire.insert(.notify) }
             if c.properties.contains(.indicateEncryptionRequired) { wire.insert(.indicate) }
             if !c.properties.isDisjoint(with: [.notifyEncryptionRequired, .indicateEncryptionRequired]) {
-                descriptors.append(GATTDescriptorDefinition(uuid: .clientCharacteristicConfiguration,
-                                                            permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil))
+                descriptors.append(
+                    GATTDescriptorDefinition(
+                        uuid: .clientCharacteristicConfiguration,
+                        permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil))
             }
-            return GATTCharacteristicDefinition(uuid: c.uuid.bluetoothUUID, properties: wire, permissions: p,
-                                                value: c.value.map { [UInt8]($0) } ?? [], descriptors: descriptors)
+            return GATTCharacteristicDefinition(
+                uuid: c.uuid.bluetoothUUID, properties: wire, permissions: p,
+                value: c.value.map { [UInt8]($0) } ?? [], descriptors: descriptors)
         }
         self.init(uuid: service.uuid.bluetoothUUID, isPrimary: service.isPrimary, characteristics: characteristics)
     }
@@ -257,8 +270,11 @@ enum AdvertisementEncoder {
         }
         for (uuid, data) in ((ad[CBAdvertisementDataServiceDataKey] as? [CBUUID: Data]) ?? [:]).sorted(by: { $0.key.uuidString < $1.key.uuidString }) {
             let u = uuid.bluetoothUUID
-            if let s = u.uuid16 { structures.append(ADStructure(type: .serviceData16, data: [UInt8(s & 0xFF), UInt8(s >> 8)] + data)) }
-            else { structures.append(ADStructure(type: .serviceData128, data: u.littleEndianBytes + data)) }
+            if let s = u.uuid16 {
+                structures.append(ADStructure(type: .serviceData16, data: [UInt8(s & 0xFF), UInt8(s >> 8)] + data))
+            } else {
+                structures.append(ADStructure(type: .serviceData128, data: u.littleEndianBytes + data))
+            }
         }
         let solicited = ((ad[CBAdvertisementDataSolicitedServiceUUIDsKey] as? [CBUUID]) ?? []).map(\.bluetoothUUID)
         let s16 = solicited.compactMap(\.uuid16), s128 = solicited.filter { $0.uuid16 == nil }
@@ -273,9 +289,13 @@ enum AdvertisementEncoder {
         }
         if let name = ad[CBAdvertisementDataLocalNameKey] as? String {
             let bytes = Array(name.utf8)
-            if size(adv) + 2 + bytes.count <= 31 { adv.append(ADStructure(type: .completeLocalName, data: bytes)) }
-            else if size(rsp) + 2 + bytes.count <= 31 { rsp.append(ADStructure(type: .completeLocalName, data: bytes)) }
-            else if 31 - size(rsp) > 2 { rsp.append(ADStructure(type: .shortenedLocalName, data: Array(bytes.prefix(31 - size(rsp) - 2)))) }
+            if size(adv) + 2 + bytes.count <= 31 {
+                adv.append(ADStructure(type: .completeLocalName, data: bytes))
+            } else if size(rsp) + 2 + bytes.count <= 31 {
+                rsp.append(ADStructure(type: .completeLocalName, data: bytes))
+            } else if 31 - size(rsp) > 2 {
+                rsp.append(ADStructure(type: .shortenedLocalName, data: Array(bytes.prefix(31 - size(rsp) - 2))))
+            }
         }
         return (AdvertisingData(adv).encode(), AdvertisingData(rsp).encode())
     }

@@ -102,8 +102,9 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
 
     private func startAdvertising(first: Bool) {
         guard let a = spec.advertising, advertisingWanted, !removed, host.powerState == .on else { return }
-        let config = AdvertisingConfiguration(data: a.data, scanResponse: a.scanResponse, connectable: a.isConnectable && spec.isConnectable,
-                                              interval: UInt16(clamping: Int((min(max(a.interval, 0.02), 10.24) / 0.000625).rounded())))
+        let config = AdvertisingConfiguration(
+            data: a.data, scanResponse: a.scanResponse, connectable: a.isConnectable && spec.isConnectable,
+            interval: UInt16(clamping: Int((min(max(a.interval, 0.02), 10.24) / 0.000625).rounded())))
         let go = { [weak self] in
             guard let self, !self.removed, self.host.powerState == .on else { return }
             if !self.host.connections.isEmpty && !a.alsoWhenConnected { return }
@@ -154,8 +155,9 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
             readCounts[handle] = n + 1
         }
         let current = Data(values[handle] ?? [])
-        let r = SimulatedReadRequest(service: CBUUID(c.service), characteristic: CBUUID(c.uuid), handle: handle,
-                                     offset: Int(request.offset), currentValue: current)
+        let r = SimulatedReadRequest(
+            service: CBUUID(c.service), characteristic: CBUUID(c.uuid), handle: handle,
+            offset: Int(request.offset), currentValue: current)
         answer(read: request, with: spec.onRead?(r) ?? .value(current))
     }
 
@@ -178,8 +180,9 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
         var outcome: SimulatedWriteResponse = .success
         for item in request.items {
             guard let c = characteristicsByHandle[item.attributeHandle] else { outcome = .error(.writeNotPermitted); break }
-            let w = SimulatedWriteRequest(service: CBUUID(c.service), characteristic: CBUUID(c.uuid), handle: item.attributeHandle,
-                                          offset: Int(item.offset), value: Data(item.value), withResponse: request.needsResponse)
+            let w = SimulatedWriteRequest(
+                service: CBUUID(c.service), characteristic: CBUUID(c.uuid), handle: item.attributeHandle,
+                offset: Int(item.offset), value: Data(item.value), withResponse: request.needsResponse)
             let r = spec.onWrite?(w) ?? .success
             if case .success = r {
                 let old = values[item.attributeHandle] ?? []
@@ -226,11 +229,12 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
         cancelReplay(for: connection, handle: handle)
         var timers: [LoopTimer] = []
         for u in updates {
-            timers.append(loop.schedule(after: .seconds(max(u.after, 0))) { [weak self] in
-                guard let self, self.host.connections[connection] != nil else { return }
-                self.values[handle] = u.value
-                self.send(u.value, handle: handle, to: [connection])
-            })
+            timers.append(
+                loop.schedule(after: .seconds(max(u.after, 0))) { [weak self] in
+                    guard let self, self.host.connections[connection] != nil else { return }
+                    self.values[handle] = u.value
+                    self.send(u.value, handle: handle, to: [connection])
+                })
         }
         replayTimers[handle, default: []] += timers
     }
@@ -387,7 +391,8 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
         let other = CBCentralManager(delegate: nil, queue: queue, options: nil, host: sim.phone)
         sim.keep(other)
         guard sim.run(until: { other.state == .poweredOn }, within: .seconds(5)),
-              let p = queue.sync(execute: { other.retrievePeripherals(withIdentifiers: [id]).first }) else { return false }
+            let p = queue.sync(execute: { other.retrievePeripherals(withIdentifiers: [id]).first })
+        else { return false }
         // The other app holds its peripheral, as an app must: a released peripheral lets go of its link.
         sim.keep(p)
         queue.sync { other.connect(p) }

@@ -29,7 +29,7 @@ public final class DBusConnection: Sendable {
     private let writeLock = Mutex<Void>(())
 
     private struct State: ~Copyable {
-        var nextSerial: UInt32 = 2  // 1 was Hello
+        var nextSerial: UInt32 = 2   // 1 was Hello
         var pending: [UInt32: @Sendable (Result<DBusMessage, DBusError>) -> Void] = [:]
         var signalHandlers: [Int: @Sendable (DBusMessage) -> Void] = [:]
         var objects: [String: @Sendable (DBusMessage) -> DBusMessage?] = [:]
@@ -51,8 +51,10 @@ public final class DBusConnection: Sendable {
     /// Connects to the bus at `address` (`unix:path=…` or `unix:abstract=…`; several separated by `;` are tried in
     /// order), authenticates with EXTERNAL and says Hello. Blocks the calling thread until then (a few
     /// milliseconds on a healthy bus; `timeout` seconds at most).
-    public init(address: String, queue: DispatchQueue? = nil, negotiateUnixFDs: Bool = true,
-                maxMessageLength: Int = 16 << 20, timeout: Double = 10) throws(DBusError) {
+    public init(
+        address: String, queue: DispatchQueue? = nil, negotiateUnixFDs: Bool = true,
+        maxMessageLength: Int = 16 << 20, timeout: Double = 10
+    ) throws(DBusError) {
         self.queue = queue ?? DispatchQueue(label: "opencorebluetooth.dbus")
         self.maxMessageLength = min(maxMessageLength, DBusLimits.maxMessageLength)
         var lastError = DBusError.badAddress(address)
@@ -107,8 +109,10 @@ public final class DBusConnection: Sendable {
 
     /// Calls a method; `reply` runs on `queue` with the return, the error reply as `.remote`, `.timedOut` or
     /// `.disconnected`.
-    public func call(_ message: DBusMessage, timeout: Double = 25,
-                     reply: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void) {
+    public func call(
+        _ message: DBusMessage, timeout: Double = 25,
+        reply: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void
+    ) {
         var m = message
         m.kind = .methodCall
         do {
@@ -144,8 +148,10 @@ public final class DBusConnection: Sendable {
         return try box.withLock { $0! }.get()
     }
 
-    private func send(_ message: DBusMessage,
-                      registering reply: (@Sendable (Result<DBusMessage, DBusError>) -> Void)?) throws(DBusError) -> UInt32 {
+    private func send(
+        _ message: DBusMessage,
+        registering reply: (@Sendable (Result<DBusMessage, DBusError>) -> Void)?
+    ) throws(DBusError) -> UInt32 {
         if !message.unixFDs.isEmpty && !unixFDsEnabled {
             throw .invalidValue("the bus does not pass descriptors")
         }
@@ -200,8 +206,10 @@ public final class DBusConnection: Sendable {
 
     /// Asks the bus to route signals matching `rule` to us (org.freedesktop.DBus.AddMatch).
     public func addMatch(_ rule: String) async throws(DBusError) {
-        _ = try await call(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                       interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)]))
+        _ = try await call(
+            .methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)]))
     }
 
     /// Serves method calls to the object at `path`: `handler` runs on `queue` and returns the reply (made with
@@ -247,11 +255,13 @@ public final class DBusConnection: Sendable {
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         var tid = pthread_t()
         let box = Unmanaged.passRetained(thread).toOpaque()
-        pthread_create(&tid, &attributes, { arg in
-            let thread = Unmanaged<ReaderThread>.fromOpaque(arg!).takeRetainedValue()
-            thread.run()
-            return nil
-        }, box)
+        pthread_create(
+            &tid, &attributes,
+            { arg in
+                let thread = Unmanaged<ReaderThread>.fromOpaque(arg!).takeRetainedValue()
+                thread.run()
+                return nil
+            }, box)
         pthread_attr_destroy(&attributes)
     }
 
@@ -284,8 +294,9 @@ public final class DBusConnection: Sendable {
                 } else if let handler {
                     answer = handler(message)
                 } else {
-                    answer = message.errorReply(name: "org.freedesktop.DBus.Error.UnknownObject",
-                                                message: "no object at \(message.path ?? "?")")
+                    answer = message.errorReply(
+                        name: "org.freedesktop.DBus.Error.UnknownObject",
+                        message: "no object at \(message.path ?? "?")")
                 }
                 if let answer, !message.flags.contains(.noReplyExpected) { _ = try? self.send(answer) }
             }
@@ -359,8 +370,9 @@ public final class DBusConnection: Sendable {
 
     /// Sends Hello (serial 1) and reads until its reply; what follows stays in `buffer`.
     private static func hello(fd: Int32, buffer: inout [UInt8], limit: Int) throws(DBusError) -> String {
-        let hello = DBusMessage.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                           interface: "org.freedesktop.DBus", member: "Hello")
+        let hello = DBusMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "Hello")
         guard write(fd: fd, try hello.encoded(serial: 1), fds: []) == 0 else { throw .disconnected("cannot write Hello") }
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -421,8 +433,9 @@ public final class DBusConnection: Sendable {
         var pendingFDs = fds
         while offset < octets.count {
             let n: Int = octets.withUnsafeBytes { raw in
-                var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + offset),
-                                iov_len: octets.count - offset)
+                var iov = iovec(
+                    iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + offset),
+                    iov_len: octets.count - offset)
                 var msg = msghdr()
                 return withUnsafeMutablePointer(to: &iov) { iovp in
                     msg.msg_iov = iovp

@@ -57,8 +57,10 @@ public struct DBusMessage: Sendable, CustomStringConvertible {
 
     public init(kind: Kind) { self.kind = kind }
 
-    public static func methodCall(destination: String?, path: String, interface: String?, member: String,
-                                  body: [DBusValue] = []) -> DBusMessage {
+    public static func methodCall(
+        destination: String?, path: String, interface: String?, member: String,
+        body: [DBusValue] = []
+    ) -> DBusMessage {
         var m = DBusMessage(kind: .methodCall)
         m.destination = destination
         m.path = path
@@ -233,7 +235,7 @@ public struct DBusMessage: Sendable, CustomStringConvertible {
         var fdCount = 0
         for case .structure(let pair) in fields.arrayItems ?? [] {
             guard pair.count == 2, case .byte(let code) = pair[0], case .variant(let value) = pair[1] else { continue }
-            guard let field = Field(rawValue: code) else { continue }  // unknown fields are ignored
+            guard let field = Field(rawValue: code) else { continue }   // unknown fields are ignored
             func expect(_ t: DBusType) throws(DBusError) {
                 guard value.type == t else { throw .malformed(12, "header field \(code) of type \(value.type)") }
             }

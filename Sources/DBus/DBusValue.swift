@@ -148,7 +148,8 @@ public indirect enum DBusValue: Hashable, Sendable, CustomStringConvertible {
 
     /// `a{sv}` from a Swift dictionary, keys sorted so the octets are stable.
     public static func stringVariantDictionary(_ d: [String: DBusValue]) -> DBusValue {
-        .dictionary(key: .string, value: .variant,
-                    d.keys.sorted().map { DBusDictEntry(.string($0), .variant(d[$0]!)) })
+        .dictionary(
+            key: .string, value: .variant,
+            d.keys.sorted().map { DBusDictEntry(.string($0), .variant(d[$0]!)) })
     }
 }

@@ -23,7 +23,7 @@ final class MDNSCore: @unchecked Sendable {
     let log: @Sendable (String) -> Void
 
     private let lock = NSLock()
-    private var state: State = .idle          // guarded by `lock`
+    private var state: State = .idle   // guarded by `lock`
     /// Serialises opening the sockets. Not `lock`: while they open, the loop may already deliver a packet,
     /// and `received` takes `lock` on the loop, which must not wait for the opener's `wait()` on that loop.
     private let opening = NSLock()
@@ -66,9 +66,10 @@ final class MDNSCore: @unchecked Sendable {
         let group = existingGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
         lock.withLock { self.group = group }
         let loop = group.next()
-        let sockets = try MDNSSockets.open(on: loop, interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, log: log,
-                                           receive: { [weak self] bytes, peer in self?.received(bytes, from: peer) },
-                                           changed: { [weak self] change in self?.networkChanged(change) })
+        let sockets = try MDNSSockets.open(
+            on: loop, interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, log: log,
+            receive: { [weak self] bytes, peer in self?.received(bytes, from: peer) },
+            changed: { [weak self] change in self?.networkChanged(change) })
         let host = (try? DNSName(hostNameString)) ?? (try! DNSName("linux.local"))
         let seed = UInt64.random(in: 0...UInt64.max)
         try? loop.submit {
@@ -111,8 +112,10 @@ final class MDNSCore: @unchecked Sendable {
 
     // MARK: API
 
-    func register(serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
-                  onEvent: @escaping @Sendable (RegistrationEvent) -> Void) -> MDNSRegistration {
+    func register(
+        serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
+        onEvent: @escaping @Sendable (RegistrationEvent) -> Void
+    ) -> MDNSRegistration {
         let type: DNSName
         let record: TXTRecord
         do {
@@ -125,7 +128,9 @@ final class MDNSCore: @unchecked Sendable {
         } catch { onEvent(.failed(.invalidTXT("\(error)"))); return MDNSRegistration(cancel: {}) }
         let sockets: MDNSSockets
         do { sockets = try running() } catch { onEvent(.failed(error)); return MDNSRegistration(cancel: {}) }
-        let token = lock.withLock { () -> Int in nextToken += 1; return nextToken }
+        let token = lock.withLock { () -> Int in
+            nextToken += 1; return nextToken
+        }
         sockets.loop.execute {
             guard var engine = self.engine else { return }
             let (id, actions) = engine.register(instanceName: instanceName, serviceType: type, port: port, txt: record, now: self.now())
@@ -150,7 +155,9 @@ final class MDNSCore: @unchecked Sendable {
         do { type = try MDNSCore.parseServiceType(serviceType) } catch { onEvent(.failed(error)); return MDNSBrowse(cancel: {}) }
         let sockets: MDNSSockets
         do { sockets = try running() } catch { onEvent(.failed(error)); return MDNSBrowse(cancel: {}) }
-        let token = lock.withLock { () -> Int in nextToken += 1; return nextToken }
+        let token = lock.withLock { () -> Int in
+            nextToken += 1; return nextToken
+        }
         let display = DNSName(labelsDropLast: type).descriptionWithoutDot
         sockets.loop.execute {
             guard var engine = self.engine else { return }
@@ -179,8 +186,9 @@ final class MDNSCore: @unchecked Sendable {
         if t.lowercased().hasSuffix(".local") { t.removeLast(6) }
         let parts = t.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 2, parts[0].hasPrefix("_"), parts[1] == "_tcp" || parts[1] == "_udp",
-              BonjourServiceType.isValid(String(parts[0].dropFirst())),
-              let name = try? DNSName(labelStrings: [parts[0], parts[1], "local"]) else {
+            BonjourServiceType.isValid(String(parts[0].dropFirst())),
+            let name = try? DNSName(labelStrings: [parts[0], parts[1], "local"])
+        else {
             throw .invalidServiceType(text)
         }
         return name
@@ -262,8 +270,9 @@ final class MDNSCore: @unchecked Sendable {
                 socketAddresses.append(MDNSSockets.socketAddress(v6: bytes, port: s.port, scope: scope))
             }
         }
-        return DiscoveredService(instanceName: s.instanceName, serviceType: type, txt: s.txt.dictionary,
-                                 hostName: s.host.description, port: s.port, addresses: texts, socketAddresses: socketAddresses)
+        return DiscoveredService(
+            instanceName: s.instanceName, serviceType: type, txt: s.txt.dictionary,
+            hostName: s.host.description, port: s.port, addresses: texts, socketAddresses: socketAddresses)
     }
 }
 

@@ -77,8 +77,10 @@ public struct DiscoveredService: Sendable, Hashable {
     /// The same addresses with `port`, ready to connect to.
     public var socketAddresses: [SocketAddress]
 
-    public init(instanceName: String, serviceType: String, domain: String = "local.", txt: [String: String],
-                hostName: String, port: UInt16, addresses: [String], socketAddresses: [SocketAddress]) {
+    public init(
+        instanceName: String, serviceType: String, domain: String = "local.", txt: [String: String],
+        hostName: String, port: UInt16, addresses: [String], socketAddresses: [SocketAddress]
+    ) {
         self.instanceName = instanceName
         self.serviceType = serviceType
         self.domain = domain
@@ -134,8 +136,10 @@ public final class MDNSService: Sendable {
     ///   - hostName: our host name; default `<uuid>.local.`.
     ///   - log: where diagnostic lines go (malformed packets, name conflicts, socket errors); by default swift-log,
     ///     label `opencorebluetooth.mdns`, level `notice`.
-    public init(interfaces: [String]? = nil, ipv4: Bool = true, ipv6: Bool = true, hostName: String? = nil,
-                log: (@Sendable (String) -> Void)? = nil) {
+    public init(
+        interfaces: [String]? = nil, ipv4: Bool = true, ipv6: Bool = true, hostName: String? = nil,
+        log: (@Sendable (String) -> Void)? = nil
+    ) {
         self.core = MDNSCore(interfaces: interfaces, ipv4: ipv4, ipv6: ipv6, hostName: hostName, log: log)
     }
 
@@ -150,8 +154,10 @@ public final class MDNSService: Sendable {
     ///   - port: the service's port.
     ///   - txt: the TXT record's keys and values.
     ///   - onEvent: called with each registration event.
-    public func register(serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
-                         onEvent: @escaping @Sendable (RegistrationEvent) -> Void) -> MDNSRegistration {
+    public func register(
+        serviceType: String, instanceName: String, port: UInt16, txt: [String: String],
+        onEvent: @escaping @Sendable (RegistrationEvent) -> Void
+    ) -> MDNSRegistration {
         core.register(serviceType: serviceType, instanceName: instanceName, port: port, txt: txt, onEvent: onEvent)
     }
 

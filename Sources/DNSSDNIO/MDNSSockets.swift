@@ -81,9 +81,11 @@ final class MDNSSockets: @unchecked Sendable {
     static let group4: [UInt8] = [224, 0, 0, 251]
     static let group6: [UInt8] = [0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFB]
 
-    private init(loop: EventLoop, wanted: [String]?, v4: CInt, v6: CInt, netlink: CInt, wake: (CInt, CInt),
-                 log: @escaping @Sendable (String) -> Void, receive: @escaping @Sendable ([UInt8], MDNSPeer) -> Void,
-                 changed: @escaping @Sendable (MDNSNetworkChange) -> Void) {
+    private init(
+        loop: EventLoop, wanted: [String]?, v4: CInt, v6: CInt, netlink: CInt, wake: (CInt, CInt),
+        log: @escaping @Sendable (String) -> Void, receive: @escaping @Sendable ([UInt8], MDNSPeer) -> Void,
+        changed: @escaping @Sendable (MDNSNetworkChange) -> Void
+    ) {
         self.loop = loop; self.wanted = wanted; self.v4 = v4; self.v6 = v6; self.netlink = netlink; self.wake = wake
         self.log = log; self.receive = receive; self.changed = changed
     }
@@ -92,10 +94,12 @@ final class MDNSSockets: @unchecked Sendable {
     /// now and starts the reader. Throws `.socketUnavailable` only when no family could bind the port; having
     /// no usable interface yet is not an error (they are joined when they come).
     /// `receive` and `changed` run on `loop`.
-    static func open(on loop: EventLoop, interfaces wanted: [String]?, ipv4: Bool, ipv6: Bool,
-                     log: @escaping @Sendable (String) -> Void,
-                     receive: @escaping @Sendable ([UInt8], MDNSPeer) -> Void,
-                     changed: @escaping @Sendable (MDNSNetworkChange) -> Void) throws(MDNSError) -> MDNSSockets {
+    static func open(
+        on loop: EventLoop, interfaces wanted: [String]?, ipv4: Bool, ipv6: Bool,
+        log: @escaping @Sendable (String) -> Void,
+        receive: @escaping @Sendable ([UInt8], MDNSPeer) -> Void,
+        changed: @escaping @Sendable (MDNSNetworkChange) -> Void
+    ) throws(MDNSError) -> MDNSSockets {
         var errors: [String] = []
         let v4 = ipv4 ? openSocket(family: AF_INET, errors: &errors) : -1
         let v6 = ipv6 ? openSocket(family: AF_INET6, errors: &errors) : -1
@@ -113,8 +117,9 @@ final class MDNSSockets: @unchecked Sendable {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         }
-        let sockets = MDNSSockets(loop: loop, wanted: wanted, v4: v4, v6: v6, netlink: openNetlink(), wake: (fds[0], fds[1]),
-                                  log: log, receive: receive, changed: changed)
+        let sockets = MDNSSockets(
+            loop: loop, wanted: wanted, v4: v4, v6: v6, netlink: openNetlink(), wake: (fds[0], fds[1]),
+            log: log, receive: receive, changed: changed)
         try? loop.submit { sockets.rescan(initial: true) }.wait()
         let thread = Thread { sockets.readLoop() }
         thread.name = "mDNS reader"
@@ -457,10 +462,11 @@ final class MDNSSockets: @unchecked Sendable {
 
     /// Stops the reader and closes the descriptors (goodbyes must have been sent before). Not on `loop`.
     func close() {
-        let first = (try? loop.submit { [self] () -> Bool in
-            defer { closed = true }
-            return !closed
-        }.wait()) ?? true
+        let first =
+            (try? loop.submit { [self] () -> Bool in
+                defer { closed = true }
+                return !closed
+            }.wait()) ?? true
         guard first else { return }
         var one: UInt8 = 1
         _ = write(wake.write, &one, 1)

@@ -65,7 +65,9 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
         } else {
             advertiser?.stopAdvertisingPeer()
             browser?.stopBrowsingForPeers()
-            let lost = lock.withLock { () -> [MCPeerID] in defer { nearby.removeAll() }; return nearby.compactMap { known[$0] } }
+            let lost = lock.withLock { () -> [MCPeerID] in
+                defer { nearby.removeAll() }; return nearby.compactMap { known[$0] }
+            }
             for p in lost { changed(p, .stateUnavailable) }
         }
     }
@@ -92,8 +94,10 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
         return true
     }
 
-    func setHandler(_ h: GKSessionDataReceiveHandler?, closure c: ((Data, String, GKSession, UnsafeMutableRawPointer?) -> Void)?,
-                    context ctx: UnsafeMutableRawPointer?) {
+    func setHandler(
+        _ h: GKSessionDataReceiveHandler?, closure c: ((Data, String, GKSession, UnsafeMutableRawPointer?) -> Void)?,
+        context ctx: UnsafeMutableRawPointer?
+    ) {
         let r = Receiver(object: h, closure: c, context: ctx)
         lock.withLock { receiver = r }
     }
@@ -123,7 +127,9 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
     // MARK: Multipeer events
 
     func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?) {
-        let new = lock.withLock { () -> Bool in known[peerID.token] = peerID; return nearby.insert(peerID.token).inserted }
+        let new = lock.withLock { () -> Bool in
+            known[peerID.token] = peerID; return nearby.insert(peerID.token).inserted
+        }
         if new { changed(peerID, .stateAvailable) }
     }
 
@@ -132,8 +138,10 @@ final class GKEngine: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDele
         if was { changed(peerID, .stateUnavailable) }
     }
 
-    func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
-                    invitationHandler: @escaping (Bool, MCSession?) -> Void) {
+    func advertiser(
+        _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+        invitationHandler: @escaping (Bool, MCSession?) -> Void
+    ) {
         guard let s = owner else { return invitationHandler(false, nil) }
         lock.withLock {
             known[peerID.token] = peerID

@@ -146,8 +146,10 @@ open class GKSession: NSObject, @unchecked Sendable {
     }
 
     /// The closure form of the data-receive handler (Linux addition).
-    public func setDataReceiveHandler(withContext context: UnsafeMutableRawPointer? = nil,
-                                      _ handler: @escaping (Data, String, GKSession, UnsafeMutableRawPointer?) -> Void) {
+    public func setDataReceiveHandler(
+        withContext context: UnsafeMutableRawPointer? = nil,
+        _ handler: @escaping (Data, String, GKSession, UnsafeMutableRawPointer?) -> Void
+    ) {
         engine.setHandler(nil, closure: handler, context: context)
     }
 

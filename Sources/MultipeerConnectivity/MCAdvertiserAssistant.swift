@@ -36,8 +36,10 @@ open class MCAdvertiserAssistant: NSObject, MCNearbyServiceAdvertiserDelegate, @
     open func stop() { advertiser.stopAdvertisingPeer() }
 
     /// Advertiser plumbing (Linux addition, not for apps): an invitation, answered through `invitationPresenter`.
-    public func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
-                           invitationHandler: @escaping (Bool, MCSession?) -> Void) {
+    public func advertiser(
+        _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+        invitationHandler: @escaping (Bool, MCSession?) -> Void
+    ) {
         delegate?.advertiserAssistantWillPresentInvitation(self)
         invitationPresenter(peerID, context) { [self] accept in
             delegate?.advertiserAssistantDidDismissInvitation(self)

@@ -7,13 +7,17 @@ import Foundation
 public protocol MCBrowserViewControllerDelegate: NSObjectProtocol {
     func browserViewControllerDidFinish(_ browserViewController: MCBrowserViewController)
     func browserViewControllerWasCancelled(_ browserViewController: MCBrowserViewController)
-    func browserViewController(_ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,
-                               withDiscoveryInfo info: [String: String]?) -> Bool
+    func browserViewController(
+        _ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,
+        withDiscoveryInfo info: [String: String]?
+    ) -> Bool
 }
 
 public extension MCBrowserViewControllerDelegate {
-    func browserViewController(_ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,
-                               withDiscoveryInfo info: [String: String]?) -> Bool { true }
+    func browserViewController(
+        _ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,
+        withDiscoveryInfo info: [String: String]?
+    ) -> Bool { true }
 }
 
 open class MCBrowserViewController: NSObject, MCNearbyServiceBrowserDelegate, @unchecked Sendable {

@@ -59,10 +59,12 @@ public enum MCServiceType {
 
     /// The error an advertiser or browser reports for what iOS refuses (NSNetServicesBadArgumentError).
     static func badArgument(_ what: String) -> NSError {
-        NSError(domain: "NSNetServicesErrorDomain", code: -72008, userInfo: [
-            NSLocalizedDescriptionKey: "The operation couldn’t be completed. (NSNetServicesErrorDomain error -72008.)",
-            NSLocalizedFailureReasonErrorKey: what,
-        ])
+        NSError(
+            domain: "NSNetServicesErrorDomain", code: -72008,
+            userInfo: [
+                NSLocalizedDescriptionKey: "The operation couldn’t be completed. (NSNetServicesErrorDomain error -72008.)",
+                NSLocalizedFailureReasonErrorKey: what,
+            ])
     }
 
     /// Why iOS would refuse this service type, as an error for the delegate; nil when it is valid.

@@ -8,8 +8,9 @@ import PeerTransport
 import PeerBluetooth
 
 public protocol MCNearbyServiceAdvertiserDelegate: NSObjectProtocol {
-    func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
-                    invitationHandler: @escaping (Bool, MCSession?) -> Void)
+    func advertiser(
+        _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+        invitationHandler: @escaping (Bool, MCSession?) -> Void)
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didNotStartAdvertisingPeer error: any Error)
 }
 
@@ -47,7 +48,8 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     /// and reported by `startAdvertisingPeer()` through `advertiser(_:didNotStartAdvertisingPeer:)` (an
     /// NSError of NSNetServicesErrorDomain, -72008). Upper-case letters are valid (see `MCServiceType`).
     public init(peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String) {
-        refusal = MCServiceType.refusal(serviceType)
+        refusal =
+            MCServiceType.refusal(serviceType)
             ?? MCServiceType.discoveryInfoFailure(info).map { MCServiceType.badArgument("Invalid discoveryInfo: \($0) (RFC 6763 §6)") }
         self.myPeerID = myPeerID
         self.discoveryInfo = info
@@ -82,7 +84,8 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
             var txt = discoveryInfo ?? [:]
             txt["_d"] = myPeerID.displayName
             txt["_lx"] = String(PeerMessage.version)
-            registration = mdns.register(serviceType: "_\(MCServiceType.canonical(serviceType))._tcp", instanceName: myPeerID.instanceName, port: l.port, txt: txt) { [weak self] e in
+            registration = mdns.register(serviceType: "_\(MCServiceType.canonical(serviceType))._tcp", instanceName: myPeerID.instanceName, port: l.port, txt: txt) {
+                [weak self] e in
                 guard let self, case let .failed(error) = e else { return }
                 queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "\(error)"])) }
             }
@@ -148,7 +151,11 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
                 var done = false
                 let ctx = context.map { Data($0) }
                 let handler: (Bool, MCSession?) -> Void = { accept, session in
-                    guard answered.value.withLock({ () -> Bool in defer { done = true }; return !done }) else { return }
+                    guard
+                        answered.value.withLock({ () -> Bool in
+                            defer { done = true }; return !done
+                        })
+                    else { return }
                     guard accept, let session else {
                         link.send(.inviteReply(id: inviteID, accepted: false))
                         return link.close()

@@ -117,7 +117,8 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
         switch e {
         case let .found(s), let .updated(s):
             guard s.txt["_lx"] != nil, let token = MCPeerID.token(fromInstance: s.instanceName), token != myPeerID.token,
-                  let name = s.txt["_d"], MCPeerID.isValidDisplayName(name) else { return }
+                let name = s.txt["_d"], MCPeerID.isValidDisplayName(name)
+            else { return }
             // IPv4 first, then IPv6 (link-local ones carry their interface).
             let addrs = (s.addresses.filter { !$0.contains(":") } + s.addresses.filter { $0.contains(":") }).map { (host: $0, port: s.port) }
             var info = s.txt

@@ -41,7 +41,8 @@ open class MCPeerID: NSObject, NSCopying, NSSecureCoding, @unchecked Sendable {
 
     public required init?(coder: NSCoder) {
         guard let name = coder.decodeObject(of: NSString.self, forKey: "MCPeerIDDisplayName") as String?,
-              Self.isValidDisplayName(name) else { return nil }
+            Self.isValidDisplayName(name)
+        else { return nil }
         let t = UInt64(bitPattern: coder.decodeInt64(forKey: "MCPeerIDToken"))
         guard t != 0 else { return nil }
         displayName = name

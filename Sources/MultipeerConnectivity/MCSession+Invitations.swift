@@ -200,8 +200,10 @@ extension MCSession {
 
     /// An invitation our advertiser received was accepted with this session. The app's yes stands even when
     /// we invited that peer too (see the top of this file).
-    func acceptInvitation(link: PeerLink, peer: MCPeerID, inviteID: UInt32, mesh theirMesh: UInt64, memberPort port: UInt16,
-                          bluetooth: PeerBluetoothEndpoint? = nil) {
+    func acceptInvitation(
+        link: PeerLink, peer: MCPeerID, inviteID: UInt32, mesh theirMesh: UInt64, memberPort port: UInt16,
+        bluetooth: PeerBluetoothEndpoint? = nil
+    ) {
         let satisfied = lock.withLock { () -> Bool in
             // Connected already (through our invitation, accepted meanwhile): that connection is the answer.
             if peers[peer.token] != nil || accepting.contains(peer.token) { return true }
@@ -279,8 +281,10 @@ extension MCSession {
     /// Data another app instance needs to connect to us: our peer, our member port and our addresses.
     public func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping (Data?, (any Error)?) -> Void) {
         let port = memberPort()
-        let info: [String: Any] = ["v": 1, "token": String(myPeerID.token), "name": myPeerID.displayName, "port": Int(port),
-                                   "hosts": LocalAddresses.all()]
+        let info: [String: Any] = [
+            "v": 1, "token": String(myPeerID.token), "name": myPeerID.displayName, "port": Int(port),
+            "hosts": LocalAddresses.all(),
+        ]
         let data = try? JSONSerialization.data(withJSONObject: info, options: [.sortedKeys])
         nonisolated(unsafe) let handler = completionHandler
         delegateCalls.async { handler(data, data == nil ? MCError(.unknown) : nil) }
@@ -298,8 +302,9 @@ extension MCSession {
     /// Connects to a peer whose connection data the app obtained itself; both sides call this.
     public func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
         guard let obj = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-              let tokenText = obj["token"] as? String, let token = UInt64(tokenText), token == peerID.token,
-              let port = obj["port"] as? Int, (1...65_535).contains(port), let hosts = obj["hosts"] as? [String] else {
+            let tokenText = obj["token"] as? String, let token = UInt64(tokenText), token == peerID.token,
+            let port = obj["port"] as? Int, (1...65_535).contains(port), let hosts = obj["hosts"] as? [String]
+        else {
             PeerLog.warning("connectPeer: the connection data for \(peerID.displayName) is not ours or is damaged")
             return notify(peerID, .notConnected)
         }

@@ -35,7 +35,9 @@ extension MCSession {
             lock.withLock { if peers.count == 1 { mesh = theirMesh } }
             join(list)
         case let .joinReply(ok):
-            let waiting = lock.withLock { () -> Bool in defer { c.awaitingJoinReply = false }; return c.awaitingJoinReply }
+            let waiting = lock.withLock { () -> Bool in
+                defer { c.awaitingJoinReply = false }; return c.awaitingJoinReply
+            }
             guard waiting else { return }
             if ok { becameConnected(c, sendMembers: false) } else { c.link.close() }
         case let .hello(_, _, port, bt):
@@ -91,8 +93,10 @@ extension MCSession {
     /// Sends a file (file URLs only on Linux) to a connected peer. The returned Progress counts octets and
     /// can cancel; `completionHandler` runs when the peer has it all, or with the error.
     @discardableResult
-    public func sendResource(at resourceURL: URL, withName resourceName: String, toPeer peerID: MCPeerID,
-                           withCompletionHandler completionHandler: (((any Error)?) -> Void)? = nil) -> Progress? {
+    public func sendResource(
+        at resourceURL: URL, withName resourceName: String, toPeer peerID: MCPeerID,
+        withCompletionHandler completionHandler: (((any Error)?) -> Void)? = nil
+    ) -> Progress? {
         let complete = Unchecked(completionHandler)
         let done: @Sendable ((any Error)?) -> Void = { [delegateCalls] e in
             let err = Unchecked(e)
@@ -103,7 +107,8 @@ extension MCSession {
             return nil
         }
         guard resourceURL.isFileURL, let file = try? FileHandle(forReadingFrom: resourceURL),
-              let size = (try? FileManager.default.attributesOfItem(atPath: resourceURL.path)[.size] as? NSNumber)?.uint64Value else {
+            let size = (try? FileManager.default.attributesOfItem(atPath: resourceURL.path)[.size] as? NSNumber)?.uint64Value
+        else {
             done(MCError(.invalidParameter, userInfo: [NSLocalizedDescriptionKey: "Cannot read \(resourceURL)"]))
             return nil
         }

@@ -59,7 +59,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         }
     }
     private var storedLivenessTimeout: TimeInterval = 10   // guarded by `lock`
-    private var lastPing = Date.distantPast               // guarded by `lock`
+    private var lastPing = Date.distantPast   // guarded by `lock`
 
     /// The transports this session accepts and makes links on (Linux addition; `MCTransports.default`).
     public let transports: MCTransports
@@ -92,8 +92,10 @@ open class MCSession: NSObject, @unchecked Sendable {
     /// `identity`: on Linux a `PeerTLSIdentity` as its first element (Apple's SecIdentity does not exist
     /// here); nil makes a self-signed one. `transports` (Linux addition): where members are accepted and
     /// reached.
-    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
-                transports: MCTransports) {
+    public init(
+        peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
+        transports: MCTransports
+    ) {
         let setup = Setup(peer: myPeerID, identity: identity, encryptionPreference: encryptionPreference)
         self.myPeerID = myPeerID
         self.transports = transports
@@ -224,10 +226,14 @@ open class MCSession: NSObject, @unchecked Sendable {
             if mode == .unreliable && bytes.count <= PeerFrame.maximumPayload - 8 {
                 // Unreliable: never queued behind a busy link.
                 guard c.link.isWritable else { continue }
-                let id = lock.withLock { () -> UInt32 in defer { c.nextMessageID &+= 1 }; return c.nextMessageID }
+                let id = lock.withLock { () -> UInt32 in
+                    defer { c.nextMessageID &+= 1 }; return c.nextMessageID
+                }
                 c.link.send(.data(id: id, final: true, unreliable: true, chunk: bytes))
             } else {
-                let id = lock.withLock { () -> UInt32 in defer { c.nextMessageID &+= 1 }; return c.nextMessageID }
+                let id = lock.withLock { () -> UInt32 in
+                    defer { c.nextMessageID &+= 1 }; return c.nextMessageID
+                }
                 c.link.send(MessageAssembler.split(bytes, id: id))
             }
         }
@@ -235,7 +241,9 @@ open class MCSession: NSObject, @unchecked Sendable {
 
     /// Ends the session with every peer.
     open func disconnect() {
-        let all = lock.withLock { () -> [PeerConnection] in defer { peers.removeAll() }; return Array(peers.values) }
+        let all = lock.withLock { () -> [PeerConnection] in
+            defer { peers.removeAll() }; return Array(peers.values)
+        }
         for c in all {
             c.link.send(.bye)
             c.link.close()
@@ -397,7 +405,9 @@ open class MCSession: NSObject, @unchecked Sendable {
             let answered = Unchecked(NSLock())
             var done = false
             d.session(self, didReceiveCertificate: chain.value, fromPeer: peer) { ok in
-                let first = answered.value.withLock { () -> Bool in defer { done = true }; return !done }
+                let first = answered.value.withLock { () -> Bool in
+                    defer { done = true }; return !done
+                }
                 if first { decision.value(ok) }
             }
         }
@@ -435,7 +445,9 @@ open class MCSession: NSObject, @unchecked Sendable {
 
     /// The timeout changed: check at the new pace (a timer made for 10 s would notice a 1 s timeout late).
     private func restartKeepAlive() {
-        let old = lock.withLock { () -> DispatchSourceTimer? in defer { keepAlive = nil }; return keepAlive }
+        let old = lock.withLock { () -> DispatchSourceTimer? in
+            defer { keepAlive = nil }; return keepAlive
+        }
         guard let old else { return }
         old.cancel()
         startKeepAlive()

@@ -39,7 +39,9 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
     /// Replaces how hosts are made (tests give hosts on an air of their own) and how nodes are shared;
     /// nil restores `BLE_TRANSPORT`.
     package static func configure(factory: (@Sendable (String) throws -> LEHost)?, sharing: Sharing?) {
-        registry.withLock { $0.factory = factory; $0.sharing = sharing }
+        registry.withLock {
+            $0.factory = factory; $0.sharing = sharing
+        }
     }
 
     /// The node for peer `token` (made and powered on when it is the first user); nil when no controller
@@ -134,7 +136,11 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
     public var address: BluetoothAddress? { knownAddress.withLock { $0 } }
 
     private let ids = Mutex<UInt64>(0)
-    private func makeID() -> UInt64 { ids.withLock { $0 += 1; return $0 } }
+    private func makeID() -> UInt64 {
+        ids.withLock {
+            $0 += 1; return $0
+        }
+    }
 
     // MARK: Advertising
 
@@ -379,8 +385,10 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
     }
 
     /// Opens a link to a peer's SPSM: an ACL link (reused when we have one), then a credit-based channel.
-    public func connect(to endpoint: PeerBluetoothEndpoint, tls: PeerTLSIdentity?,
-                        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
+    public func connect(
+        to endpoint: PeerBluetoothEndpoint, tls: PeerTLSIdentity?,
+        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void
+    ) {
         guard endpoint.address.count == 6 else { return completion(.failure(.cannotConnect("\(endpoint): not an address"))) }
         let address = BluetoothAddress(bytes: endpoint.address, type: endpoint.isRandom ? .random : .public)
         onLoopWhenOn { [self] in

@@ -36,8 +36,10 @@ final class L2CAPBridge: ChannelInboundHandler, @unchecked Sendable {
     }
 
     /// Bridges `channel` (call on the host loop): the PeerLink end goes to `completion`.
-    static func start(channel: HostL2CAPChannel, loop: BLETransport.EventLoop, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?,
-                      completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
+    static func start(
+        channel: HostL2CAPChannel, loop: BLETransport.EventLoop, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?,
+        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void
+    ) {
         var fds: [CInt] = [0, 0]
         guard socketpair(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
             channel.close(discardingQueued: true)

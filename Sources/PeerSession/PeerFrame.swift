@@ -73,7 +73,7 @@ public struct PeerFrameDecoder: Sendable {
         guard length <= PeerFrame.maximumPayload else { throw .frameTooLong(length) }
         guard buffer[h + 2] == 0 && buffer[h + 3] == 0 else { throw .malformed("reserved octets set") }
         guard buffer.count - head >= PeerFrame.headerLength + length else { return nil }
-        let frame = PeerFrame(type: buffer[h], flags: buffer[h + 1], payload: Array(buffer[h + 8 ..< h + 8 + length]))
+        let frame = PeerFrame(type: buffer[h], flags: buffer[h + 1], payload: Array(buffer[h + 8..<h + 8 + length]))
         head += PeerFrame.headerLength + length
         if head == buffer.count {
             buffer.removeAll(keepingCapacity: true)

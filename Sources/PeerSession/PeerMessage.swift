@@ -100,8 +100,8 @@ public enum PeerMessage: Sendable, Equatable {
 
     enum Kind: UInt8 {
         case hello = 1, invite, inviteReply, join, joinReply, members, data, resourceStart, resourceChunk, resourceEnd,
-             resourceCancel, resourceAck, streamOpen, streamData, streamCredit, streamClose, ping, pong, bye, evict,
-             infoRequest, info
+            resourceCancel, resourceAck, streamOpen, streamData, streamCredit, streamClose, ping, pong, bye, evict,
+            infoRequest, info
     }
 
     public var frame: PeerFrame {

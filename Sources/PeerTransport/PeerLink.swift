@@ -44,7 +44,9 @@ public final class PeerLink: @unchecked Sendable {
     public var onClose: (((any Error)?) -> Void)? {
         get { lock.withLock { _onClose } }
         set {
-            let already = lock.withLock { () -> Bool in _onClose = newValue; return closed }
+            let already = lock.withLock { () -> Bool in
+                _onClose = newValue; return closed
+            }
             // The handler runs on the loop, as every other call of it does.
             nonisolated(unsafe) let handler = newValue
             if already { channel.eventLoop.execute { [self] in handler?(lock.withLock { closeError }) } }
@@ -182,7 +184,9 @@ public final class PeerLink: @unchecked Sendable {
     /// Stops reading from the connection until as many `resumeReading` calls (a consumer that cannot keep
     /// up: the peer's sender then backs up on TCP's window). Safe from any thread.
     public func pauseReading() {
-        let first = lock.withLock { () -> Bool in readPauses += 1; return readPauses == 1 }
+        let first = lock.withLock { () -> Bool in
+            readPauses += 1; return readPauses == 1
+        }
         if first { applyReadPauses() }
     }
 

@@ -26,16 +26,18 @@ public struct PeerTLSIdentity: @unchecked Sendable {
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName { CommonName(commonName) }
         let now = Date()
-        let cert = try Certificate(version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: .init(key.publicKey),
-                                   notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(10 * 365 * 86_400),
-                                   issuer: name, subject: name, signatureAlgorithm: .ecdsaWithSHA256,
-                                   extensions: Certificate.Extensions {}, issuerPrivateKey: .init(key))
+        let cert = try Certificate(
+            version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: .init(key.publicKey),
+            notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(10 * 365 * 86_400),
+            issuer: name, subject: name, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: Certificate.Extensions {}, issuerPrivateKey: .init(key))
         var serializer = DER.Serializer()
         try serializer.serialize(cert)
         let der = serializer.serializedBytes
-        return PeerTLSIdentity(certificateChain: [try NIOSSLCertificate(bytes: der, format: .der)],
-                               privateKey: try NIOSSLPrivateKey(bytes: Array(key.pemRepresentation.utf8), format: .pem),
-                               certificateDER: der)
+        return PeerTLSIdentity(
+            certificateChain: [try NIOSSLCertificate(bytes: der, format: .der)],
+            privateKey: try NIOSSLPrivateKey(bytes: Array(key.pemRepresentation.utf8), format: .pem),
+            certificateDER: der)
     }
 
     func serverContext() throws -> NIOSSLContext {
@@ -121,11 +123,15 @@ public final class PeerTransport: @unchecked Sendable {
     /// L2CAP channel bridged through a socket pair) as a peer link named `remoteHost`. As the client, the
     /// link is TLS 1.3 from the first octet when `tls` is given; as the server it serves TLS or plaintext
     /// as a listener does. Takes ownership of `fd` (closed with the link, or at once on failure).
-    public func adopt(socket fd: CInt, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?,
-                      completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
+    public func adopt(
+        socket fd: CInt, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?,
+        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void
+    ) {
         let done = NIOLockedValueBox(false)
         let finish: @Sendable (Result<PeerLink, PeerTransportError>) -> Void = { r in
-            let first = done.withLockedValue { d -> Bool in defer { d = true }; return !d }
+            let first = done.withLockedValue { d -> Bool in
+                defer { d = true }; return !d
+            }
             if first { completion(r) }
         }
         let context: NIOSSLContext?
@@ -167,8 +173,10 @@ public final class PeerTransport: @unchecked Sendable {
     }
 
     /// Connects to a peer; with `tls` the connection is TLS 1.3 from the first octet.
-    public func connect(host: String, port: UInt16, tls: PeerTLSIdentity?, timeout: TimeAmount = .seconds(10),
-                        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
+    public func connect(
+        host: String, port: UInt16, tls: PeerTLSIdentity?, timeout: TimeAmount = .seconds(10),
+        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void
+    ) {
         let clientContext: NIOSSLContext?
         do { clientContext = try tls?.clientContext() } catch { return completion(.failure(.cannotConnect("TLS: \(error)"))) }
         let done = NIOLockedValueBox(false)
@@ -182,8 +190,9 @@ public final class PeerTransport: @unchecked Sendable {
                 do {
                     if let clientContext {
                         let certs = CertificateRecorder(link: link)
-                        let ssl = try NIOSSLClientHandler(context: clientContext, serverHostname: nil,
-                                                          customVerificationCallback: certs.verify)
+                        let ssl = try NIOSSLClientHandler(
+                            context: clientContext, serverHostname: nil,
+                            customVerificationCallback: certs.verify)
                         try ch.pipeline.syncOperations.addHandler(ssl)
                         try ch.pipeline.syncOperations.addHandler(HandshakeWaiter(link: link, done: done, completion: completion))
                     }
@@ -199,7 +208,9 @@ public final class PeerTransport: @unchecked Sendable {
             }
             .connect(host: host, port: Int(port))
             .whenFailure { error in
-                let first = done.withLockedValue { d -> Bool in defer { d = true }; return !d }
+                let first = done.withLockedValue { d -> Bool in
+                    defer { d = true }; return !d
+                }
                 if first { completion(.failure(.cannotConnect("\(host):\(port): \(error)"))) }
             }
     }
@@ -227,7 +238,9 @@ final class HandshakeWaiter: ChannelInboundHandler, RemovableChannelHandler, @un
         self.completion = completion
     }
     private func finish(_ r: Result<PeerLink, PeerTransportError>) {
-        let first = done.withLockedValue { d -> Bool in defer { d = true }; return !d }
+        let first = done.withLockedValue { d -> Bool in
+            defer { d = true }; return !d
+        }
         if first { completion(r) }
     }
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {

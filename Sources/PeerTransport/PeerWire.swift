@@ -44,7 +44,8 @@ enum PeerWire {
     /// The whole length (header included) of the frame `buffer` starts with, once its header is there.
     static func frameLength(in buffer: ByteBuffer) -> Int? {
         guard buffer.readableBytes >= PeerFrame.headerLength,
-              let length = buffer.getInteger(at: buffer.readerIndex + 4, endianness: .little, as: UInt32.self) else { return nil }
+            let length = buffer.getInteger(at: buffer.readerIndex + 4, endianness: .little, as: UInt32.self)
+        else { return nil }
         return PeerFrame.headerLength + min(Int(length), PeerFrame.maximumPayload)
     }
 
@@ -59,10 +60,11 @@ enum PeerWire {
     static func next(from buffer: inout ByteBuffer, slicingResourceChunks: Bool = false) throws(PeerProtocolError) -> Item? {
         let at = buffer.readerIndex
         guard buffer.readableBytes >= PeerFrame.headerLength,
-              let type = buffer.getInteger(at: at, as: UInt8.self),
-              let flags = buffer.getInteger(at: at + 1, as: UInt8.self),
-              let reserved = buffer.getInteger(at: at + 2, as: UInt16.self),
-              let length32 = buffer.getInteger(at: at + 4, endianness: .little, as: UInt32.self) else { return nil }
+            let type = buffer.getInteger(at: at, as: UInt8.self),
+            let flags = buffer.getInteger(at: at + 1, as: UInt8.self),
+            let reserved = buffer.getInteger(at: at + 2, as: UInt16.self),
+            let length32 = buffer.getInteger(at: at + 4, endianness: .little, as: UInt32.self)
+        else { return nil }
         let length = Int(length32)
         guard length <= PeerFrame.maximumPayload else { throw .frameTooLong(length) }
         guard reserved == 0 else { throw .malformed("reserved octets set") }
@@ -148,10 +150,11 @@ struct PeerFrameReader {
     private static func incompleteResourceChunk(in buffer: ByteBuffer) -> (UInt32, Int)? {
         let at = buffer.readerIndex
         guard buffer.readableBytes >= PeerFrame.headerLength + 4,
-              buffer.getInteger(at: at, as: UInt8.self) == PeerMessage.resourceChunkType,
-              buffer.getInteger(at: at + 2, as: UInt16.self) == 0,
-              let length32 = buffer.getInteger(at: at + 4, endianness: .little, as: UInt32.self),
-              let id = buffer.getInteger(at: at + PeerFrame.headerLength, endianness: .little, as: UInt32.self) else { return nil }
+            buffer.getInteger(at: at, as: UInt8.self) == PeerMessage.resourceChunkType,
+            buffer.getInteger(at: at + 2, as: UInt16.self) == 0,
+            let length32 = buffer.getInteger(at: at + 4, endianness: .little, as: UInt32.self),
+            let id = buffer.getInteger(at: at + PeerFrame.headerLength, endianness: .little, as: UInt32.self)
+        else { return nil }
         let length = Int(length32)
         guard length >= 4, length <= PeerFrame.maximumPayload, buffer.readableBytes < PeerFrame.headerLength + length else { return nil }
         return (id, length)

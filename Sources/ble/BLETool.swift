@@ -11,25 +11,27 @@ struct BLETool: ParsableCommand {
         commandName: "ble",
         abstract: "OpenCoreBluetooth: a Bluetooth Low Energy host stack in Swift, with a virtual radio.",
         discussion: """
-        The controller is chosen by BLE_TRANSPORT:
-          virtual (default)     the in-process virtual radio
-          tcp-client:HOST:PORT  H4 over TCP: `ble radio`, rootcanal, Bumble
-          tcp-server:PORT       H4 over TCP; the controller connects to us
-          serial:PATH[,BAUD]    H4 over a UART (default 1000000 baud)
-          hci-socket:N          the HCI user channel of adapter hciN
-          unix:PATH             H4 over a UNIX socket
-        A controller that cannot be opened makes a command fail with the reason.
+            The controller is chosen by BLE_TRANSPORT:
+              virtual (default)     the in-process virtual radio
+              tcp-client:HOST:PORT  H4 over TCP: `ble radio`, rootcanal, Bumble
+              tcp-server:PORT       H4 over TCP; the controller connects to us
+              serial:PATH[,BAUD]    H4 over a UART (default 1000000 baud)
+              hci-socket:N          the HCI user channel of adapter hciN
+              unix:PATH             H4 over a UNIX socket
+            A controller that cannot be opened makes a command fail with the reason.
 
-        Also: BLE_SNOOP=FILE records every HCI packet (btsnoop format);
-        BLE_LOG=1 prints the stack's diagnostics (BLE_LOG=trace adds every
-        packet); OCB_STATE_DIR holds bonds and identities; NO_COLOR turns
-        colours off.
-        """,
+            Also: BLE_SNOOP=FILE records every HCI packet (btsnoop format);
+            BLE_LOG=1 prints the stack's diagnostics (BLE_LOG=trace adds every
+            packet); OCB_STATE_DIR holds bonds and identities; NO_COLOR turns
+            colours off.
+            """,
         version: version,
-        subcommands: [ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self, ShellCommand.self,
-                      PairCommand.self, BondsCommand.self, ServeCommand.self, RadioCommand.self, SnoopCommand.self,
-                      DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self,
-                      DoctorCommand.self])
+        subcommands: [
+            ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self, ShellCommand.self,
+            PairCommand.self, BondsCommand.self, ServeCommand.self, RadioCommand.self, SnoopCommand.self,
+            DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self,
+            DoctorCommand.self,
+        ])
 
     /// As ArgumentParser's, except that a ValidationError raised once a subcommand runs shows that
     /// subcommand's usage, not the top-level one (ArgumentParser only knows the subcommand while parsing).

@@ -20,8 +20,9 @@ struct AirtimeSettings {
     var reserveMicroseconds = 0.0
 
     var model: AirtimeModel {
-        var m = AirtimeModel(phy: phy, dataLength: dataLength, connectionIntervalMilliseconds: intervalMilliseconds,
-                             eventLengthMilliseconds: eventLengthMilliseconds, lossRate: lossRate)
+        var m = AirtimeModel(
+            phy: phy, dataLength: dataLength, connectionIntervalMilliseconds: intervalMilliseconds,
+            eventLengthMilliseconds: eventLengthMilliseconds, lossRate: lossRate)
         m.controllerReserveMicroseconds = reserveMicroseconds
         return m
     }
@@ -65,15 +66,22 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
             peripheral.peripheralDelegate = self
             peripheral.transmitQueueLimit = 64
             central.powerOn(); peripheral.powerOn()
-            return try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(string: "50DB505C-8AC4-4738-8448-3B1D9CC09CC5")!, characteristics: [
-                GATTCharacteristicDefinition(uuid: SpeedProtocol.rx,
-                                             properties: [.notify, .writeWithoutResponse], permissions: .readWrite, value: nil)]))
+            return try peripheral.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(string: "50DB505C-8AC4-4738-8448-3B1D9CC09CC5")!,
+                    characteristics: [
+                        GATTCharacteristicDefinition(
+                            uuid: SpeedProtocol.rx,
+                            properties: [.notify, .writeWithoutResponse], permissions: .readWrite, value: nil)
+                    ]))
         }
         valueHandle = handles.characteristics[0].value
         let cccd = handles.characteristics[0].clientConfiguration!
         air.loop.advance(by: .milliseconds(20))
         let target = BluetoothAddress(bytes: (peripheral.transport as! VirtualController).address.bytes)
-        air.loop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)); central.connect(to: target) }
+        air.loop.sync {
+            peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)); central.connect(to: target)
+        }
         for _ in 0..<100 where air.loop.sync({ link == nil }) { air.loop.advance(by: .milliseconds(50)) }
         guard let link else { throw BenchError("no connection on the virtual radio") }
         // The link as asked: PHY, data length, interval; then ATT_MTU 247 and the subscription.
@@ -105,8 +113,9 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
         guard let first = firstArrival, received > 1 else { throw BenchError("nothing arrived") }
         // From the first arrival to the last: the bytes after the first packet, over that time.
         let seconds = Double(lastArrival - first) / 1e9
-        let result = BenchResult(mode: "\(mode.rawValue) (airtime \(settings.phy.rawValue), DL \(settings.dataLength), CI \(settings.intervalMilliseconds) ms)",
-                                 bytes: receivedBytes - size, packets: received - 1, seconds: seconds, cpuSeconds: cpu, rtts: [])
+        let result = BenchResult(
+            mode: "\(mode.rawValue) (airtime \(settings.phy.rawValue), DL \(settings.dataLength), CI \(settings.intervalMilliseconds) ms)",
+            bytes: receivedBytes - size, packets: received - 1, seconds: seconds, cpuSeconds: cpu, rtts: [])
         var model = settings.model
         model.lossRate = 0
         // For a channel the ceiling is the link itself: every LL payload octet carrying application data.
@@ -123,7 +132,9 @@ final class AirtimeBench: HostCentralDelegate, HostPeripheralDelegate, @unchecke
         var opened: Result<[HostL2CAPChannel], L2CAPOpenError>?
         air.loop.sync {
             let psm = peripheral.publishL2CAP(parameters: params) { [unowned self] ch in
-                ch.onReceive = { [unowned self, unowned ch] sdu in ch.consumed(sdu.count); arrived(sdu.count) }
+                ch.onReceive = { [unowned self, unowned ch] sdu in
+                    ch.consumed(sdu.count); arrived(sdu.count)
+                }
             }
             link.openL2CAPChannel(psm: psm!, parameters: params) { opened = $0 }
         }
@@ -201,8 +212,9 @@ enum AirtimeSweep {
                     let size = min(dl - 7, 244)
                     var settings = AirtimeSettings(phy: phy, dataLength: dl, intervalMilliseconds: ci, eventLengthMilliseconds: nil, lossRate: loss)
                     settings.reserveMicroseconds = reserve
-                    let bench = AirtimeBench(settings: settings,
-                                             mode: .notify, size: size, count: max(50, bytesPerPoint / size))
+                    let bench = AirtimeBench(
+                        settings: settings,
+                        mode: .notify, size: size, count: max(50, bytesPerPoint / size))
                     let o = try bench.run()
                     let p = Point(phy: phy, dataLength: dl, interval: ci, theoretical: o.theoretical, achieved: o.result.throughput)
                     progress(p)

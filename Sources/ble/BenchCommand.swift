@@ -20,7 +20,10 @@ struct BenchClassicCommand: ParsableCommand {
 
     enum Mode: String, ExpressibleByArgument, CaseIterable { case notify, write, rtt, read, l2cap }
 
-    @Option(help: "notify (peripheral → central), write (without response, central → peripheral), rtt (write-with-response round trips), read, l2cap (SDUs over a credit-based channel, central → peripheral).")
+    @Option(
+        help:
+            "notify (peripheral → central), write (without response, central → peripheral), rtt (write-with-response round trips), read, l2cap (SDUs over a credit-based channel, central → peripheral)."
+    )
     var mode: Mode = .notify
     @Option(help: "Payload size in octets (at most ATT_MTU − 3 = 244 here).")
     var size = 20
@@ -30,7 +33,10 @@ struct BenchClassicCommand: ParsableCommand {
     var aclBuffer = 251
 
     enum API: String, ExpressibleByArgument { case host, corebluetooth }
-    @Option(help: "host: the host core's API; corebluetooth: end to end through the Core Bluetooth API (notify: CBPeripheralManager.updateValue to the CBPeripheral delegate; l2cap: CBL2CAPChannel streams on run loop threads, --size octets per write).")
+    @Option(
+        help:
+            "host: the host core's API; corebluetooth: end to end through the Core Bluetooth API (notify: CBPeripheralManager.updateValue to the CBPeripheral delegate; l2cap: CBL2CAPChannel streams on run loop threads, --size octets per write)."
+    )
     var api: API = .host
     @Flag(help: "With --api corebluetooth --mode l2cap: schedule both ends' streams on one run loop thread instead of one each.")
     var oneStreamThread = false
@@ -60,7 +66,8 @@ struct BenchClassicCommand: ParsableCommand {
     var each = 200
     @Flag(help: .hidden)
     var single = false
-    @Option(help: "Run one side over BLE_TRANSPORT with bumble-bench's GATT protocol (with --mode l2cap: its L2CAP protocol, SPSM 128): central (connects to --peer) or peripheral.")
+    @Option(
+        help: "Run one side over BLE_TRANSPORT with bumble-bench's GATT protocol (with --mode l2cap: its L2CAP protocol, SPSM 128): central (connects to --peer) or peripheral.")
     var role: String?
     @Option(help: "With --role: send, receive, ping or pong (bumble-bench's scenarios).")
     var scenario: String?
@@ -180,15 +187,22 @@ extension BenchClassicCommand {
         print(String(format: "theoretical maximum %.1f kB/s (%.1f kbit/s); reached %.1f %%", o.theoretical / 1000, o.theoretical * 8 / 1000, o.fraction * 100))
         var json = o.result.json
         json.removeLast()
-        print(json + ",\"theoretical_bytes_per_s\":\(o.theoretical),\"fraction\":\(o.fraction),\"phy\":\"\(p.rawValue)\",\"data_length\":\(dataLength),\"interval_ms\":\(interval),\"loss\":\(loss)}")
+        print(
+            json
+                + ",\"theoretical_bytes_per_s\":\(o.theoretical),\"fraction\":\(o.fraction),\"phy\":\"\(p.rawValue)\",\"data_length\":\(dataLength),\"interval_ms\":\(interval),\"loss\":\(loss)}"
+        )
     }
 
     func runSweep(to path: String) throws {
         print("PHY    DL   CI (ms)   theoretical kbit/s   achieved kbit/s   fraction")
-        let points = try AirtimeSweep.run(bytesPerPoint: CommandLine.arguments.contains("--count") ? count * 244 : 250_000, loss: loss,
-                                          reserve: controllerReserve) { p in
-            print(String(format: "%-5@ %4d %8.1f %20.1f %17.1f %9.1f %%", p.phy.rawValue, p.dataLength, p.interval,
-                         p.theoretical * 8 / 1000, p.achieved * 8 / 1000, p.achieved / p.theoretical * 100))
+        let points = try AirtimeSweep.run(
+            bytesPerPoint: CommandLine.arguments.contains("--count") ? count * 244 : 250_000, loss: loss,
+            reserve: controllerReserve
+        ) { p in
+            print(
+                String(
+                    format: "%-5@ %4d %8.1f %20.1f %17.1f %9.1f %%", p.phy.rawValue, p.dataLength, p.interval,
+                    p.theoretical * 8 / 1000, p.achieved * 8 / 1000, p.achieved / p.theoretical * 100))
             fflush(nil)
         }
         try AirtimeSweep.svg(points).write(toFile: path, atomically: true, encoding: .utf8)
@@ -206,8 +220,9 @@ struct BenchResult {
     var cpuSecondsPerMB: Double { bytes > 0 ? cpuSeconds / (Double(bytes) / 1e6) : 0 }
     var cpuMicrosecondsPerPacket: Double { packets > 0 ? cpuSeconds * 1e6 / Double(packets) : 0 }
     var summary: String {
-        var s = String(format: "%@: %d bytes in %.3f s = %.1f kB/s (%.0f packets/s), CPU %.3f s (%.3f s/MB, %.2f µs/packet)", mode, bytes,
-                       seconds, throughput / 1000, Double(packets) / seconds, cpuSeconds, cpuSecondsPerMB, cpuMicrosecondsPerPacket)
+        var s = String(
+            format: "%@: %d bytes in %.3f s = %.1f kB/s (%.0f packets/s), CPU %.3f s (%.3f s/MB, %.2f µs/packet)", mode, bytes,
+            seconds, throughput / 1000, Double(packets) / seconds, cpuSeconds, cpuSecondsPerMB, cpuMicrosecondsPerPacket)
         if !rtts.isEmpty { s += String(format: ", RTT p50 %.3f ms p99 %.3f ms", percentile(0.5), percentile(0.99)) }
         if let cost { s += "\n  " + cost.summary }
         return s
@@ -263,15 +278,22 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
             central.centralDelegate = self
             peripheral.peripheralDelegate = self
             central.powerOn(); peripheral.powerOn()
-            return try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(string: "50DB505C-8AC4-4738-8448-3B1D9CC09CC5")!, characteristics: [
-                GATTCharacteristicDefinition(uuid: SpeedProtocol.rx,
-                                             properties: [.notify, .read, .write, .writeWithoutResponse], permissions: .readWrite, value: nil)]))
+            return try peripheral.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(string: "50DB505C-8AC4-4738-8448-3B1D9CC09CC5")!,
+                    characteristics: [
+                        GATTCharacteristicDefinition(
+                            uuid: SpeedProtocol.rx,
+                            properties: [.notify, .read, .write, .writeWithoutResponse], permissions: .readWrite, value: nil)
+                    ]))
         }
         valueHandle = handles.characteristics[0].value
         let cccd = handles.characteristics[0].clientConfiguration!
         while air.loop.sync({ central.powerState != .on || peripheral.powerState != .on }) { usleep(1000) }
         let target = BluetoothAddress(bytes: (peripheral.transport as! VirtualController).address.bytes)
-        air.loop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)); central.connect(to: target) }
+        air.loop.sync {
+            peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)); central.connect(to: target)
+        }
         while air.loop.sync({ link == nil }) { usleep(1000) }
         let ready = DispatchSemaphore(value: 0)
         air.loop.sync {
@@ -293,8 +315,9 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
         done.wait()
         progress.finish()
         let cost = air.loop.sync { startSnapshot.flatMap { a in endSnapshot.map { BenchMeter.cost(from: a, to: $0) } } }
-        return BenchResult(mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cost?.cpu ?? 0,
-                           rtts: rtts, cost: cost)
+        return BenchResult(
+            mode: mode.rawValue, bytes: receivedBytes, packets: received, seconds: end - start, cpuSeconds: cost?.cpu ?? 0,
+            rtts: rtts, cost: cost)
     }
 
     // Notify: the peripheral sends while the transmit queue has room, and resumes when told it drained.
@@ -359,8 +382,9 @@ final class Bench: HostCentralDelegate, HostPeripheralDelegate, @unchecked Senda
 
     func openChannel() {
         guard let link else { return }
-        let params = L2CAPChannelParameters(mtu: UInt16(clamping: max(size, 2048)), mps: UInt16(clamping: max(23, central.aclBufferSize - 4)),
-                                            window: 256 * 1024)
+        let params = L2CAPChannelParameters(
+            mtu: UInt16(clamping: max(size, 2048)), mps: UInt16(clamping: max(23, central.aclBufferSize - 4)),
+            window: 256 * 1024)
         let psm = peripheral.publishL2CAP(parameters: params) { [self] ch in
             ch.onReceive = { [unowned ch, self] sdu in
                 ch.consumed(sdu.count)

@@ -32,8 +32,9 @@ final class CoreBluetoothNotifyBench: NSObject, CBPeripheralManagerDelegate, CBC
         cm = CBCentralManager(delegate: self, queue: cq, options: nil, host: try HostFactory.makeHost(on: air, name: "c"))
         done.wait()
         let cost = cq.sync { startSnapshot.flatMap { a in endSnapshot.map { BenchMeter.cost(from: a, to: $0) } } }
-        return BenchResult(mode: "notify (Core Bluetooth)", bytes: bytes, packets: received, seconds: end - start,
-                           cpuSeconds: cost?.cpu ?? 0, rtts: [], cost: cost)
+        return BenchResult(
+            mode: "notify (Core Bluetooth)", bytes: bytes, packets: received, seconds: end - start,
+            cpuSeconds: cost?.cpu ?? 0, rtts: [], cost: cost)
     }
 
     func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }

@@ -15,7 +15,8 @@ import BLETransport
 import BLEVirtualRadio
 
 final class CoreBluetoothL2CAPBench: NSObject, CBPeripheralManagerDelegate, CBCentralManagerDelegate, CBPeripheralDelegate,
-    StreamDelegate, @unchecked Sendable {
+    StreamDelegate, @unchecked Sendable
+{
     let writeSize: Int, count: Int, aclBuffer: Int
     var total: Int { writeSize * count }
     let air = VirtualAir(loop: EventLoop(label: "bench.cb.l2cap", clock: .real))
@@ -69,8 +70,9 @@ final class CoreBluetoothL2CAPBench: NSObject, CBPeripheralManagerDelegate, CBCe
 
     func peripheralManager(_ p: CBPeripheralManager, didPublishL2CAPChannel PSM: CBL2CAPPSM, error: Error?) {
         if let error { return fail("publish failed: \(error)") }
-        let c = CBMutableCharacteristic(type: CBUUID(string: CBUUIDL2CAPPSMCharacteristicString), properties: [.read],
-                                        value: Data([UInt8(PSM & 0xFF), UInt8(PSM >> 8)]), permissions: [.readable])
+        let c = CBMutableCharacteristic(
+            type: CBUUID(string: CBUUIDL2CAPPSMCharacteristicString), properties: [.read],
+            value: Data([UInt8(PSM & 0xFF), UInt8(PSM >> 8)]), permissions: [.readable])
         let s = CBMutableService(type: service, primary: true)
         s.characteristics = [c]
         p.add(s)

@@ -43,11 +43,13 @@ struct BenchMeter {
             if let t = transport, t.packets > 0 {
                 s += String(format: "; %d HCI packets (%d in, %d out)", t.packets, t.packetsIn, t.packetsOut)
                 if let n = syscalls {
-                    s += String(format: ", %.2f system calls per packet (%llu in all; transport: %d reads, %d writes, %d other)",
-                                Double(n) / Double(t.packets), n, t.reads, t.writes, t.other)
+                    s += String(
+                        format: ", %.2f system calls per packet (%llu in all; transport: %d reads, %d writes, %d other)",
+                        Double(n) / Double(t.packets), n, t.reads, t.writes, t.other)
                 } else {
-                    s += String(format: ", %.2f transport I/O calls per packet (%d reads, %d writes, %d other; perf counters unavailable)",
-                                Double(t.systemCalls) / Double(t.packets), t.reads, t.writes, t.other)
+                    s += String(
+                        format: ", %.2f transport I/O calls per packet (%d reads, %d writes, %d other; perf counters unavailable)",
+                        Double(t.systemCalls) / Double(t.packets), t.reads, t.writes, t.other)
                 }
             } else if let n = syscalls {
                 s += ", \(n) system calls"
@@ -57,10 +59,14 @@ struct BenchMeter {
 
         var jsonFields: String {
             var j = "\"cpu_user_seconds\":\(user),\"cpu_system_seconds\":\(system),\"context_switches\":\(contextSwitches)"
-            if let n = syscalls { j += ",\"syscalls\":\(n),\"syscall_counter\":\"perf raw_syscalls:sys_enter\"" }
-            else { j += ",\"syscall_counter\":\"transport read/write calls only\"" }
+            if let n = syscalls {
+                j += ",\"syscalls\":\(n),\"syscall_counter\":\"perf raw_syscalls:sys_enter\""
+            } else {
+                j += ",\"syscall_counter\":\"transport read/write calls only\""
+            }
             if let t = transport {
-                j += ",\"hci_packets_in\":\(t.packetsIn),\"hci_packets_out\":\(t.packetsOut),\"transport_reads\":\(t.reads),\"transport_writes\":\(t.writes),\"transport_other_syscalls\":\(t.other)"
+                j +=
+                    ",\"hci_packets_in\":\(t.packetsIn),\"hci_packets_out\":\(t.packetsOut),\"transport_reads\":\(t.reads),\"transport_writes\":\(t.writes),\"transport_other_syscalls\":\(t.other)"
                 if let p = syscallsPerPacket { j += ",\"syscalls_per_hci_packet\":\(p)" }
             }
             return j
@@ -75,9 +81,10 @@ struct BenchMeter {
     func snapshot() -> Snapshot {
         var u = rusage()
         getrusage(RUSAGE_SELF.rawValue, &u)
-        return Snapshot(user: Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6,
-                        system: Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6,
-                        contextSwitches: u.ru_nvcsw + u.ru_nivcsw, syscalls: counter?.read(), transport: transport?())
+        return Snapshot(
+            user: Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6,
+            system: Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6,
+            contextSwitches: u.ru_nvcsw + u.ru_nivcsw, syscalls: counter?.read(), transport: transport?())
     }
 
     static func cost(from a: Snapshot, to b: Snapshot) -> Cost {
@@ -102,8 +109,10 @@ final class SyscallCounter {
         return nil
         #endif
         let idFiles = ["/sys/kernel/tracing/events/raw_syscalls/sys_enter/id", "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id"]
-        guard let id = idFiles.lazy.compactMap({ try? String(contentsOfFile: $0, encoding: .utf8) })
-            .compactMap({ UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }).first else { return nil }
+        guard
+            let id = idFiles.lazy.compactMap({ try? String(contentsOfFile: $0, encoding: .utf8) })
+                .compactMap({ UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }).first
+        else { return nil }
         // syscall(2) is variadic, which Swift does not call; on x86-64 and arm64 Linux integer arguments of a
         // variadic call travel as those of a fixed one, so it is called through a fixed-argument signature.
         typealias SyscallFn = @convention(c) (Int, UnsafeRawPointer?, Int, Int, Int, Int) -> Int
@@ -112,9 +121,9 @@ final class SyscallCounter {
         // struct perf_event_attr, first version (64 octets): type, size, config, …, flags at 40.
         var attr = [UInt8](repeating: 0, count: 64)
         attr.withUnsafeMutableBytes { a in
-            a.storeBytes(of: UInt32(2), toByteOffset: 0, as: UInt32.self)    // PERF_TYPE_TRACEPOINT
+            a.storeBytes(of: UInt32(2), toByteOffset: 0, as: UInt32.self)   // PERF_TYPE_TRACEPOINT
             a.storeBytes(of: UInt32(64), toByteOffset: 4, as: UInt32.self)   // PERF_ATTR_SIZE_VER0
-            a.storeBytes(of: id, toByteOffset: 8, as: UInt64.self)           // the tracepoint
+            a.storeBytes(of: id, toByteOffset: 8, as: UInt64.self)   // the tracepoint
             a.storeBytes(of: UInt64(1 << 1), toByteOffset: 40, as: UInt64.self)   // inherit; enabled at once
         }
         guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }

@@ -130,18 +130,22 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
         usleep(200_000)
         Controller.close(host)
         let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
-        return BenchResult(mode: "\(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
-                           packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
+        return BenchResult(
+            mode: "\(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
+            packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
     }
 
     // MARK: Peripheral (GATT server)
 
     func servePeripheral() {
         do {
-            let h = try host.addService(GATTServiceDefinition(uuid: SpeedProtocol.service, characteristics: [
-                GATTCharacteristicDefinition(uuid: SpeedProtocol.tx, properties: [.write, .writeWithoutResponse], permissions: [.writeable], value: nil),
-                GATTCharacteristicDefinition(uuid: SpeedProtocol.rx, properties: [.notify], permissions: [], value: nil),
-            ]))
+            let h = try host.addService(
+                GATTServiceDefinition(
+                    uuid: SpeedProtocol.service,
+                    characteristics: [
+                        GATTCharacteristicDefinition(uuid: SpeedProtocol.tx, properties: [.write, .writeWithoutResponse], permissions: [.writeable], value: nil),
+                        GATTCharacteristicDefinition(uuid: SpeedProtocol.rx, properties: [.notify], permissions: [], value: nil),
+                    ]))
             txHandle = h.characteristics[0].value
             rxHandle = h.characteristics[1].value
         } catch {
@@ -187,7 +191,8 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
                 guard case let .success(.services(list)) = r, let s = list.first else { return fail("no speed service on \(peer)") }
                 connection.gatt(.discoverCharacteristics(start: s.handle, end: s.endHandle, uuid: nil)) { [self] r in
                     guard case let .success(.characteristics(cs)) = r,
-                          let tx = cs.first(where: { $0.uuid == SpeedProtocol.tx }), let rx = cs.first(where: { $0.uuid == SpeedProtocol.rx }) else {
+                        let tx = cs.first(where: { $0.uuid == SpeedProtocol.tx }), let rx = cs.first(where: { $0.uuid == SpeedProtocol.rx })
+                    else {
                         return fail("speed characteristics missing")
                     }
                     txHandle = tx.valueHandle
@@ -234,8 +239,9 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
 
     func pump() {
         while sent < count {
-            let p = SpeedProtocol.Packet.sequence(last: sent == count - 1, sequence: UInt32(sent),
-                                                  timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 10))
+            let p = SpeedProtocol.Packet.sequence(
+                last: sent == count - 1, sequence: UInt32(sent),
+                timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 10))
             guard transmit(p) else { return }
             sent += 1
             sentBytes += size
@@ -246,8 +252,10 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
     func ping() {
         guard sent < count else { return }
         lastPing = now()
-        _ = transmit(.sequence(last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
-                               payloadSize: max(0, size - 10)))
+        _ = transmit(
+            .sequence(
+                last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
+                payloadSize: max(0, size - 10)))
         sent += 1
         sentBytes += size
     }

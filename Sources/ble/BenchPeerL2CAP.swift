@@ -125,8 +125,9 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         usleep(200_000)
         Controller.close(host)
         let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
-        return BenchResult(mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
-                           packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
+        return BenchResult(
+            mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
+            packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
     }
 
     // MARK: Peripheral: the L2CAP server on SPSM 128.
@@ -210,8 +211,9 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     }
 
     func queueNextSequence() {
-        let p = SpeedProtocol.Packet.sequence(last: sent == count - 1, sequence: UInt32(sent),
-                                              timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 12))
+        let p = SpeedProtocol.Packet.sequence(
+            last: sent == count - 1, sequence: UInt32(sent),
+            timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 12))
         outgoing += SpeedL2CAP.frame(p.encode())
         sent += 1
         sentBytes += size
@@ -221,8 +223,10 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     func ping() {
         guard sent < count else { return }
         lastPing = now()
-        transmit(.sequence(last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
-                           payloadSize: max(0, size - 12)))
+        transmit(
+            .sequence(
+                last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
+                payloadSize: max(0, size - 12)))
         sent += 1
         sentBytes += size
     }

@@ -27,8 +27,9 @@ final class BenchProgress: @unchecked Sendable {
     private func draw(label: String, n: Int, total: Int, seconds: Double) {
         let width = 30
         let filled = max(0, min(width, Int(Double(width) * Double(n) / Double(total))))
-        let line = String(format: "\r%@ [%@%@] %5.1f %% %.0f s\u{1B}[K", label, String(repeating: "#", count: filled),
-                          String(repeating: "-", count: width - filled), Double(n) * 100 / Double(total), seconds)
+        let line = String(
+            format: "\r%@ [%@%@] %5.1f %% %.0f s\u{1B}[K", label, String(repeating: "#", count: filled),
+            String(repeating: "-", count: width - filled), Double(n) * 100 / Double(total), seconds)
         lock.withLock {
             guard !finished else { return }
             drawn = true

@@ -15,7 +15,8 @@ enum ScaleBench {
     /// Resident set size of this process, in kB (/proc/self/status VmRSS).
     static func residentKB() -> Int {
         guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return 0 }
+            let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return 0 }
         return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
     }
 
@@ -54,14 +55,20 @@ enum ScaleBench {
             let h = try air.loop.sync { () throws -> GATTServiceHandles in
                 p.peripheralDelegate = counter
                 p.powerOn()
-                return try p.addService(GATTServiceDefinition(uuid: BluetoothUUID(0xFFF0), characteristics: [
-                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFF1), properties: [.notify], permissions: [], value: nil)]))
+                return try p.addService(
+                    GATTServiceDefinition(
+                        uuid: BluetoothUUID(0xFFF0),
+                        characteristics: [
+                            GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFF1), properties: [.notify], permissions: [], value: nil)
+                        ]))
             }
             valueHandle = h.characteristics[0].value
             cccd = h.characteristics[0].clientConfiguration!
             peripherals.append(p)
         }
-        air.loop.sync { central.centralDelegate = counter; central.powerOn() }
+        air.loop.sync {
+            central.centralDelegate = counter; central.powerOn()
+        }
         air.loop.advance(by: .milliseconds(50))
         air.loop.sync {
             for p in peripherals {
@@ -103,7 +110,9 @@ enum ScaleBench {
             "kb_per_connection": Double(rssConnected - rss0) / Double(n),
             "cpu_ms_per_connection": (cpuSeconds() - cpu0) * 1000 / Double(n),
         ]
-        air.loop.sync { central.powerOff(); for p in peripherals { p.powerOff() } }
+        air.loop.sync {
+            central.powerOff(); for p in peripherals { p.powerOff() }
+        }
         return result
     }
 
@@ -125,9 +134,12 @@ enum ScaleBench {
         air.loop.sync {
             for (i, c) in controllers.enumerated() {
                 try? c.open(sink: sink)
-                c.send(HCICommand.leSetAdvertisingParameters(LESetAdvertisingParameters(
-                    advertisingIntervalMin: 0x00A0, advertisingIntervalMax: 0x00A0, advertisingType: .nonConnectableUndirected,
-                    ownAddressType: 0, peerAddressType: 0, peerAddress: .zero, advertisingChannelMap: 7, advertisingFilterPolicy: 0)).encode())
+                c.send(
+                    HCICommand.leSetAdvertisingParameters(
+                        LESetAdvertisingParameters(
+                            advertisingIntervalMin: 0x00A0, advertisingIntervalMax: 0x00A0, advertisingType: .nonConnectableUndirected,
+                            ownAddressType: 0, peerAddressType: 0, peerAddress: .zero, advertisingChannelMap: 7, advertisingFilterPolicy: 0)
+                    ).encode())
                 let name = Array("dev\(i)".utf8)
                 c.send(HCICommand.leSetAdvertisingData([2, 1, 6, UInt8(name.count + 1), 9] + name).encode())
                 c.send(HCICommand.leSetAdvertisingEnable(true).encode())
@@ -137,7 +149,9 @@ enum ScaleBench {
         let rssCreated = residentKB()
         let central = try HostFactory.makeHost(on: air, name: "scanner")
         let counter = Counter()
-        air.loop.sync { central.centralDelegate = counter; central.powerOn() }
+        air.loop.sync {
+            central.centralDelegate = counter; central.powerOn()
+        }
         air.loop.advance(by: .milliseconds(20))
         air.loop.sync { central.startScanning(active: false, filterDuplicates: false) }
         let scanStart = now(), cpuScan = cpuSeconds()
@@ -181,18 +195,23 @@ enum ScaleBench {
             let data = out.fileHandleForReading.readDataToEndOfFile()
             p.waitUntilExit()
             guard let line = String(decoding: data, as: UTF8.self).split(separator: "\n").last,
-                  let obj = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                let obj = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            else {
                 throw BenchError("size \(n) produced no result")
             }
             rows.append(obj)
             if kind == "connections" {
-                print(String(format: "%5d connections: all up and notified %@; setup %.2f s, %.0f notifications/s, CPU %.2f ms/connection, %.1f kB/connection",
-                             n, (obj["connected_all"] as? Bool ?? false) ? "yes" : "NO", obj["setup_seconds"] as? Double ?? 0,
-                             obj["notifications_per_s"] as? Double ?? 0, obj["cpu_ms_per_connection"] as? Double ?? 0, obj["kb_per_connection"] as? Double ?? 0))
+                print(
+                    String(
+                        format: "%5d connections: all up and notified %@; setup %.2f s, %.0f notifications/s, CPU %.2f ms/connection, %.1f kB/connection",
+                        n, (obj["connected_all"] as? Bool ?? false) ? "yes" : "NO", obj["setup_seconds"] as? Double ?? 0,
+                        obj["notifications_per_s"] as? Double ?? 0, obj["cpu_ms_per_connection"] as? Double ?? 0, obj["kb_per_connection"] as? Double ?? 0))
             } else {
-                print(String(format: "%6d advertisers: seen %d in %.2f virtual s (%.2f s real); %.0f reports per simulated second at %.2f µs CPU each; %.2f kB/advertiser",
-                             n, obj["seen"] as? Int ?? 0, obj["virtual_seconds_to_see_all"] as? Double ?? 0, obj["real_seconds_to_see_all"] as? Double ?? 0,
-                             Double(obj["reports_per_virtual_second"] as? Int ?? 0), obj["cpu_us_per_report"] as? Double ?? 0, obj["kb_per_advertiser"] as? Double ?? 0))
+                print(
+                    String(
+                        format: "%6d advertisers: seen %d in %.2f virtual s (%.2f s real); %.0f reports per simulated second at %.2f µs CPU each; %.2f kB/advertiser",
+                        n, obj["seen"] as? Int ?? 0, obj["virtual_seconds_to_see_all"] as? Double ?? 0, obj["real_seconds_to_see_all"] as? Double ?? 0,
+                        Double(obj["reports_per_virtual_second"] as? Int ?? 0), obj["cpu_us_per_report"] as? Double ?? 0, obj["kb_per_advertiser"] as? Double ?? 0))
             }
             fflush(nil)
         }
@@ -202,8 +221,10 @@ enum ScaleBench {
             let dn = Double((b["n"] as? Int ?? 0) - (a["n"] as? Int ?? 0))
             let dkb = Double((b["rss_kb"] as? Int ?? 0) - (a["rss_kb"] as? Int ?? 0))
             let dcpu = (b["cpu_seconds"] as? Double ?? 0) - (a["cpu_seconds"] as? Double ?? 0)
-            print(String(format: "  from %d to %d: %.2f kB and %.3f ms of CPU per added %@", a["n"] as? Int ?? 0, b["n"] as? Int ?? 0,
-                         dkb / dn, dcpu * 1000 / dn, kind == "connections" ? "connection" : "advertiser"))
+            print(
+                String(
+                    format: "  from %d to %d: %.2f kB and %.3f ms of CPU per added %@", a["n"] as? Int ?? 0, b["n"] as? Int ?? 0,
+                    dkb / dn, dcpu * 1000 / dn, kind == "connections" ? "connection" : "advertiser"))
         }
         let json = try JSONSerialization.data(withJSONObject: ["scale": kind, "runs": rows], options: [.sortedKeys])
         print(String(decoding: json, as: UTF8.self))

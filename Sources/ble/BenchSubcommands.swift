@@ -9,8 +9,10 @@ struct BenchCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench", abstract: "Measure throughput, CPU time and round trips.",
         discussion: "Without a subcommand, the classic flat options (--mode, --airtime, --sweep, --scale, --role) are accepted.",
-        subcommands: [BenchThroughput.self, BenchRTT.self, BenchAirtimeCommand.self, BenchSweep.self, BenchScaleCommand.self, BenchPeerCommand.self,
-                      BenchClassicCommand.self],
+        subcommands: [
+            BenchThroughput.self, BenchRTT.self, BenchAirtimeCommand.self, BenchSweep.self, BenchScaleCommand.self, BenchPeerCommand.self,
+            BenchClassicCommand.self,
+        ],
         defaultSubcommand: BenchClassicCommand.self)
 }
 
@@ -50,8 +52,9 @@ struct BenchThroughput: ParsableCommand {
     }
 
     func run() throws {
-        try runClassicBench(["--mode", mode.rawValue, "--api", api.rawValue] + given([("--size", size), ("--count", count), ("--acl-buffer", aclBuffer)])
-                            + (oneStreamThread ? ["--one-stream-thread"] : []))
+        try runClassicBench(
+            ["--mode", mode.rawValue, "--api", api.rawValue] + given([("--size", size), ("--count", count), ("--acl-buffer", aclBuffer)])
+                + (oneStreamThread ? ["--one-stream-thread"] : []))
     }
 }
 
@@ -100,9 +103,12 @@ struct BenchAirtimeCommand: ParsableCommand {
     var count: Int?
 
     func run() throws {
-        try runClassicBench(["--airtime", "--mode", mode.rawValue, "--phy", phy]
-                            + given([("--data-length", dataLength), ("--interval", interval), ("--event-length", eventLength), ("--loss", loss),
-                                     ("--controller-reserve", controllerReserve), ("--size", size), ("--count", count)]))
+        try runClassicBench(
+            ["--airtime", "--mode", mode.rawValue, "--phy", phy]
+                + given([
+                    ("--data-length", dataLength), ("--interval", interval), ("--event-length", eventLength), ("--loss", loss),
+                    ("--controller-reserve", controllerReserve), ("--size", size), ("--count", count),
+                ]))
     }
 }
 
@@ -172,8 +178,11 @@ struct BenchPeerCommand: ParsableCommand {
     var timeout: Double?
 
     func run() throws {
-        try runClassicBench(["--role", role.rawValue, "--mode", l2cap ? "l2cap" : "write"]
-                            + given([("--scenario", scenario?.rawValue), ("--peer", peer), ("--size", size), ("--count", count),
-                                     ("--interval", interval), ("--timeout", timeout)]))
+        try runClassicBench(
+            ["--role", role.rawValue, "--mode", l2cap ? "l2cap" : "write"]
+                + given([
+                    ("--scenario", scenario?.rawValue), ("--peer", peer), ("--size", size), ("--count", count),
+                    ("--interval", interval), ("--timeout", timeout),
+                ]))
     }
 }

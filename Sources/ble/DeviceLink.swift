@@ -83,7 +83,11 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         final class Box: @unchecked Sendable { var error: HostError? }
         let box = Box()
-        host.loop.execute { [host] in host!.startScanning(active: active, filterDuplicates: false) { e in box.error = e; done.signal() } }
+        host.loop.execute { [host] in
+            host!.startScanning(active: active, filterDuplicates: false) { e in
+                box.error = e; done.signal()
+            }
+        }
         done.wait()
         if let e = box.error { throw ToolError("cannot scan: \(e)") }
     }
@@ -111,7 +115,9 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
         host.loop.sync { onReport = previous }
         guard result == .success, let a = host.loop.sync({ box.address }) else {
             if target.address != nil {
-                throw ToolError("no device with the address \(target.text) advertised within \(formatSeconds(timeout)) (to connect without scanning, give its type: \(target.text)/P or \(target.text)/R)")
+                throw ToolError(
+                    "no device with the address \(target.text) advertised within \(formatSeconds(timeout)) (to connect without scanning, give its type: \(target.text)/P or \(target.text)/R)"
+                )
             }
             throw ToolError("no device named \(target) advertised within \(formatSeconds(timeout))" + (Controller.virtualHint.map { " " + $0 } ?? ""))
         }
@@ -128,7 +134,12 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
         final class Box: @unchecked Sendable { var result: Result<HostConnection, ToolError>? }
         let box = Box()
         host.loop.execute { [self] in
-            connectWaiter = (address, { r in box.result = r; done.signal() })
+            connectWaiter = (
+                address,
+                { r in
+                    box.result = r; done.signal()
+                }
+            )
             host.connect(to: address)
         }
         if done.wait(timeout: .now() + timeout) == .timedOut {
@@ -149,7 +160,11 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         final class Box: @unchecked Sendable { var result: Result<GATTClient.Outcome, GATTClient.Failure>? }
         let box = Box()
-        host.loop.execute { c.gatt(p) { r in box.result = r; done.signal() } }
+        host.loop.execute {
+            c.gatt(p) { r in
+                box.result = r; done.signal()
+            }
+        }
         done.wait()
         switch host.loop.sync({ box.result! }) {
         case let .success(o): return o
@@ -200,7 +215,9 @@ final class DeviceLink: HostCentralDelegate, @unchecked Sendable {
         var r = records[report.address] ?? DeviceRecord(address: report.address, rssi: report.rssi, connectable: false)
         r.rssi = report.rssi
         r.reports += 1
-        if report.kind == .scanResponse { r.scanResponse = data } else {
+        if report.kind == .scanResponse {
+            r.scanResponse = data
+        } else {
             r.advertising = data
             r.connectable = report.isConnectable
         }

@@ -65,8 +65,9 @@ struct FirmwareNeed {
         case 0x0BDA: return FirmwareNeed(family: "Realtek", directory: "rtl_bt", package: "firmware-realtek")
         case 0x8087: return FirmwareNeed(family: "Intel", directory: "intel", package: "firmware-iwlwifi")
         case 0x0A5C, 0x0B05, 0x413C:
-            return FirmwareNeed(family: "Broadcom", directory: "brcm",
-                                package: "none in Debian for USB dongles (convert the Windows driver's .hex with hex2hcd: wiki.debian.org/BCMHybridBTFirmware); Raspberry Pi OS: bluez-firmware")
+            return FirmwareNeed(
+                family: "Broadcom", directory: "brcm",
+                package: "none in Debian for USB dongles (convert the Windows driver's .hex with hex2hcd: wiki.debian.org/BCMHybridBTFirmware); Raspberry Pi OS: bluez-firmware")
         case 0x0CF3, 0x0489: return FirmwareNeed(family: "Qualcomm Atheros", directory: "qca", package: "firmware-atheros")
         case 0x0E8D: return FirmwareNeed(family: "MediaTek", directory: "mediatek", package: "firmware-misc-nonfree")
         default: return nil
@@ -165,7 +166,8 @@ struct DoctorSystem {
         let log = kernelLines()
         out.append(Terminal.bold("Adapters") + " (\(classDir))")
         if adapters.isEmpty {
-            out += DoctorLine(text: "none", fix: "plug in a USB dongle, or use a UART controller (BLE_TRANSPORT=serial:/dev/ttyACM0) or an emulator (rootcanal, `ble radio`)").render(indent: "  ")
+            out += DoctorLine(text: "none", fix: "plug in a USB dongle, or use a UART controller (BLE_TRANSPORT=serial:/dev/ttyACM0) or an emulator (rootcanal, `ble radio`)")
+                .render(indent: "  ")
         }
         for name in adapters {
             let path = "\(classDir)/\(name)"
@@ -177,21 +179,30 @@ struct DoctorSystem {
             // rfkill (soft: `rfkill unblock`; hard: a switch or the BIOS).
             for rf in ((try? fm.contentsOfDirectory(atPath: path)) ?? []).filter({ $0.hasPrefix("rfkill") }).sorted() {
                 let soft = read("\(path)/\(rf)/soft") == "1", hard = read("\(path)/\(rf)/hard") == "1"
-                if hard { lines.append(DoctorLine(text: "rfkill: hard-blocked", fix: "turn on the wireless switch or enable Bluetooth in the firmware setup")) }
-                else if soft { lines.append(DoctorLine(text: "rfkill: soft-blocked", fix: "rfkill unblock bluetooth")) }
-                else { lines.append(DoctorLine(text: "rfkill: not blocked")) }
+                if hard {
+                    lines.append(DoctorLine(text: "rfkill: hard-blocked", fix: "turn on the wireless switch or enable Bluetooth in the firmware setup"))
+                } else if soft {
+                    lines.append(DoctorLine(text: "rfkill: soft-blocked", fix: "rfkill unblock bluetooth"))
+                } else {
+                    lines.append(DoctorLine(text: "rfkill: not blocked"))
+                }
             }
             let up = isUp(index: index)
             switch (up, daemons.isEmpty) {
             case (true?, false):
-                lines.append(DoctorLine(text: "up, held by the kernel stack (bluetoothd is running)",
-                                        fix: "sudo systemctl stop bluetooth; sudo btmgmt --index \(index) power off (the HCI user channel needs the adapter down)"))
+                lines.append(
+                    DoctorLine(
+                        text: "up, held by the kernel stack (bluetoothd is running)",
+                        fix: "sudo systemctl stop bluetooth; sudo btmgmt --index \(index) power off (the HCI user channel needs the adapter down)"))
             case (true?, true):
                 lines.append(DoctorLine(text: "up (the kernel stack has it)", fix: "sudo btmgmt --index \(index) power off, or sudo hciconfig \(name) down"))
             case (false?, _):
                 lines.append(DoctorLine(text: "down: free for BLE_TRANSPORT=hci-socket:\(index)"))
             case (nil, _):
-                lines.append(DoctorLine(text: "up/down: unknown (the kernel could not be asked: no Bluetooth sockets, or not the real /sys)" + (daemons.isEmpty ? "" : "; bluetoothd holds it when it is up")))
+                lines.append(
+                    DoctorLine(
+                        text: "up/down: unknown (the kernel could not be asked: no Bluetooth sockets, or not the real /sys)"
+                            + (daemons.isEmpty ? "" : "; bluetoothd holds it when it is up")))
             }
             // Firmware: the family's need, the firmware directory, and the kernel's own complaints.
             let complaints = (log ?? []).filter { l in
@@ -201,17 +212,23 @@ struct DoctorSystem {
             if let ids, let need = FirmwareNeed.forUSBVendor(ids.vendor) {
                 let present = fm.fileExists(atPath: "\(firmware)/\(need.directory)")
                 if !complaints.isEmpty {
-                    lines.append(DoctorLine(text: "firmware: missing (kernel log: \(complaints.last!.trimmingCharacters(in: .whitespaces)))",
-                                            fix: "install \(need.package), then unplug and replug the adapter"))
+                    lines.append(
+                        DoctorLine(
+                            text: "firmware: missing (kernel log: \(complaints.last!.trimmingCharacters(in: .whitespaces)))",
+                            fix: "install \(need.package), then unplug and replug the adapter"))
                 } else if !present {
-                    lines.append(DoctorLine(text: "firmware: \(need.family) chips load firmware from \(firmware)/\(need.directory), which is missing",
-                                            fix: "install \(need.package)"))
+                    lines.append(
+                        DoctorLine(
+                            text: "firmware: \(need.family) chips load firmware from \(firmware)/\(need.directory), which is missing",
+                            fix: "install \(need.package)"))
                 } else {
                     lines.append(DoctorLine(text: "firmware: \(need.family), \(firmware)/\(need.directory) present" + (log == nil ? " (kernel log not readable)" : "")))
                 }
             } else if !complaints.isEmpty {
-                lines.append(DoctorLine(text: "firmware: the kernel failed to load it (\(complaints.last!.trimmingCharacters(in: .whitespaces)))",
-                                        fix: "install the firmware package named for that file, then replug"))
+                lines.append(
+                    DoctorLine(
+                        text: "firmware: the kernel failed to load it (\(complaints.last!.trimmingCharacters(in: .whitespaces)))",
+                        fix: "install the firmware package named for that file, then replug"))
             }
             out.append("  " + Terminal.bold(name))
             for l in lines { out += l.render(indent: "    ") }
@@ -234,8 +251,10 @@ struct DoctorSystem {
             lines.append(DoctorLine(text: "HCI user channel (hci-socket:N): allowed (CAP_NET_ADMIN)"))
         } else {
             let exe = CommandLine.arguments.first.map { URL(fileURLWithPath: $0).standardizedFileURL.path } ?? "ble"
-            lines.append(DoctorLine(text: "HCI user channel (hci-socket:N): not allowed (no CAP_NET_ADMIN)",
-                                    fix: "run as root, or sudo setcap cap_net_admin+ep \(exe)"))
+            lines.append(
+                DoctorLine(
+                    text: "HCI user channel (hci-socket:N): not allowed (no CAP_NET_ADMIN)",
+                    fix: "run as root, or sudo setcap cap_net_admin+ep \(exe)"))
         }
         let ports = ((try? fm.contentsOfDirectory(atPath: dev)) ?? []).filter { n in
             ["ttyACM", "ttyUSB", "ttyAMA", "ttyTHS", "serial"].contains { n.hasPrefix($0) }
@@ -248,8 +267,10 @@ struct DoctorSystem {
             if access(path, R_OK | W_OK) == 0 {
                 lines.append(DoctorLine(text: "\(path) (group \(group)): readable and writable"))
             } else {
-                lines.append(DoctorLine(text: "\(path) (group \(group)): not accessible to this user",
-                                        fix: "sudo usermod -aG \(group) $USER, then log in again"))
+                lines.append(
+                    DoctorLine(
+                        text: "\(path) (group \(group)): not accessible to this user",
+                        fix: "sudo usermod -aG \(group) $USER, then log in again"))
             }
         }
         return lines
@@ -297,40 +318,62 @@ enum Doctor {
     static func controllerLines(_ info: ControllerInfo, host: LEHost) -> [DoctorLine] {
         var lines: [DoctorLine] = []
         if let v = info.version {
-            lines.append(DoctorLine(text: "version: Bluetooth \(ControllerInfo.coreVersionName(v.hciVersion)) (HCI \(v.hciVersion) revision 0x"
-                                    + String(v.hciSubversion, radix: 16) + ", LMP \(v.lmpVersion) subversion 0x" + String(v.lmpSubversion, radix: 16) + ")",
-                                    fix: v.hciVersion < 6 ? "this controller predates Bluetooth 4.0 and has no LE: use a 4.0 or later one" : nil))
+            lines.append(
+                DoctorLine(
+                    text: "version: Bluetooth \(ControllerInfo.coreVersionName(v.hciVersion)) (HCI \(v.hciVersion) revision 0x"
+                        + String(v.hciSubversion, radix: 16) + ", LMP \(v.lmpVersion) subversion 0x" + String(v.lmpSubversion, radix: 16) + ")",
+                    fix: v.hciVersion < 6 ? "this controller predates Bluetooth 4.0 and has no LE: use a 4.0 or later one" : nil))
             lines.append(DoctorLine(text: "manufacturer: \(manufacturerName(v.companyIdentifier))"))
             if let need = FirmwareNeed.forManufacturer(v.companyIdentifier) {
-                lines.append(DoctorLine(text: "firmware: \(need.family) controllers run firmware the host loads (the kernel's driver does it when it brings the adapter up)",
-                                        fix: "with serial: or a fresh dongle, bring it up once with the kernel (needs \(need.package)) or load the firmware first"))
+                lines.append(
+                    DoctorLine(
+                        text: "firmware: \(need.family) controllers run firmware the host loads (the kernel's driver does it when it brings the adapter up)",
+                        fix: "with serial: or a fresh dongle, bring it up once with the kernel (needs \(need.package)) or load the firmware first"))
             }
         }
         if let z = info.zephyrVersion {
-            lines.append(DoctorLine(text: "Zephyr controller: hardware platform \(z.hardwarePlatform) variant \(z.hardwareVariant), firmware \(z.firmwareVersion).\(z.firmwareRevision) build \(z.firmwareBuild)"))
+            lines.append(
+                DoctorLine(
+                    text:
+                        "Zephyr controller: hardware platform \(z.hardwarePlatform) variant \(z.hardwareVariant), firmware \(z.firmwareVersion).\(z.firmwareRevision) build \(z.firmwareBuild)"
+                ))
         }
         lines.append(DoctorLine(text: "address: \(host.localAddress.string) — \(info.addressKind)"))
-        lines.append(DoctorLine(text: "ACL buffers: \(info.aclBufferCount) × \(info.aclBufferSize) octets" + (info.sharedACLBuffers ? " (shared with BR/EDR: LE Read Buffer Size reported none)" : "")))
+        lines.append(
+            DoctorLine(
+                text: "ACL buffers: \(info.aclBufferCount) × \(info.aclBufferSize) octets"
+                    + (info.sharedACLBuffers ? " (shared with BR/EDR: LE Read Buffer Size reported none)" : "")))
         func feature(_ name: String, _ on: Bool, _ detail: String, fix: String) -> DoctorLine {
             DoctorLine(text: "  " + name.padding(toLength: 22, withPad: " ", startingAt: 0) + (on ? "yes" : "no") + (detail.isEmpty ? "" : " — \(detail)"), fix: on ? nil : fix)
         }
         lines.append(DoctorLine(text: "Core Bluetooth features this controller enables:"))
-        lines.append(feature("LE 2M PHY", info.supportsLE2M, info.supportsLE2M ? "links move to LE 2M after connecting" : "links stay on LE 1M",
-                             fix: "a Bluetooth 5 controller doubles the air rate"))
-        lines.append(feature("Data Length Extension", info.supportsDataLengthExtension,
-                             info.supportsDataLengthExtension ? "\(info.maxTxOctets ?? 251)-octet link-layer packets" : "27-octet link-layer packets (about a third of the throughput)",
-                             fix: "a Bluetooth 4.2 or later controller"))
-        lines.append(feature("LL privacy", info.leFeatures.contains(.llPrivacy),
-                             info.leFeatures.contains(.llPrivacy) ? "" : "the host does privacy itself (rotating private addresses and resolving peers' work)",
-                             fix: "nothing to do; a 4.2 or later controller would resolve peers' addresses itself"))
+        lines.append(
+            feature(
+                "LE 2M PHY", info.supportsLE2M, info.supportsLE2M ? "links move to LE 2M after connecting" : "links stay on LE 1M",
+                fix: "a Bluetooth 5 controller doubles the air rate"))
+        lines.append(
+            feature(
+                "Data Length Extension", info.supportsDataLengthExtension,
+                info.supportsDataLengthExtension ? "\(info.maxTxOctets ?? 251)-octet link-layer packets" : "27-octet link-layer packets (about a third of the throughput)",
+                fix: "a Bluetooth 4.2 or later controller"))
+        lines.append(
+            feature(
+                "LL privacy", info.leFeatures.contains(.llPrivacy),
+                info.leFeatures.contains(.llPrivacy) ? "" : "the host does privacy itself (rotating private addresses and resolving peers' work)",
+                fix: "nothing to do; a 4.2 or later controller would resolve peers' addresses itself"))
         let ext = info.supportsExtendedAdvertising
-        lines.append(feature("extended advertising", ext,
-                             ext ? "CBCentralManager.supports(.extendedScanAndConnect) is true; \(info.advertisingSets.map { "\($0) sets, " } ?? "")\(info.maxAdvertisingDataLength.map { "up to \($0) bytes of data" } ?? "")"
-                                 : "legacy advertising (31 bytes); peripherals that advertise only with extended PDUs are not seen",
-                             fix: "a Bluetooth 5 controller with LE Extended Advertising"))
+        lines.append(
+            feature(
+                "extended advertising", ext,
+                ext
+                    ? "CBCentralManager.supports(.extendedScanAndConnect) is true; \(info.advertisingSets.map { "\($0) sets, " } ?? "")\(info.maxAdvertisingDataLength.map { "up to \($0) bytes of data" } ?? "")"
+                    : "legacy advertising (31 bytes); peripherals that advertise only with extended PDUs are not seen",
+                fix: "a Bluetooth 5 controller with LE Extended Advertising"))
         lines.append(feature("L2CAP channels (CoC)", true, "credit-based channels run in the host on any LE controller", fix: ""))
-        lines.append(DoctorLine(text: "  " + "max connections".padding(toLength: 22, withPad: " ", startingAt: 0)
-                                + "not reported over HCI; the host sets no limit, and the \(info.aclBufferCount) ACL buffer(s) are shared by every link"))
+        lines.append(
+            DoctorLine(
+                text: "  " + "max connections".padding(toLength: 22, withPad: " ", startingAt: 0)
+                    + "not reported over HCI; the host sets no limit, and the \(info.aclBufferCount) ACL buffer(s) are shared by every link"))
         return lines
     }
 }

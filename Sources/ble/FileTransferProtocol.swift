@@ -125,8 +125,9 @@ final class ProgressLine: @unchecked Sendable {
         let rate = Double(done - min(done, startOffset)) / elapsed
         let eta = rate > 0 ? Double(total - min(total, done)) / rate : 0
         let pct = total == 0 ? 100 : Double(done) * 100 / Double(total)
-        let line = String(format: "%@ %5.1f %% %@ of %@, %@/s, ETA %@", label, pct, Self.bytes(done), Self.bytes(total), Self.bytes(UInt64(rate)),
-                          Self.duration(eta))
+        let line = String(
+            format: "%@ %5.1f %% %@ of %@, %@/s, ETA %@", label, pct, Self.bytes(done), Self.bytes(total), Self.bytes(UInt64(rate)),
+            Self.duration(eta))
         if tty {
             let width = 24
             let filled = total == 0 ? width : Int(Double(width) * Double(done) / Double(total))

@@ -44,7 +44,9 @@ extension AttributeSpec: ExpressibleByArgument {
 struct GattCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gatt", abstract: "Connect to a device and dump its GATT database as a tree (or JSON).",
-        discussion: "Shows every service (primary, and secondary ones that are included), include, characteristic with its properties and value, and descriptor, with handles, Bluetooth SIG names and values decoded where the format is known.")
+        discussion:
+            "Shows every service (primary, and secondary ones that are included), include, characteristic with its properties and value, and descriptor, with handles, Bluetooth SIG names and values decoded where the format is known."
+    )
 
     @OptionGroup var connect: ConnectOptions
 
@@ -112,7 +114,8 @@ struct ReadCommand: ParsableCommand {
 struct WriteCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "write", abstract: "Write a characteristic (or any attribute by handle): hex, UTF-8 text or a file.",
-        discussion: "A value longer than ATT_MTU − 3 is written with prepared writes (a long write, up to 512 octets); --no-response sends a Write Command, which must fit in one packet.")
+        discussion:
+            "A value longer than ATT_MTU − 3 is written with prepared writes (a long write, up to 512 octets); --no-response sends a Write Command, which must fit in one packet.")
 
     @OptionGroup var connect: ConnectOptions
 
@@ -206,7 +209,9 @@ struct SubscribeCommand: ParsableCommand {
             link.host.loop.sync {
                 link.onValue = { handle, value, isIndication in
                     guard let c = byHandle[handle] else { return }
-                    let n: Int = state.lock.withLock { state.received += 1; return state.received }
+                    let n: Int = state.lock.withLock {
+                        state.received += 1; return state.received
+                    }
                     guard limit == 0 || n <= limit else { return }
                     say(Self.line(c, value, indication: isIndication, json: asJSON))
                     if limit > 0 && n == limit { finished.signal() }
@@ -254,8 +259,10 @@ struct SubscribeCommand: ParsableCommand {
         let decoded = ValueDecoding.characteristic(c.uuid, value, presentation: c.presentationFormat)
         let now = Date()
         if json {
-            var o: [String: Any] = ["time": ISO8601DateFormatter.withFractionalSeconds.string(from: now), "kind": indication ? "indication" : "notification",
-                                    "handle": Int(c.valueHandle), "uuid": c.uuid.uuidString, "value": value.map { String(format: "%02x", $0) }.joined()]
+            var o: [String: Any] = [
+                "time": ISO8601DateFormatter.withFractionalSeconds.string(from: now), "kind": indication ? "indication" : "notification",
+                "handle": Int(c.valueHandle), "uuid": c.uuid.uuidString, "value": value.map { String(format: "%02x", $0) }.joined(),
+            ]
             if let decoded { o["decoded"] = decoded }
             return jsonText(o, pretty: false)
         }

@@ -8,8 +8,9 @@ import Foundation
 import GameKit
 
 struct GKCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "gk", abstract: "GameKit photo demo: a peer picker on one side, a session on the other.",
-                                                    subcommands: [GKPickCommand.self, GKSessionCommand.self])
+    static let configuration = CommandConfiguration(
+        commandName: "gk", abstract: "GameKit photo demo: a peer picker on one side, a session on the other.",
+        subcommands: [GKPickCommand.self, GKSessionCommand.self])
 }
 
 struct GKOptions: ParsableArguments {

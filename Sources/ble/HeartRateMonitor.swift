@@ -26,8 +26,10 @@ final class HeartRateMonitor: NSObject, CBCentralManagerDelegate, CBPeripheralDe
         central.scanForPeripherals(withServices: [heartRateServiceUUID], options: nil)
     }
 
-    func centralManager(_ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
-                        advertisementData: [String: Any], rssi RSSI: NSNumber) {
+    func centralManager(
+        _ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
+        advertisementData: [String: Any], rssi RSSI: NSNumber
+    ) {
         step("central", "discovered \(peripheral.name ?? "unnamed") RSSI \(RSSI) dBm, id \(peripheral.identifier.uuidString.prefix(8))…")
         for key in advertisementData.keys.sorted() {
             step("central", "  \(key) = \(describe(advertisementData[key]!))")
@@ -108,7 +110,8 @@ final class HeartRateMonitor: NSObject, CBCentralManagerDelegate, CBPeripheralDe
             notificationsSeen += 1
             step("central", "heart rate \(decodeHeartRate(value)) bpm (notification \(notificationsSeen), bytes \(hex(value)))")
             if notificationsSeen == notificationsWanted,
-               let cp = characteristic.service?.characteristics?.first(where: { $0.uuid == heartRateControlPointUUID }) {
+                let cp = characteristic.service?.characteristics?.first(where: { $0.uuid == heartRateControlPointUUID })
+            {
                 step("central", "writing 0x01 (reset energy expended) to the control point")
                 peripheral.writeValue(Data([0x01]), for: cp, type: .withResponse)
             }
@@ -149,6 +152,7 @@ func describe(_ p: CBCharacteristicProperties) -> String {
     let names: [(CBCharacteristicProperties, String)] = [
         (.broadcast, "broadcast"), (.read, "read"), (.writeWithoutResponse, "writeWithoutResponse"), (.write, "write"),
         (.notify, "notify"), (.indicate, "indicate"), (.authenticatedSignedWrites, "authenticatedSignedWrites"),
-        (.extendedProperties, "extendedProperties")]
+        (.extendedProperties, "extendedProperties"),
+    ]
     return "[" + names.filter { p.contains($0.0) }.map(\.1).joined(separator: ", ") + "]"
 }

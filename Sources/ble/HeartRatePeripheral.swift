@@ -34,8 +34,10 @@ final class HeartRatePeripheral: NSObject, CBPeripheralManagerDelegate, @uncheck
     func peripheralManager(_ peripheral: CBPeripheralManager, didAdd service: CBService, error: Error?) {
         if let error { return step("peripheral", "could not publish \(service.uuid): \(error)") }
         step("peripheral", "published service \(service.uuid) with \(service.characteristics?.count ?? 0) characteristics")
-        peripheral.startAdvertising([CBAdvertisementDataLocalNameKey: "OCB Heart Rate",
-                                     CBAdvertisementDataServiceUUIDsKey: [heartRateServiceUUID]])
+        peripheral.startAdvertising([
+            CBAdvertisementDataLocalNameKey: "OCB Heart Rate",
+            CBAdvertisementDataServiceUUIDsKey: [heartRateServiceUUID],
+        ])
     }
 
     func peripheralManagerDidStartAdvertising(_ peripheral: CBPeripheralManager, error: Error?) {

@@ -12,9 +12,13 @@ import BLETransport
 import BLEVirtualRadio
 
 struct MCBenchCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "bench",
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
         abstract: "Multipeer throughput between two peers of this process: over Bluetooth on the airtime-modelled virtual radio, or over TCP on loopback.")
-    @Option(help: "bluetooth (LE adverts + L2CAP on an in-process virtual radio with the airtime model) or network (TCP on loopback, connected with the custom-discovery calls: no multicast).")
+    @Option(
+        help:
+            "bluetooth (LE adverts + L2CAP on an in-process virtual radio with the airtime model) or network (TCP on loopback, connected with the custom-discovery calls: no multicast)."
+    )
     var transport = "bluetooth"
     @Option(help: "Resource size in bytes (0: no resource).")
     var size = 1_000_000
@@ -38,15 +42,21 @@ struct MCBenchCommand: ParsableCommand {
         var connected = false, found: MCPeerID?, received: Date?, messages = 0, lastMessage: Date?
         var session: MCSession?
         func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) { if state == .connected { lock.withLock { connected = true } } }
-        func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) { lock.withLock { messages += 1; lastMessage = Date() } }
+        func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {
+            lock.withLock {
+                messages += 1; lastMessage = Date()
+            }
+        }
         func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}
         func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress) {}
         func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: (any Error)?) {
             if let localURL { try? FileManager.default.removeItem(at: localURL) }
             lock.withLock { received = Date() }
         }
-        func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
-                        invitationHandler: @escaping (Bool, MCSession?) -> Void) { invitationHandler(true, session) }
+        func advertiser(
+            _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+            invitationHandler: @escaping (Bool, MCSession?) -> Void
+        ) { invitationHandler(true, session) }
         func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?) { lock.withLock { found = peerID } }
         func browser(_ browser: MCNearbyServiceBrowser, lostPeer peerID: MCPeerID) {}
     }
@@ -105,9 +115,11 @@ struct MCBenchCommand: ParsableCommand {
             for _ in 0..<messages { try b.send(payload, toPeers: [a.myPeerID], with: .reliable) }
             try wait("the messages", Double(messages) / 1000 + 60) { wa.lock.withLock { wa.messages >= messages } }
             let seconds = wa.lock.withLock { wa.lastMessage! }.timeIntervalSince(start)
-            print(String(format: "%d messages of %d bytes over %@ (encryption %@): %.0f messages/s, %.1f MB/s, %.2f s, CPU %.2f s, max RSS %d MB",
-                         messages, messageSize, label, encryption, Double(messages) / seconds, Double(messages * messageSize) / seconds / 1e6,
-                         seconds, cpuSeconds() - cpu0, maxRSSMegabytes()))
+            print(
+                String(
+                    format: "%d messages of %d bytes over %@ (encryption %@): %.0f messages/s, %.1f MB/s, %.2f s, CPU %.2f s, max RSS %d MB",
+                    messages, messageSize, label, encryption, Double(messages) / seconds, Double(messages * messageSize) / seconds / 1e6,
+                    seconds, cpuSeconds() - cpu0, maxRSSMegabytes()))
         }
         if size > 0 {
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-bench-\(getpid())")
@@ -128,14 +140,19 @@ struct MCBenchCommand: ParsableCommand {
             if case let .some(.some(e)) = sent.withLock({ outcome }) { throw ValidationError("the resource failed: \(e)") }
             let seconds = wa.lock.withLock { wa.received! }.timeIntervalSince(start)
             let rate = Double(size) / seconds
-            print(String(format: "resource of %ld bytes over %@ (encryption %@): %.1f MB/s in %.2f s, CPU %.2f s, max RSS %d MB (%d MB before); the payload file was written at %.1f MB/s",
-                         size, label, encryption, rate / 1e6, seconds, cpuSeconds() - cpu0, maxRSSMegabytes(), rssBefore, writeRate / 1e6))
+            print(
+                String(
+                    format:
+                        "resource of %ld bytes over %@ (encryption %@): %.1f MB/s in %.2f s, CPU %.2f s, max RSS %d MB (%d MB before); the payload file was written at %.1f MB/s",
+                    size, label, encryption, rate / 1e6, seconds, cpuSeconds() - cpu0, maxRSSMegabytes(), rssBefore, writeRate / 1e6))
             if bluetooth, let air {
                 let link = try linkModel(of: b, air: air)
                 // An L2CAP channel's own ceiling: every LL payload octet but the 4-octet basic header of each K-frame.
                 let channelMax = link.linkPayloadThroughput * Double(link.dataLength - 4) / Double(link.dataLength)
-                print(String(format: "link ceiling %.1f kB/s, L2CAP channel ceiling %.1f kB/s: %.1f %% of the channel's", link.linkPayloadThroughput / 1000,
-                             channelMax / 1000, rate / channelMax * 100))
+                print(
+                    String(
+                        format: "link ceiling %.1f kB/s, L2CAP channel ceiling %.1f kB/s: %.1f %% of the channel's", link.linkPayloadThroughput / 1000,
+                        channelMax / 1000, rate / channelMax * 100))
             }
         }
         a.disconnect()

@@ -8,8 +8,9 @@ import Foundation
 import MultipeerConnectivity
 
 struct MCCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "mc", abstract: "Multipeer Connectivity demo: advertise or browse, then chat and send a photo.",
-                                                    subcommands: [MCAdvertiseCommand.self, MCBrowseCommand.self, MCBenchCommand.self])
+    static let configuration = CommandConfiguration(
+        commandName: "mc", abstract: "Multipeer Connectivity demo: advertise or browse, then chat and send a photo.",
+        subcommands: [MCAdvertiseCommand.self, MCBrowseCommand.self, MCBenchCommand.self])
 }
 
 struct MCOptions: ParsableArguments {
@@ -29,7 +30,10 @@ struct MCOptions: ParsableArguments {
     var expect: Int = 0
     @Option(help: "Encryption: required (TLS 1.3), optional or none.")
     var encryption: String = "required"
-    @Option(help: "Transports: network (mDNS + TCP), bluetooth (LE adverts + L2CAP channels on BLE_TRANSPORT's controller) or both. Default: MC_TRANSPORTS, else network, plus bluetooth when BLE_TRANSPORT is set.")
+    @Option(
+        help:
+            "Transports: network (mDNS + TCP), bluetooth (LE adverts + L2CAP channels on BLE_TRANSPORT's controller) or both. Default: MC_TRANSPORTS, else network, plus bluetooth when BLE_TRANSPORT is set."
+    )
     var transport: String?
 
     func validate() throws {

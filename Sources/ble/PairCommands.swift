@@ -117,7 +117,9 @@ struct PairCommand: ParsableCommand {
                 case let .success(s):
                     print("secured: \(s)")
                     if let b = host.bondStore.bond(matching: c.peerAddress) {
-                        print("bonded with \(b.identityAddress) (\(b.secureConnections ? "LE Secure Connections" : "legacy"), \(b.authenticated ? "authenticated" : "unauthenticated"), \(b.keySize)-octet key)")
+                        print(
+                            "bonded with \(b.identityAddress) (\(b.secureConnections ? "LE Secure Connections" : "legacy"), \(b.authenticated ? "authenticated" : "unauthenticated"), \(b.keySize)-octet key)"
+                        )
                         if let f = host.bondStore.fileURL { print("bond stored in \(f.path)") }
                     }
                     outcome.code = 0
@@ -191,8 +193,9 @@ struct BondsCommand: ParsableCommand {
         let (bonds, file) = host.loop.sync { (host.bondStore.bonds, host.bondStore.fileURL) }
         print("\(bonds.count) bond(s)" + (file.map { " in \($0.path)" } ?? " (in memory: the virtual radio keeps none across runs)"))
         for b in bonds {
-            print("  \(b.identityAddress)  \(b.secureConnections ? "SC" : "legacy") \(b.authenticated ? "authenticated" : "unauthenticated") key \(b.keySize)"
-                  + (b.keys.peerIRK != nil ? " IRK" : "") + (b.keys.peerCSRK != nil ? " CSRK" : ""))
+            print(
+                "  \(b.identityAddress)  \(b.secureConnections ? "SC" : "legacy") \(b.authenticated ? "authenticated" : "unauthenticated") key \(b.keySize)"
+                    + (b.keys.peerIRK != nil ? " IRK" : "") + (b.keys.peerCSRK != nil ? " CSRK" : ""))
         }
     }
 }

@@ -69,8 +69,9 @@ final class FileReceiver: NSObject, CBPeripheralManagerDelegate, @unchecked Send
             FileHandle.standardError.write(Data("ble receive: cannot publish a channel: \(error.localizedDescription)\n".utf8))
             Foundation.exit(1)
         }
-        let psm = CBMutableCharacteristic(type: CBUUID(string: CBUUIDL2CAPPSMCharacteristicString), properties: [.read],
-                                          value: Data([UInt8(PSM & 0xFF), UInt8(PSM >> 8)]), permissions: [.readable])
+        let psm = CBMutableCharacteristic(
+            type: CBUUID(string: CBUUIDL2CAPPSMCharacteristicString), properties: [.read],
+            value: Data([UInt8(PSM & 0xFF), UInt8(PSM >> 8)]), permissions: [.readable])
         let service = CBMutableService(type: CBUUID(string: FileTransfer.serviceUUID), primary: true)
         service.characteristics = [psm]
         peripheral.add(service)
@@ -135,7 +136,9 @@ final class ReceiveSession: NSObject, StreamDelegate, @unchecked Sendable {
                 try? file?.close()
                 if let offer, received < offer.size {
                     progress?.finish()
-                    print("interrupted at \(ProgressLine.bytes(received)) of \(ProgressLine.bytes(offer.size)); the partial file is kept and the next send of this file resumes there")
+                    print(
+                        "interrupted at \(ProgressLine.bytes(received)) of \(ProgressLine.bytes(offer.size)); the partial file is kept and the next send of this file resumes there"
+                    )
                 }
                 end(stored: false)
             }
@@ -202,8 +205,10 @@ final class ReceiveSession: NSObject, StreamDelegate, @unchecked Sendable {
         try file?.seekToEnd()
         received = offset
         state = .data
-        print(offset > 0 ? "receiving \(name) (\(ProgressLine.bytes(o.size))), resuming at \(ProgressLine.bytes(offset))"
-                         : "receiving \(name) (\(ProgressLine.bytes(o.size)))")
+        print(
+            offset > 0
+                ? "receiving \(name) (\(ProgressLine.bytes(o.size))), resuming at \(ProgressLine.bytes(offset))"
+                : "receiving \(name) (\(ProgressLine.bytes(o.size)))")
         progress = ProgressLine(label: name, total: o.size)
         progress?.startOffset = offset
         send(FileTransfer.accept(offset: offset))

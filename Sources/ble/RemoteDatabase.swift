@@ -77,8 +77,9 @@ struct RemoteDatabase {
                 let sorted = cs.sorted { $0.declarationHandle < $1.declarationHandle }
                 for (i, c) in sorted.enumerated() {
                     let end = i + 1 < sorted.count ? sorted[i + 1].declarationHandle - 1 : s.endHandle
-                    var ch = Characteristic(uuid: c.uuid, declarationHandle: c.declarationHandle, valueHandle: c.valueHandle,
-                                            properties: c.properties, endHandle: end)
+                    var ch = Characteristic(
+                        uuid: c.uuid, declarationHandle: c.declarationHandle, valueHandle: c.valueHandle,
+                        properties: c.properties, endHandle: end)
                     if c.valueHandle < end, case let .descriptors(ds) = try link.gatt(.discoverDescriptors(start: c.valueHandle + 1, end: end)) {
                         ch.descriptors = ds.map { Descriptor(uuid: $0.uuid, handle: $0.handle) }
                     }
@@ -129,7 +130,9 @@ struct RemoteDatabase {
             let matches = characteristics.filter { $0.uuid == u }
             guard let c = matches.first else { throw ToolError("no characteristic \(u.uuidString) on the device") }
             if matches.count > 1 {
-                warn("\(matches.count) characteristics \(u.uuidString) (value handles \(matches.map { String(format: "0x%04x", $0.valueHandle) }.joined(separator: ", "))); using the first, name another by its handle")
+                warn(
+                    "\(matches.count) characteristics \(u.uuidString) (value handles \(matches.map { String(format: "0x%04x", $0.valueHandle) }.joined(separator: ", "))); using the first, name another by its handle"
+                )
             }
             return c
         }
@@ -154,30 +157,35 @@ struct RemoteDatabase {
         for (si, s) in services.enumerated() {
             let lastService = si == services.count - 1
             let sp = lastService ? "    " : "│   "
-            lines.append((lastService ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x–0x%04x", s.handle, s.endHandle)) + " "
-                         + (s.primary ? "service " : "secondary service ") + Terminal.bold(Self.label(s.uuid, AssignedNumbers.name(ofService: s.uuid))))
+            lines.append(
+                (lastService ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x–0x%04x", s.handle, s.endHandle)) + " "
+                    + (s.primary ? "service " : "secondary service ") + Terminal.bold(Self.label(s.uuid, AssignedNumbers.name(ofService: s.uuid))))
             let children = s.includes.count + s.characteristics.count
             var n = 0
             for inc in s.includes {
                 n += 1
-                lines.append(sp + (n == children ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", inc.declarationHandle))
-                             + " includes " + Self.label(inc.uuid, AssignedNumbers.name(ofService: inc.uuid))
-                             + String(format: " (0x%04x–0x%04x)", inc.startHandle, inc.endHandle))
+                lines.append(
+                    sp + (n == children ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", inc.declarationHandle))
+                        + " includes " + Self.label(inc.uuid, AssignedNumbers.name(ofService: inc.uuid))
+                        + String(format: " (0x%04x–0x%04x)", inc.startHandle, inc.endHandle))
             }
             for c in s.characteristics {
                 n += 1
                 let lastChild = n == children
                 let cp = sp + (lastChild ? "    " : "│   ")
-                lines.append(sp + (lastChild ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", c.declarationHandle))
-                             + " characteristic " + Terminal.bold(Self.label(c.uuid, AssignedNumbers.name(ofCharacteristic: c.uuid)))
-                             + String(format: ", value 0x%04x", c.valueHandle) + " [" + Self.properties(c.properties).joined(separator: ", ") + "]")
-                let rendered = Self.render(value: c.value, error: c.error,
-                                           decoded: c.value.flatMap { ValueDecoding.characteristic(c.uuid, $0, presentation: c.presentationFormat) })
+                lines.append(
+                    sp + (lastChild ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", c.declarationHandle))
+                        + " characteristic " + Terminal.bold(Self.label(c.uuid, AssignedNumbers.name(ofCharacteristic: c.uuid)))
+                        + String(format: ", value 0x%04x", c.valueHandle) + " [" + Self.properties(c.properties).joined(separator: ", ") + "]")
+                let rendered = Self.render(
+                    value: c.value, error: c.error,
+                    decoded: c.value.flatMap { ValueDecoding.characteristic(c.uuid, $0, presentation: c.presentationFormat) })
                 if !rendered.isEmpty { lines.append(cp + (c.descriptors.isEmpty ? "    " : "│   ") + "= " + Terminal.green(rendered)) }
                 for (di, d) in c.descriptors.enumerated() {
                     let r = Self.render(value: d.value, error: d.error, decoded: d.value.flatMap { ValueDecoding.descriptor(d.uuid, $0) })
-                    lines.append(cp + (di == c.descriptors.count - 1 ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", d.handle))
-                                 + " descriptor " + Self.label(d.uuid, AssignedNumbers.name(ofDescriptor: d.uuid)) + (r.isEmpty ? "" : " = " + Terminal.green(r)))
+                    lines.append(
+                        cp + (di == c.descriptors.count - 1 ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", d.handle))
+                            + " descriptor " + Self.label(d.uuid, AssignedNumbers.name(ofDescriptor: d.uuid)) + (r.isEmpty ? "" : " = " + Terminal.green(r)))
                 }
             }
         }
@@ -200,10 +208,14 @@ struct RemoteDatabase {
         root["services"] = services.map { s -> [String: Any] in
             var o: [String: Any] = ["uuid": s.uuid.uuidString, "handle": Int(s.handle), "end_handle": Int(s.endHandle), "primary": s.primary]
             if let n = AssignedNumbers.name(ofService: s.uuid) { o["name"] = n }
-            o["includes"] = s.includes.map { ["handle": Int($0.declarationHandle), "start_handle": Int($0.startHandle), "end_handle": Int($0.endHandle), "uuid": $0.uuid.uuidString] as [String: Any] }
+            o["includes"] = s.includes.map {
+                ["handle": Int($0.declarationHandle), "start_handle": Int($0.startHandle), "end_handle": Int($0.endHandle), "uuid": $0.uuid.uuidString] as [String: Any]
+            }
             o["characteristics"] = s.characteristics.map { c -> [String: Any] in
-                var co: [String: Any] = ["uuid": c.uuid.uuidString, "handle": Int(c.declarationHandle), "value_handle": Int(c.valueHandle),
-                                         "properties": Self.properties(c.properties)]
+                var co: [String: Any] = [
+                    "uuid": c.uuid.uuidString, "handle": Int(c.declarationHandle), "value_handle": Int(c.valueHandle),
+                    "properties": Self.properties(c.properties),
+                ]
                 if let n = AssignedNumbers.name(ofCharacteristic: c.uuid) { co["name"] = n }
                 co.merge(Self.valueFields(c.value, c.error, decoded: c.value.flatMap { ValueDecoding.characteristic(c.uuid, $0, presentation: c.presentationFormat) })) { $1 }
                 co["descriptors"] = c.descriptors.map { d -> [String: Any] in

@@ -107,7 +107,9 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
         retriesLeft -= 1
         progress.finish()
         print("link lost; reconnecting to resume (\(retriesLeft) retr\(retriesLeft == 1 ? "y" : "ies") left)")
-        streamsSync { phase = .offer; inbound = []; outbound = [] }
+        streamsSync {
+            phase = .offer; inbound = []; outbound = []
+        }
         central.connect(p)
     }
 
@@ -189,7 +191,9 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
             progress.finish()
             switch inbound[4] {
             case 0:
-                print("sent \(url.lastPathComponent): \(ProgressLine.bytes(size)) in \(String(format: "%.1f", Date().timeIntervalSince(progress.start))) s, SHA-256 verified by the receiver")
+                print(
+                    "sent \(url.lastPathComponent): \(ProgressLine.bytes(size)) in \(String(format: "%.1f", Date().timeIntervalSince(progress.start))) s, SHA-256 verified by the receiver"
+                )
                 phase = .done
                 fflush(nil)
                 Foundation.exit(0)

@@ -44,9 +44,11 @@ struct FieldRenderer {
         return shaped.joined(separator: " ")
     }
 
-    static let acronyms = ["le": "LE", "rssi": "RSSI", "att": "ATT", "mtu": "MTU", "ltk": "LTK", "irk": "IRK", "csrk": "CSRK",
-                           "ediv": "EDIV", "psm": "PSM", "cid": "CID", "mps": "MPS", "phy": "PHY", "oob": "OOB", "io": "IO",
-                           "acl": "ACL", "hci": "HCI", "lmp": "LMP", "bd": "BD", "addr": "ADDR", "uuid": "UUID", "dh": "DH"]
+    static let acronyms = [
+        "le": "LE", "rssi": "RSSI", "att": "ATT", "mtu": "MTU", "ltk": "LTK", "irk": "IRK", "csrk": "CSRK",
+        "ediv": "EDIV", "psm": "PSM", "cid": "CID", "mps": "MPS", "phy": "PHY", "oob": "OOB", "io": "IO",
+        "acl": "ACL", "hci": "HCI", "lmp": "LMP", "bd": "BD", "addr": "ADDR", "uuid": "UUID", "dh": "DH",
+    ]
 
     /// Field labels whose values are secrets.
     static func isSecret(_ label: String) -> Bool {

@@ -29,8 +29,10 @@ enum Controller {
     /// powers it on and returns once it is on. `identity` names the persistent identity the host uses where
     /// the controller's own address changes from run to run (see ToolIdentity). Throws the host's reason
     /// when the controller cannot be opened.
-    static func open(name: String, identity: String? = nil, timeout: Double = defaultTimeout,
-                     prepare: @escaping @Sendable (LEHost) -> Void = { _ in }) throws -> LEHost {
+    static func open(
+        name: String, identity: String? = nil, timeout: Double = defaultTimeout,
+        prepare: @escaping @Sendable (LEHost) -> Void = { _ in }
+    ) throws -> LEHost {
         let spec = try spec()
         let host: LEHost
         do { host = try HostFactory.makeHost(spec: spec, name: name) } catch { throw ToolError("\(spec): \(error)") }
@@ -76,7 +78,9 @@ enum Controller {
         if waitsForPeer { FileHandle.standardError.write(Data("waiting for a controller to connect (\(spec))…\n".utf8)) }
         let deadline: DispatchTime = waitsForPeer ? .distantFuture : .now() + timeout
         if done.wait(timeout: deadline) == .timedOut {
-            host.loop.sync { host.removePowerObserver(outcome.token); host.powerOff() }
+            host.loop.sync {
+                host.removePowerObserver(outcome.token); host.powerOff()
+            }
             throw ToolError("\(spec): the controller did not come up within \(formatSeconds(timeout))")
         }
         if let why = outcome.lock.withLock({ outcome.failure }) { throw ToolError("\(spec): \(why)") }
@@ -88,7 +92,8 @@ enum Controller {
     /// For "nothing found" on the default transport: the in-process air has only this process's devices.
     static var virtualHint: String? {
         guard (try? spec()) == .virtual else { return nil }
-        return "(the default virtual radio is inside this process: to reach a device served by another process, run `ble radio` and set BLE_TRANSPORT=tcp-client:127.0.0.1:6402 in both)"
+        return
+            "(the default virtual radio is inside this process: to reach a device served by another process, run `ble radio` and set BLE_TRANSPORT=tcp-client:127.0.0.1:6402 in both)"
     }
 
     /// False for the in-process virtual radio, which is always there.

@@ -32,7 +32,9 @@ enum ToolIdentity {
             let box = Box()
             host.loop.execute {
                 host.bondStore = BondStore(fileURL: file)
-                host.setStaticRandomAddress(address) { e in box.error = e; done.signal() }
+                host.setStaticRandomAddress(address) { e in
+                    box.error = e; done.signal()
+                }
             }
             guard done.wait(timeout: .now() + 10) == .success else { throw ToolError("setting the address \(address) timed out") }
             if let e = box.error { throw ToolError("cannot use the address \(address): \(e)") }
@@ -65,8 +67,9 @@ enum ToolIdentity {
     static func loadOrCreate(name: String, directory: URL) -> BluetoothAddress {
         let url = file(name: name, directory: directory)
         if let data = try? Data(contentsOf: url),
-           let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-           let s = o["address"] as? String, let a = BluetoothAddress(string: s, type: .random), a.randomKind == .staticAddress {
+            let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let s = o["address"] as? String, let a = BluetoothAddress(string: s, type: .random), a.randomKind == .staticAddress
+        {
             return a
         }
         let a = makeStaticAddress()

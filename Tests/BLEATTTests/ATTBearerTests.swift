@@ -116,9 +116,12 @@ private let write7 = ATTPDU.writeRequest(ATTWriteRequest(handle: 7, value: [1]))
     #expect(try s.indicate(handle: 5, value: [2]).isEmpty)
     #expect(try s.indicate(handle: 7, value: [3]).isEmpty)
     #expect(s.queuedIndications == 2)
-    #expect(s.receiveConfirmation() == [.stopConfirmationTimer, .indicationConfirmed(handle: 3),
-                                        .send(.handleValueIndication(ATTHandleValueIndication(handle: 5, value: [2]))),
-                                        .startConfirmationTimer])
+    #expect(
+        s.receiveConfirmation() == [
+            .stopConfirmationTimer, .indicationConfirmed(handle: 3),
+            .send(.handleValueIndication(ATTHandleValueIndication(handle: 5, value: [2]))),
+            .startConfirmationTimer,
+        ])
     _ = s.receiveConfirmation()
     #expect(s.receiveConfirmation() == [.stopConfirmationTimer, .indicationConfirmed(handle: 7)])
     #expect(s.indicationState == .idle)

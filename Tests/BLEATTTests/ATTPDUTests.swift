@@ -8,25 +8,37 @@ let samplePDUs: [ATTPDU] = [
     .exchangeMTURequest(ATTExchangeMTURequest(clientRxMTU: 517)),
     .exchangeMTUResponse(ATTExchangeMTUResponse(serverRxMTU: 247)),
     .findInformationRequest(ATTFindInformationRequest(startingHandle: 1, endingHandle: 0xFFFF)),
-    .findInformationResponse(ATTFindInformationResponse(format: .uuid16, information: [
-        ATTHandleUUID(handle: 3, uuid: BluetoothUUID(0x2803)), ATTHandleUUID(handle: 4, uuid: BluetoothUUID(0x2A00)),
-    ])),
-    .findInformationResponse(ATTFindInformationResponse(format: .uuid128, information: [
-        ATTHandleUUID(handle: 0x10, uuid: BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!),
-    ])),
-    .findByTypeValueRequest(ATTFindByTypeValueRequest(startingHandle: 1, endingHandle: 0xFFFF, attributeType: 0x2800,
-                                                      attributeValue: [0x0D, 0x18])),
-    .findByTypeValueResponse(ATTFindByTypeValueResponse(handlesInformationList: [
-        ATTHandlesInformation(foundAttributeHandle: 0x20, groupEndHandle: 0x2F),
-        ATTHandlesInformation(foundAttributeHandle: 0x40, groupEndHandle: 0xFFFF),
-    ])),
+    .findInformationResponse(
+        ATTFindInformationResponse(
+            format: .uuid16,
+            information: [
+                ATTHandleUUID(handle: 3, uuid: BluetoothUUID(0x2803)), ATTHandleUUID(handle: 4, uuid: BluetoothUUID(0x2A00)),
+            ])),
+    .findInformationResponse(
+        ATTFindInformationResponse(
+            format: .uuid128,
+            information: [
+                ATTHandleUUID(handle: 0x10, uuid: BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!)
+            ])),
+    .findByTypeValueRequest(
+        ATTFindByTypeValueRequest(
+            startingHandle: 1, endingHandle: 0xFFFF, attributeType: 0x2800,
+            attributeValue: [0x0D, 0x18])),
+    .findByTypeValueResponse(
+        ATTFindByTypeValueResponse(handlesInformationList: [
+            ATTHandlesInformation(foundAttributeHandle: 0x20, groupEndHandle: 0x2F),
+            ATTHandlesInformation(foundAttributeHandle: 0x40, groupEndHandle: 0xFFFF),
+        ])),
     .readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 0x10, attributeType: BluetoothUUID(0x2803))),
-    .readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 0x10,
-                                            attributeType: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!)),
-    .readByTypeResponse(ATTReadByTypeResponse(attributeDataList: [
-        ATTHandleValue(handle: 2, value: [0x02, 0x03, 0x00, 0x00, 0x2A]),
-        ATTHandleValue(handle: 4, value: [0x02, 0x05, 0x00, 0x01, 0x2A]),
-    ])),
+    .readByTypeRequest(
+        ATTReadByTypeRequest(
+            startingHandle: 1, endingHandle: 0x10,
+            attributeType: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!)),
+    .readByTypeResponse(
+        ATTReadByTypeResponse(attributeDataList: [
+            ATTHandleValue(handle: 2, value: [0x02, 0x03, 0x00, 0x00, 0x2A]),
+            ATTHandleValue(handle: 4, value: [0x02, 0x05, 0x00, 0x01, 0x2A]),
+        ])),
     .readRequest(ATTReadRequest(handle: 0x0003)),
     .readResponse(ATTReadResponse(value: Array("Hello".utf8))),
     .readBlobRequest(ATTReadBlobRequest(handle: 0x0003, offset: 22)),
@@ -34,15 +46,19 @@ let samplePDUs: [ATTPDU] = [
     .readMultipleRequest(ATTReadMultipleRequest(handles: [3, 5, 7])),
     .readMultipleResponse(ATTReadMultipleResponse(values: [1, 2, 3, 4])),
     .readMultipleVariableRequest(ATTReadMultipleVariableRequest(handles: [3, 5])),
-    .readMultipleVariableResponse(ATTReadMultipleVariableResponse(lengthValueTupleList: [
-        ATTLengthValue(value: [0xAA]), ATTLengthValue(value: []), ATTLengthValue(value: [1, 2, 3]),
-    ])),
-    .readByGroupTypeRequest(ATTReadByGroupTypeRequest(startingHandle: 1, endingHandle: 0xFFFF,
-                                                      attributeGroupType: .primaryService)),
-    .readByGroupTypeResponse(ATTReadByGroupTypeResponse(attributeDataList: [
-        ATTGroupData(handle: 1, endGroupHandle: 5, value: [0x00, 0x18]),
-        ATTGroupData(handle: 6, endGroupHandle: 9, value: [0x01, 0x18]),
-    ])),
+    .readMultipleVariableResponse(
+        ATTReadMultipleVariableResponse(lengthValueTupleList: [
+            ATTLengthValue(value: [0xAA]), ATTLengthValue(value: []), ATTLengthValue(value: [1, 2, 3]),
+        ])),
+    .readByGroupTypeRequest(
+        ATTReadByGroupTypeRequest(
+            startingHandle: 1, endingHandle: 0xFFFF,
+            attributeGroupType: .primaryService)),
+    .readByGroupTypeResponse(
+        ATTReadByGroupTypeResponse(attributeDataList: [
+            ATTGroupData(handle: 1, endGroupHandle: 5, value: [0x00, 0x18]),
+            ATTGroupData(handle: 6, endGroupHandle: 9, value: [0x01, 0x18]),
+        ])),
     .writeRequest(ATTWriteRequest(handle: 0x0009, value: [0x01, 0x00])),
     .writeResponse(ATTWriteResponse()),
     .writeCommand(ATTWriteCommand(handle: 0x0010, value: [9, 8, 7])),
@@ -55,9 +71,10 @@ let samplePDUs: [ATTPDU] = [
     .handleValueNotification(ATTHandleValueNotification(handle: 0x0015, value: [0x64])),
     .handleValueIndication(ATTHandleValueIndication(handle: 0x0003, value: [0x01, 0x00, 0xFF, 0xFF])),
     .handleValueConfirmation(ATTHandleValueConfirmation()),
-    .multipleHandleValueNotification(ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
-        ATTHandleValue(handle: 0x15, value: [1]), ATTHandleValue(handle: 0x17, value: [2, 3]),
-    ])),
+    .multipleHandleValueNotification(
+        ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
+            ATTHandleValue(handle: 0x15, value: [1]), ATTHandleValue(handle: 0x17, value: [2, 3]),
+        ])),
     .unknown(opcode: ATTOpcode(0x30), parameters: [1, 2, 3]),
 ]
 
@@ -65,8 +82,10 @@ let samplePDUs: [ATTPDU] = [
 let minimalRequests: [ATTPDU] = [
     .exchangeMTURequest(ATTExchangeMTURequest(clientRxMTU: 23)),
     .findInformationRequest(ATTFindInformationRequest(startingHandle: 1, endingHandle: 2)),
-    .findByTypeValueRequest(ATTFindByTypeValueRequest(startingHandle: 1, endingHandle: 2, attributeType: 0x2800,
-                                                      attributeValue: [])),
+    .findByTypeValueRequest(
+        ATTFindByTypeValueRequest(
+            startingHandle: 1, endingHandle: 2, attributeType: 0x2800,
+            attributeValue: [])),
     .readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 2, attributeType: BluetoothUUID(0x2803))),
     .readRequest(ATTReadRequest(handle: 1)),
     .readBlobRequest(ATTReadBlobRequest(handle: 1, offset: 1)),
@@ -108,8 +127,11 @@ let minimalRequests: [ATTPDU] = [
                 if n == 0 {
                     #expect(error.serverErrorResponse == nil)
                 } else {
-                    #expect(error.serverErrorResponse == ATTErrorResponse(requestOpcode: pdu.opcode, handle: 0,
-                                                                         error: .invalidPDU))
+                    #expect(
+                        error.serverErrorResponse
+                            == ATTErrorResponse(
+                                requestOpcode: pdu.opcode, handle: 0,
+                                error: .invalidPDU))
                 }
             }
         }
@@ -118,8 +140,10 @@ let minimalRequests: [ATTPDU] = [
 
 @Test func prefixesOf128BitTypeRequestsAreInvalidExceptThe16BitForm() throws {
     let uuid = BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!
-    for pdu in [ATTPDU.readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 2, attributeType: uuid)),
-                .readByGroupTypeRequest(ATTReadByGroupTypeRequest(startingHandle: 1, endingHandle: 2, attributeGroupType: uuid))] {
+    for pdu in [
+        ATTPDU.readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 2, attributeType: uuid)),
+        .readByGroupTypeRequest(ATTReadByGroupTypeRequest(startingHandle: 1, endingHandle: 2, attributeGroupType: uuid)),
+    ] {
         let bytes = pdu.encode()
         for n in 1..<bytes.count where n != 7 {
             #expect(throws: ATTDecodeError.self) { try ATTPDU.decode(Array(bytes.prefix(n))) }
@@ -149,9 +173,10 @@ let minimalRequests: [ATTPDU] = [
         .readByTypeResponse(ATTReadByTypeResponse(attributeDataList: [ATTHandleValue(handle: 1, value: [1])])),
         .readByGroupTypeResponse(ATTReadByGroupTypeResponse(attributeDataList: [ATTGroupData(handle: 1, endGroupHandle: 2, value: [1, 2])])),
         .signedWriteCommand(ATTSignedWriteCommand(handle: 1, value: [], signature: Array(repeating: 7, count: 12))),
-        .multipleHandleValueNotification(ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
-            ATTHandleValue(handle: 1, value: []), ATTHandleValue(handle: 2, value: [5]),
-        ])),
+        .multipleHandleValueNotification(
+            ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
+                ATTHandleValue(handle: 1, value: []), ATTHandleValue(handle: 2, value: [5]),
+            ])),
     ]
     for pdu in fixed {
         let bytes = pdu.encode()
@@ -159,10 +184,13 @@ let minimalRequests: [ATTPDU] = [
             #expect(throws: ATTDecodeError.self, "\(pdu.opcode) prefix \(n)") { try ATTPDU.decode(Array(bytes.prefix(n))) }
         }
     }
-    for pdu in minimalRequests + fixed where ![.findByTypeValueRequest, .writeRequest, .prepareWriteRequest, .signedWriteCommand,
-                                                .readMultipleRequest, .readMultipleVariableRequest,
-                                                .multipleHandleValueNotification, .findInformationResponse,
-                                                .findByTypeValueResponse, .readByTypeResponse, .readByGroupTypeResponse].contains(pdu.opcode) {
+    for pdu in minimalRequests + fixed
+    where ![
+        .findByTypeValueRequest, .writeRequest, .prepareWriteRequest, .signedWriteCommand,
+        .readMultipleRequest, .readMultipleVariableRequest,
+        .multipleHandleValueNotification, .findInformationResponse,
+        .findByTypeValueResponse, .readByTypeResponse, .readByGroupTypeResponse,
+    ].contains(pdu.opcode) {
         #expect(throws: ATTDecodeError.self, "\(pdu.opcode) with a trailing octet") { try ATTPDU.decode(pdu.encode() + [0]) }
     }
 }
@@ -173,34 +201,53 @@ let minimalRequests: [ATTPDU] = [
     // Exchange MTU Request, Client Rx MTU 517 = 0x0205, little-endian.
     #expect(ATTPDU.exchangeMTURequest(ATTExchangeMTURequest(clientRxMTU: 517)).encode() == [0x02, 0x05, 0x02])
     // Error Response: Read Request (0x0A) on handle 0x0003 failed with Attribute Not Found (0x0A).
-    #expect(ATTPDU.errorResponse(ATTErrorResponse(requestOpcode: .readRequest, handle: 3, error: .attributeNotFound)).encode()
+    #expect(
+        ATTPDU.errorResponse(ATTErrorResponse(requestOpcode: .readRequest, handle: 3, error: .attributeNotFound)).encode()
             == [0x01, 0x0A, 0x03, 0x00, 0x0A])
     // Primary service discovery: Read By Group Type 0x0001…0xFFFF, type 0x2800.
-    #expect(ATTPDU.readByGroupTypeRequest(ATTReadByGroupTypeRequest(startingHandle: 1, endingHandle: 0xFFFF,
-                                                                    attributeGroupType: .primaryService)).encode()
+    #expect(
+        ATTPDU.readByGroupTypeRequest(
+            ATTReadByGroupTypeRequest(
+                startingHandle: 1, endingHandle: 0xFFFF,
+                attributeGroupType: .primaryService)
+        ).encode()
             == [0x10, 0x01, 0x00, 0xFF, 0xFF, 0x00, 0x28])
     // A characteristic declaration in a Read By Type Response: length 7, handle 2, properties 0x02
     // (read), value handle 3, UUID 0x2A00.
     let rsp = try ATTPDU.decode([0x09, 0x07, 0x02, 0x00, 0x02, 0x03, 0x00, 0x00, 0x2A])
-    #expect(rsp == .readByTypeResponse(ATTReadByTypeResponse(attributeDataList: [
-        ATTHandleValue(handle: 2, value: [0x02, 0x03, 0x00, 0x00, 0x2A]),
-    ])))
+    #expect(
+        rsp
+            == .readByTypeResponse(
+                ATTReadByTypeResponse(attributeDataList: [
+                    ATTHandleValue(handle: 2, value: [0x02, 0x03, 0x00, 0x00, 0x2A])
+                ])))
     // Find Information Response, format 0x01: handle 3 is a CCCD (0x2902).
-    #expect(try ATTPDU.decode([0x05, 0x01, 0x03, 0x00, 0x02, 0x29])
-            == .findInformationResponse(ATTFindInformationResponse(format: .uuid16, information: [
-                ATTHandleUUID(handle: 3, uuid: .clientCharacteristicConfiguration)])))
+    #expect(
+        try ATTPDU.decode([0x05, 0x01, 0x03, 0x00, 0x02, 0x29])
+            == .findInformationResponse(
+                ATTFindInformationResponse(
+                    format: .uuid16,
+                    information: [
+                        ATTHandleUUID(handle: 3, uuid: .clientCharacteristicConfiguration)
+                    ])))
     // A 128-bit UUID in a request goes little-endian: the last text byte first.
     let uuid = BluetoothUUID(string: "00112233-4455-6677-8899-AABBCCDDEEFF")!
-    #expect(ATTPDU.readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 2, attributeType: uuid)).encode()
-            == [0x08, 0x01, 0x00, 0x02, 0x00, 0xFF, 0xEE, 0xDD, 0xCC, 0xBB, 0xAA, 0x99, 0x88,
-                0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00])
+    #expect(
+        ATTPDU.readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 2, attributeType: uuid)).encode()
+            == [
+                0x08, 0x01, 0x00, 0x02, 0x00, 0xFF, 0xEE, 0xDD, 0xCC, 0xBB, 0xAA, 0x99, 0x88,
+                0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,
+            ])
     // Signed Write Command: opcode 0xD2, handle, value, then the 12-octet signature last.
     let signed = try ATTPDU.decode([0xD2, 0x05, 0x00, 0xAB] + Array(0..<12))
     #expect(signed == .signedWriteCommand(ATTSignedWriteCommand(handle: 5, value: [0xAB], signature: Array(0..<12))))
     // Multiple Handle Value Notification: handle 0x0015, length 1, value 0x64; handle 0x0017, length 0.
-    #expect(try ATTPDU.decode([0x23, 0x15, 0x00, 0x01, 0x00, 0x64, 0x17, 0x00, 0x00, 0x00])
-            == .multipleHandleValueNotification(ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
-                ATTHandleValue(handle: 0x15, value: [0x64]), ATTHandleValue(handle: 0x17, value: [])])))
+    #expect(
+        try ATTPDU.decode([0x23, 0x15, 0x00, 0x01, 0x00, 0x64, 0x17, 0x00, 0x00, 0x00])
+            == .multipleHandleValueNotification(
+                ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
+                    ATTHandleValue(handle: 0x15, value: [0x64]), ATTHandleValue(handle: 0x17, value: []),
+                ])))
     // Confirmation, Write Response and Execute Write Response are a lone opcode.
     #expect(ATTPDU.handleValueConfirmation(ATTHandleValueConfirmation()).encode() == [0x1E])
     #expect(ATTPDU.writeResponse(ATTWriteResponse()).encode() == [0x13])
@@ -229,7 +276,8 @@ let minimalRequests: [ATTPDU] = [
 @Test func unknownOpcodesAreKeptAndAnsweredPerSpec() throws {
     let request = try ATTPDU.decode([0x3F, 0xAA])
     #expect(request == .unknown(opcode: ATTOpcode(0x3F), parameters: [0xAA]))
-    #expect(request.opcode.unsupportedServerResponse
+    #expect(
+        request.opcode.unsupportedServerResponse
             == ATTErrorResponse(requestOpcode: ATTOpcode(0x3F), handle: 0, error: .requestNotSupported))
     // An unknown command (bit 6 set) is ignored.
     let command = try ATTPDU.decode([0x7F, 1, 2])

@@ -41,8 +41,11 @@ import BLEWire
         #expect(decoded.txPowerLevel == -8)
         #expect(decoded.connectionIntervalRange == 6...12)
         #expect(decoded.solicitedServiceUUIDs == [BluetoothUUID(0x180A), u128])
-        #expect(decoded.serviceData == [ServiceDataEntry(uuid: BluetoothUUID(0x180F), data: [0x64]),
-                                        ServiceDataEntry(uuid: BluetoothUUID(uint32: 0x12345678), data: [0x01])])
+        #expect(
+            decoded.serviceData == [
+                ServiceDataEntry(uuid: BluetoothUUID(0x180F), data: [0x64]),
+                ServiceDataEntry(uuid: BluetoothUUID(uint32: 0x12345678), data: [0x01]),
+            ])
         #expect(decoded.appearance == 0x0341)
         #expect(decoded.manufacturerData == [0x4C, 0x00, 0x02, 0x15])
         #expect(decoded.flags == [.leLimitedDiscoverable, .brEdrNotSupported])

@@ -16,19 +16,28 @@ let longValue: [UInt8] = (0..<60).map { UInt8($0) }
 ///    23 decl 24 long value 0x2A3E, read needs encryption
 func makeDatabase() throws -> (GATTDatabase, battery: GATTServiceHandles, custom: GATTServiceHandles) {
     var db = GATTDatabase.withDefaultServices(deviceName: "Test", appearance: 0x0340)
-    let battery = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x180F), isPrimary: false, characteristics: [
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], permissions: .readable, value: [100]),
-    ]))
-    let custom = try db.add(GATTServiceDefinition(uuid: customService, includedServices: [battery.reference], characteristics: [
-        GATTCharacteristicDefinition(uuid: greetingUUID, properties: [.read, .write, .indicate, .extendedProperties],
-                                     permissions: .readWrite, value: Array("hello".utf8),
-                                     descriptors: [.userDescription("Greeting")],
-                                     extendedProperties: .reliableWrite, maximumLength: 20),
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A3D), properties: [.read, .write, .writeWithoutResponse],
-                                     permissions: .readWrite, value: nil),
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A3E), properties: [.read],
-                                     permissions: [.readable, .readEncryptionRequired], value: longValue),
-    ]))
+    let battery = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x180F), isPrimary: false,
+            characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], permissions: .readable, value: [100])
+            ]))
+    let custom = try db.add(
+        GATTServiceDefinition(
+            uuid: customService, includedServices: [battery.reference],
+            characteristics: [
+                GATTCharacteristicDefinition(
+                    uuid: greetingUUID, properties: [.read, .write, .indicate, .extendedProperties],
+                    permissions: .readWrite, value: Array("hello".utf8),
+                    descriptors: [.userDescription("Greeting")],
+                    extendedProperties: .reliableWrite, maximumLength: 20),
+                GATTCharacteristicDefinition(
+                    uuid: BluetoothUUID(0x2A3D), properties: [.read, .write, .writeWithoutResponse],
+                    permissions: .readWrite, value: nil),
+                GATTCharacteristicDefinition(
+                    uuid: BluetoothUUID(0x2A3E), properties: [.read],
+                    permissions: [.readable, .readEncryptionRequired], value: longValue),
+            ]))
     return (db, battery, custom)
 }
 
@@ -46,7 +55,9 @@ extension GATTServer {
     /// Feeds raw request octets and returns the octets of the single PDU sent back, if exactly one.
     mutating func exchange(_ hex: String, from client: GATTClientID = alice) -> String? {
         let actions = handle(bytes: [UInt8](hexString: hex)!, from: client)
-        let sent = actions.compactMap { a -> ATTPDU? in if case let .send(p, c) = a, c == client { return p }; return nil }
+        let sent = actions.compactMap { a -> ATTPDU? in
+            if case let .send(p, c) = a, c == client { return p }; return nil
+        }
         return sent.count == 1 ? sent[0].encode().hexString : nil
     }
 }

@@ -74,20 +74,28 @@ struct Loopback {
 
 func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHandles, GATTServiceHandles) {
     var db = GATTDatabase.withDefaultServices(deviceName: "Test Device")
-    let secondary = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(string: "A0B1C2D3-0000-1000-8000-00805F9B34FB")!, isPrimary: false,
-        characteristics: [GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [99])]))
-    let small = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x180F), isPrimary: false,
-        characteristics: [GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [50])]))
+    let secondary = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(string: "A0B1C2D3-0000-1000-8000-00805F9B34FB")!, isPrimary: false,
+            characteristics: [GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [99])]))
+    let small = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x180F), isPrimary: false,
+            characteristics: [GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [50])]))
     let long = (0..<500).map { UInt8($0 % 251) }
-    let main = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x180D), includedServices: [secondary.reference, small.reference],
-        characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.notify, .indicate], permissions: [], value: nil,
-                                         descriptors: [.userDescription("Heart Rate")]),
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: [0x01]),
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!,
-                                         properties: [.read, .write, .writeWithoutResponse], permissions: .readWrite, value: long),
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A39), properties: [.write], permissions: .writeable, value: nil),
-        ]))
+    let main = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x180D), includedServices: [secondary.reference, small.reference],
+            characteristics: [
+                GATTCharacteristicDefinition(
+                    uuid: BluetoothUUID(0x2A37), properties: [.notify, .indicate], permissions: [], value: nil,
+                    descriptors: [.userDescription("Heart Rate")]),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: [0x01]),
+                GATTCharacteristicDefinition(
+                    uuid: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!,
+                    properties: [.read, .write, .writeWithoutResponse], permissions: .readWrite, value: long),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A39), properties: [.write], permissions: .writeable, value: nil),
+            ]))
     return (db, secondary, small, main)
 }
 
@@ -118,7 +126,9 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
         #expect(chars.map(\.uuid.uuidString) == ["2A37", "2A38", "6E400002-B5A3-F393-E0A9-E50E24DCCA9E", "2A39"])
         #expect(chars.map(\.valueHandle) == main.characteristics.map(\.value))
         #expect(chars[0].properties == 0x30)
-        guard case let .characteristics(one) = try lb.run(.discoverCharacteristics(start: main.range.lowerBound, end: main.range.upperBound, uuid: BluetoothUUID(0x2A38))) else { return }
+        guard case let .characteristics(one) = try lb.run(.discoverCharacteristics(start: main.range.lowerBound, end: main.range.upperBound, uuid: BluetoothUUID(0x2A38))) else {
+            return
+        }
         #expect(one.map(\.valueHandle) == [main.characteristics[1].value])
 
         let hr = main.characteristics[0]
@@ -139,7 +149,8 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
         #expect(try lb.run(.readLong(handle: main.characteristics[1].value)) == .value([0x01]))
         #expect(try lb.run(.readMultiple(handles: [main.characteristics[1].value, small.characteristics[0].value])) == .value([0x01, 50]))
         #expect(try lb.run(.readMultipleVariable(handles: [main.characteristics[1].value, small.characteristics[0].value])) == .values([[0x01], [50]]))
-        #expect(try lb.run(.readUsingCharacteristicUUID(start: 1, end: 0xFFFF, uuid: .deviceName))
+        #expect(
+            try lb.run(.readUsingCharacteristicUUID(start: 1, end: 0xFFFF, uuid: .deviceName))
                 == .handleValues([GATTHandleValue(handle: 3, value: Array("Test Device".utf8))]))
         #expect(throws: GATTClient.Failure.att(.invalidHandle, handle: 0x0F00)) { try lb.run(.read(handle: 0x0F00)) }
         #expect(throws: GATTClient.Failure.self) { try lb.run(.read(handle: main.characteristics[0].value)) }
@@ -188,7 +199,8 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
 @Suite struct GATTClientScriptedServerTests {
     @Test func unexpectedResponsesAndTimeouts() {
         var c = GATTClient()
-        #expect(c.receive(.readResponse(ATTReadResponse(value: [1])))
+        #expect(
+            c.receive(.readResponse(ATTReadResponse(value: [1])))
                 == [.protocolViolation("ATT_READ_RSP received with no request outstanding")] || !c.hasOutstandingRequest)
         let (a, first) = c.start(.read(handle: 3))
         let (b, queued) = c.start(.read(handle: 4))
@@ -258,7 +270,8 @@ func testDatabase() throws -> (GATTDatabase, GATTServiceHandles, GATTServiceHand
         var c = GATTClient()
         _ = c.start(.read(handle: 1))
         #expect(c.receive(.handleValueNotification(ATTHandleValueNotification(handle: 3, value: [1]))) == [.notification(handle: 3, value: [1])])
-        #expect(c.receive(.handleValueIndication(ATTHandleValueIndication(handle: 3, value: [2])))
+        #expect(
+            c.receive(.handleValueIndication(ATTHandleValueIndication(handle: 3, value: [2])))
                 == [.indication(handle: 3, value: [2]), .sendCommand(.handleValueConfirmation(ATTHandleValueConfirmation()))])
         #expect(c.hasOutstandingRequest)
     }

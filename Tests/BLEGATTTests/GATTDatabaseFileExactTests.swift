@@ -12,15 +12,15 @@ import BLEWire
     /// A copy of a device in the manner of BlueZ's PTS databases: GAP at 1–5, a service at 0x10–0x20 whose
     /// notifying and indicating characteristics have no CCCD, a hole at 0x11 and 0x16, room up to 0x20.
     static let device = #"""
-    { "services": [
-        { "uuid": "1800", "handle": 1, "endHandle": 5, "characteristics": [
-            { "uuid": "2A00", "properties": ["read"], "permissions": ["readable"], "value": "utf8:PTS", "handle": 2 },
-            { "uuid": "2A01", "properties": ["read"], "permissions": ["readable"], "value": "hex:0000", "handle": 4 } ] },
-        { "uuid": "180D", "handle": 16, "endHandle": 32, "characteristics": [
-            { "uuid": "2A37", "properties": ["notify"], "permissions": [], "value": "hex:0048", "handle": 18 },
-            { "uuid": "2A38", "properties": ["read", "indicate", "extendedProperties"], "permissions": ["readable"],
-              "value": "hex:01", "handle": 20, "descriptors": [ { "uuid": "2901", "value": "utf8:x", "handle": 23 } ] } ] } ] }
-    """#
+        { "services": [
+            { "uuid": "1800", "handle": 1, "endHandle": 5, "characteristics": [
+                { "uuid": "2A00", "properties": ["read"], "permissions": ["readable"], "value": "utf8:PTS", "handle": 2 },
+                { "uuid": "2A01", "properties": ["read"], "permissions": ["readable"], "value": "hex:0000", "handle": 4 } ] },
+            { "uuid": "180D", "handle": 16, "endHandle": 32, "characteristics": [
+                { "uuid": "2A37", "properties": ["notify"], "permissions": [], "value": "hex:0048", "handle": 18 },
+                { "uuid": "2A38", "properties": ["read", "indicate", "extendedProperties"], "permissions": ["readable"],
+                  "value": "hex:01", "handle": 20, "descriptors": [ { "uuid": "2901", "value": "utf8:x", "handle": 23 } ] } ] } ] }
+        """#
 
     func server(_ json: String) throws -> GATTServer {
         var s = GATTServer(database: try GATTDatabaseFile(json: Data(json.utf8)).makeDatabase())
@@ -40,7 +40,9 @@ import BLEWire
         #expect(db.characteristic(valueHandle: 19)?.clientConfigurationHandle == nil)
         #expect(file.warnings.map(\.path) == ["", "services[1].characteristics[0]", "services[1].characteristics[1]", "services[1].characteristics[1]"])
         #expect(file.warnings[0].message.contains("served exactly as written"))
-        #expect(file.warnings[1].description == "services[1].characteristics[0]: notifies without a Client Characteristic Configuration descriptor (0x2902); none added, so no client can subscribe")
+        #expect(
+            file.warnings[1].description
+                == "services[1].characteristics[0]: notifies without a Client Characteristic Configuration descriptor (0x2902); none added, so no client can subscribe")
         #expect(file.warnings[2].message.hasPrefix("indicates without a Client Characteristic Configuration descriptor"))
         #expect(file.warnings[3].message.hasPrefix("has extended properties without their descriptor (0x2900)"))
     }

@@ -40,30 +40,40 @@ import BLEWire
     }
 
     @Test func errorsNameTheirPlace() {
-        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "properties": ["read", "reed"]}]}]}"#)?
-                    .hasPrefix("services[0].characteristics[0].properties[1]: unknown property \"reed\"") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "permissions": ["readible"]}]}]}"#)?
-                    .hasPrefix("services[0].characteristics[0].permissions[0]: unknown permission") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "0x12"}]}]}"#)?
-                    .hasPrefix("services[0].characteristics[0].value: a value starts with") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "hex:1"}]}]}"#)?
-                    .hasPrefix("services[0].characteristics[0].value: \"hex:1\" is not valid hex") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "properties": ["read", "reed"]}]}]}"#)?
+                .hasPrefix("services[0].characteristics[0].properties[1]: unknown property \"reed\"") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "permissions": ["readible"]}]}]}"#)?
+                .hasPrefix("services[0].characteristics[0].permissions[0]: unknown permission") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "0x12"}]}]}"#)?
+                .hasPrefix("services[0].characteristics[0].value: a value starts with") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "hex:1"}]}]}"#)?
+                .hasPrefix("services[0].characteristics[0].value: \"hex:1\" is not valid hex") == true)
         #expect(error(#"{"services": [{"uuid": "180Z"}]}"#)?.hasPrefix("services[0].uuid:") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "colour": 1}]}"#)?.hasPrefix("services[0].colour: unknown key") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "handle": 20}, {"uuid": "180F", "handle": 15}]}"#)?
-                    .hasPrefix("services[1].handle: handle 15 overlaps") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "handle": 20, "characteristics": [{"uuid": "2A37", "handle": 30}, {"uuid": "2A38", "handle": 31}]}]}"#)?
-                    .hasPrefix("services[0].characteristics[1].handle: handle 31 overlaps") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "handle": 30}]}]}"#)?
-                    .hasPrefix("services[0].characteristics[0].handle: a fixed characteristic handle needs a fixed service handle") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "endHandle": 11, "characteristics": [{"uuid": "2A37"}]}]}"#)?
-                    .hasPrefix("services[0]:") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "includes": ["180F"]}, {"uuid": "180F"}]}"#)?
-                    .hasPrefix("services[0].includes[0]: service 180F is declared later without a fixed \"handle\"") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "handle": 20}, {"uuid": "180F", "handle": 15}]}"#)?
+                .hasPrefix("services[1].handle: handle 15 overlaps") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "handle": 20, "characteristics": [{"uuid": "2A37", "handle": 30}, {"uuid": "2A38", "handle": 31}]}]}"#)?
+                .hasPrefix("services[0].characteristics[1].handle: handle 31 overlaps") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "handle": 30}]}]}"#)?
+                .hasPrefix("services[0].characteristics[0].handle: a fixed characteristic handle needs a fixed service handle") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "handle": 10, "endHandle": 11, "characteristics": [{"uuid": "2A37"}]}]}"#)?
+                .hasPrefix("services[0]:") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "includes": ["180F"]}, {"uuid": "180F"}]}"#)?
+                .hasPrefix("services[0].includes[0]: service 180F is declared later without a fixed \"handle\"") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "includes": ["1810"]}]}"#)?.hasPrefix("services[0].includes[0]: no service 1810 in the file") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "includes": [10]}]}"#)?.hasPrefix("services[0].includes[0]: a service cannot include itself") == true)
-        #expect(error(#"{"services": [{"uuid": "180D", "handle": 10, "includes": [40]}, {"uuid": "180F", "handle": 40, "includes": [10]}]}"#)?
-                    .contains("cycle") == true)
+        #expect(
+            error(#"{"services": [{"uuid": "180D", "handle": 10, "includes": [40]}, {"uuid": "180F", "handle": 40, "includes": [10]}]}"#)?
+                .contains("cycle") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "includes": [true]}]}"#)?.hasPrefix("services[0].includes[0]: expected a string") == true)
         #expect(error(#"{"services": [{"uuid": "180D", "primary": "yes"}]}"#)?.hasPrefix("services[0].primary: expected true or false") == true)
         #expect(error(#"{"services": "#)?.hasPrefix("line 1, column 14: not valid JSON") == true)
@@ -74,7 +84,8 @@ import BLEWire
 
     /// Handles in "includes" are numbers: 0 and 1 are not booleans (on Linux they also pass `is Bool`).
     @Test func includesByHandleAcceptSmallNumbers() throws {
-        let db = try GATTDatabaseFile(json: Data(#"{"defaultServices": false, "services": [{"uuid": "180F", "handle": 1}, {"uuid": "180D", "includes": [1]}]}"#.utf8)).makeDatabase()
+        let db = try GATTDatabaseFile(json: Data(#"{"defaultServices": false, "services": [{"uuid": "180F", "handle": 1}, {"uuid": "180D", "includes": [1]}]}"#.utf8))
+            .makeDatabase()
         let inc = try #require(db.attributes.first { $0.type == .include })
         #expect(db.services.first { $0.uuid == BluetoothUUID(0x180D) }?.range.contains(inc.handle) == true)
         if case let .stored(v) = inc.value { #expect(Array(v.prefix(2)) == [1, 0]) } else { Issue.record("include value not stored") }
@@ -82,7 +93,8 @@ import BLEWire
 
     /// A service at handle 1 that includes one declared later at 128, as real devices have.
     @Test func serviceMayIncludeOneDeclaredLater() throws {
-        let json = #"{"defaultServices": false, "services": [{"uuid": "180D", "handle": 1, "includes": [128], "characteristics": [{"uuid": "2A37", "properties": ["notify"]}]}, {"uuid": "180F", "primary": false, "handle": 128, "characteristics": [{"uuid": "2A19", "properties": ["read"], "value": "hex:5a"}]}, {"uuid": "1805", "includes": ["180F"]}]}"#
+        let json =
+            #"{"defaultServices": false, "services": [{"uuid": "180D", "handle": 1, "includes": [128], "characteristics": [{"uuid": "2A37", "properties": ["notify"]}]}, {"uuid": "180F", "primary": false, "handle": 128, "characteristics": [{"uuid": "2A19", "properties": ["read"], "value": "hex:5a"}]}, {"uuid": "1805", "includes": ["180F"]}]}"#
         let db = try GATTDatabaseFile(json: Data(json.utf8)).makeDatabase()
         #expect(db.services.map(\.range.lowerBound) == [1, 128, 131])
         #expect(db.attribute(at: 2)?.type == .include)

@@ -56,10 +56,13 @@ import BLEWire
 
 @Test func fixedHandlesConflictsAndRemoval() throws {
     var db = GATTDatabase()
-    let fixed = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1234), characteristics: [
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0105),
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A01), properties: [.read, .notify], permissions: .readable, value: [2]),
-    ], handle: 0x0100, endHandle: 0x010F))
+    let fixed = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x1234),
+            characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0105),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A01), properties: [.read, .notify], permissions: .readable, value: [2]),
+            ], handle: 0x0100, endHandle: 0x010F))
     #expect(fixed.range == 0x0100...0x010F)
     #expect(fixed.characteristics[0].declaration == 0x0105 && fixed.characteristics[0].value == 0x0106)
     #expect(fixed.characteristics[1].declaration == 0x0107 && fixed.characteristics[1].clientConfiguration == 0x0109)
@@ -71,14 +74,20 @@ import BLEWire
     }
     // Fixed characteristic handles out of order, and without a fixed service handle.
     #expect(throws: GATTDatabaseError.self) {
-        try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1236), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0200),
-        ], handle: 0x0201))
+        try db.add(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x1236),
+                characteristics: [
+                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0200)
+                ], handle: 0x0201))
     }
     #expect(throws: GATTDatabaseError.invalidDefinition("fixed characteristic handles need a fixed service handle")) {
-        try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1236), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0300),
-        ]))
+        try db.add(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x1236),
+                characteristics: [
+                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0300)
+                ]))
     }
     // Automatic placement goes after the last service.
     let next = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1237), characteristics: []))
@@ -98,16 +107,25 @@ import BLEWire
 
 @Test func ownDescriptorsReplaceAutomaticOnes() throws {
     var db = GATTDatabase()
-    let s = try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1234), characteristics: [
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: [.notify, .extendedProperties], permissions: [],
-                                     value: [], descriptors: [
-                                        GATTDescriptorDefinition(uuid: .characteristicExtendedProperties, value: [0x02, 0x00]),
-                                        GATTDescriptorDefinition(uuid: .clientCharacteristicConfiguration,
-                                                                 permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil),
-                                     ]),
-    ]))
-    #expect(db.attributes.map(\.type) == [.primaryService, .characteristic, BluetoothUUID(0x2A00),
-                                          .characteristicExtendedProperties, .clientCharacteristicConfiguration])
+    let s = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x1234),
+            characteristics: [
+                GATTCharacteristicDefinition(
+                    uuid: BluetoothUUID(0x2A00), properties: [.notify, .extendedProperties], permissions: [],
+                    value: [],
+                    descriptors: [
+                        GATTDescriptorDefinition(uuid: .characteristicExtendedProperties, value: [0x02, 0x00]),
+                        GATTDescriptorDefinition(
+                            uuid: .clientCharacteristicConfiguration,
+                            permissions: [.readable, .writeable, .writeEncryptionRequired], value: nil),
+                    ])
+            ]))
+    #expect(
+        db.attributes.map(\.type) == [
+            .primaryService, .characteristic, BluetoothUUID(0x2A00),
+            .characteristicExtendedProperties, .clientCharacteristicConfiguration,
+        ])
     #expect(db.attribute(at: 4)?.value == .stored([0x02, 0x00]))
     #expect(db.attribute(at: 5)?.value == .clientConfiguration)
     #expect(db.attribute(at: 5)?.permissions.contains(.writeEncryptionRequired) == true)
@@ -117,15 +135,22 @@ import BLEWire
 @Test func handlesRunOutCleanly() {
     var db = GATTDatabase()
     #expect(throws: GATTDatabaseError.self) {
-        try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1234), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1]),
-        ], handle: 0xFFFE))
+        try db.add(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x1234),
+                characteristics: [
+                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1])
+                ], handle: 0xFFFE))
     }
     #expect(throws: GATTDatabaseError.self) {
-        try db.add(GATTServiceDefinition(uuid: BluetoothUUID(0x1234), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable,
-                                         value: Array(repeating: 0, count: 513)),
-        ]))
+        try db.add(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x1234),
+                characteristics: [
+                    GATTCharacteristicDefinition(
+                        uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable,
+                        value: Array(repeating: 0, count: 513))
+                ]))
     }
     #expect(db.attributes.isEmpty)
 }

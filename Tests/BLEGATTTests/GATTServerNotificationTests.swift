@@ -13,12 +13,14 @@ private func enable(_ s: inout GATTServer, cccd: UInt16, _ bits: UInt16, for cli
     var s = try makeServer()
     #expect(s.notify(handle: 12, value: [50], to: alice).isEmpty)
     enable(&s, cccd: 13, 0x0001, for: alice)
-    #expect(s.notify(handle: 12, value: [50], to: alice)
+    #expect(
+        s.notify(handle: 12, value: [50], to: alice)
             == [.send(.handleValueNotification(ATTHandleValueNotification(handle: 12, value: [50])), to: alice)])
     #expect(s.notify(handle: 12, value: [50], to: bob).isEmpty)
     // Cut to ATT_MTU − 3 = 20 octets.
     let long = Array(UInt8(0)..<30)
-    #expect(s.notify(handle: 12, value: long, to: alice)
+    #expect(
+        s.notify(handle: 12, value: long, to: alice)
             == [.send(.handleValueNotification(ATTHandleValueNotification(handle: 12, value: Array(long.prefix(20)))), to: alice)])
     // Disabling stops them.
     enable(&s, cccd: 13, 0x0000, for: alice)
@@ -38,8 +40,11 @@ private func enable(_ s: inout GATTServer, cccd: UInt16, _ bits: UInt16, for cli
     #expect(s.indicate(handle: 17, value: [1], to: alice) == [.send(ind(1), to: alice), .startConfirmationTimer(client: alice)])
     #expect(s.indicate(handle: 17, value: [2], to: alice).isEmpty)
     #expect(s.indicate(handle: 17, value: [3], to: alice).isEmpty)
-    #expect(s.handle(bytes: [0x1E], from: alice) == [.stopConfirmationTimer(client: alice), .indicationConfirmed(client: alice, handle: 17),
-                                                     .send(ind(2), to: alice), .startConfirmationTimer(client: alice)])
+    #expect(
+        s.handle(bytes: [0x1E], from: alice) == [
+            .stopConfirmationTimer(client: alice), .indicationConfirmed(client: alice, handle: 17),
+            .send(ind(2), to: alice), .startConfirmationTimer(client: alice),
+        ])
     // Requests are served while an indication is outstanding.
     #expect(s.exchange("0a 0300") == "0b54657374")
     #expect(s.handle(bytes: [0x1E], from: alice).contains(.send(ind(3), to: alice)))
@@ -63,12 +68,13 @@ private func enable(_ s: inout GATTServer, cccd: UInt16, _ bits: UInt16, for cli
     _ = s.indicate(handle: 17, value: [1], to: alice)
     s.updateSecurity(.encryptedUnauthenticated, bonded: true, for: alice)
     let gone = s.clientDisconnected(alice)
-    #expect(gone == [
-        .stopConfirmationTimer(client: alice), .indicationAbandoned(client: alice, handle: 17),
-        .subscriptionChanged(client: alice, characteristicValueHandle: 12, notify: false, indicate: false),
-        .subscriptionChanged(client: alice, characteristicValueHandle: 17, notify: false, indicate: false),
-        .saveClientConfiguration(client: alice, values: [13: 1, 19: 2]),
-    ])
+    #expect(
+        gone == [
+            .stopConfirmationTimer(client: alice), .indicationAbandoned(client: alice, handle: 17),
+            .subscriptionChanged(client: alice, characteristicValueHandle: 12, notify: false, indicate: false),
+            .subscriptionChanged(client: alice, characteristicValueHandle: 17, notify: false, indicate: false),
+            .saveClientConfiguration(client: alice, values: [13: 1, 19: 2]),
+        ])
     #expect(s.clientDisconnected(alice).isEmpty)
     // The same peer reconnects with the stored values.
     let again = GATTClientID(3)
@@ -96,14 +102,18 @@ private func enable(_ s: inout GATTServer, cccd: UInt16, _ bits: UInt16, for cli
 @Test func serviceChangedIndicatesSubscribedClients() throws {
     var s = try makeServer()
     enable(&s, cccd: 9, 0x0002, for: alice)
-    let added = try s.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x181A), characteristics: [
-        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A6E), properties: [.read, .notify], permissions: .readable, value: [0, 0]),
-    ]))
+    let added = try s.addService(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x181A),
+            characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A6E), properties: [.read, .notify], permissions: .readable, value: [0, 0])
+            ]))
     #expect(added.range == 25...28)
-    #expect(s.serviceChanged(added.range) == [
-        .send(.handleValueIndication(ATTHandleValueIndication(handle: 8, value: [25, 0, 28, 0])), to: alice),
-        .startConfirmationTimer(client: alice),
-    ])
+    #expect(
+        s.serviceChanged(added.range) == [
+            .send(.handleValueIndication(ATTHandleValueIndication(handle: 8, value: [25, 0, 28, 0])), to: alice),
+            .startConfirmationTimer(client: alice),
+        ])
     enable(&s, cccd: 28, 0x0001, for: bob)
     try s.removeService(added.range)
     #expect(s.exchange("0a 1b00", from: bob) == err(0x0A, 0x001B, 0x01))

@@ -21,7 +21,8 @@ import BLEWire
 }
 
 @Test func keySizeAndAuthenticationRules() throws {
-    #expect(ATTSecurity(encrypted: true, keySize: 7).check(encryption: true, authentication: false, minimumKeySize: 16)
+    #expect(
+        ATTSecurity(encrypted: true, keySize: 7).check(encryption: true, authentication: false, minimumKeySize: 16)
             == .encryptionKeySizeTooShort)
     #expect(ATTSecurity.encryptedUnauthenticated.check(encryption: false, authentication: true) == .insufficientAuthentication)
     #expect(ATTSecurity.encryptedAuthenticated.check(encryption: true, authentication: true) == nil)
@@ -52,8 +53,12 @@ import BLEWire
     #expect(done == [.send(.readBlobResponse(ATTReadBlobResponse(partValue: Array(repeating: 7, count: 22))), to: bob)])
     let again = s.handle(bytes: [UInt8](hexString: "0c 1600 4000")!, from: bob)
     guard case let .readRequest(id2, _, _, _) = again.first else { Issue.record("\(again)"); return }
-    #expect(s.completeRead(id: id2, result: .failure(.invalidOffset)) == [.send(.errorResponse(
-        ATTErrorResponse(requestOpcode: .readBlobRequest, handle: 22, error: .invalidOffset)), to: bob)])
+    #expect(
+        s.completeRead(id: id2, result: .failure(.invalidOffset)) == [
+            .send(
+                .errorResponse(
+                    ATTErrorResponse(requestOpcode: .readBlobRequest, handle: 22, error: .invalidOffset)), to: bob)
+        ])
 }
 
 @Test func readMultipleAndVariable() throws {
@@ -70,17 +75,26 @@ import BLEWire
     // A dynamic value in the middle is fetched from the application, then the rest follows.
     let first = s.handle(bytes: [UInt8](hexString: "0e 0300 1600 0500")!, from: alice)
     guard case let .readRequest(id, _, 22, 0) = first.first else { Issue.record("\(first)"); return }
-    #expect(s.completeRead(id: id, result: .success([0x09])) == [.send(.readMultipleResponse(
-        ATTReadMultipleResponse(values: Array("Test".utf8) + [0x09, 0x40, 0x03])), to: alice)])
+    #expect(
+        s.completeRead(id: id, result: .success([0x09])) == [
+            .send(
+                .readMultipleResponse(
+                    ATTReadMultipleResponse(values: Array("Test".utf8) + [0x09, 0x40, 0x03])), to: alice)
+        ])
     let second = s.handle(bytes: [UInt8](hexString: "20 1600 0300")!, from: alice)
     guard case let .readRequest(id2, _, 22, 0) = second.first else { Issue.record("\(second)"); return }
-    #expect(s.completeRead(id: id2, result: .failure(.application(0x80))) == [.send(.errorResponse(
-        ATTErrorResponse(requestOpcode: .readMultipleVariableRequest, handle: 22, error: ATTErrorCode(0x80))), to: alice)])
+    #expect(
+        s.completeRead(id: id2, result: .failure(.application(0x80))) == [
+            .send(
+                .errorResponse(
+                    ATTErrorResponse(requestOpcode: .readMultipleVariableRequest, handle: 22, error: ATTErrorCode(0x80))), to: alice)
+        ])
 }
 
 @Test func writesToStoredValues() throws {
     var s = try makeServer()
-    #expect(s.handle(bytes: [UInt8](hexString: "12 1100 6869")!, from: alice)
+    #expect(
+        s.handle(bytes: [UInt8](hexString: "12 1100 6869")!, from: alice)
             == [.valueWritten(client: alice, handle: 17, value: [0x68, 0x69]), .send(.writeResponse(ATTWriteResponse()), to: alice)])
     #expect(s.exchange("0a 1100", from: bob) == "0b6869")
     #expect(s.exchange("12 0300 00") == err(0x12, 0x0003, 0x03))
@@ -106,8 +120,12 @@ import BLEWire
 
     let b = s.handle(bytes: [UInt8](hexString: "12 1600 03")!, from: alice)
     guard case let .writeRequests(id2, _, _, true) = b.first else { Issue.record("\(b)"); return }
-    #expect(s.completeWrite(id: id2, error: .writeRequestRejected) == [.send(.errorResponse(
-        ATTErrorResponse(requestOpcode: .writeRequest, handle: 22, error: .writeRequestRejected)), to: alice)])
+    #expect(
+        s.completeWrite(id: id2, error: .writeRequestRejected) == [
+            .send(
+                .errorResponse(
+                    ATTErrorResponse(requestOpcode: .writeRequest, handle: 22, error: .writeRequestRejected)), to: alice)
+        ])
 
     let c = s.handle(bytes: [UInt8](hexString: "52 1600 07")!, from: alice)
     guard case let .writeRequests(id3, _, [GATTWrite(handle: 22, offset: 0, value: [7])], false) = c.first else { Issue.record("\(c)"); return }
@@ -118,10 +136,11 @@ import BLEWire
 
 @Test func clientConfigurationIsPerClient() throws {
     var s = try makeServer()
-    #expect(s.handle(bytes: [UInt8](hexString: "12 0d00 0100")!, from: alice) == [
-        .subscriptionChanged(client: alice, characteristicValueHandle: 12, notify: true, indicate: false),
-        .send(.writeResponse(ATTWriteResponse()), to: alice),
-    ])
+    #expect(
+        s.handle(bytes: [UInt8](hexString: "12 0d00 0100")!, from: alice) == [
+            .subscriptionChanged(client: alice, characteristicValueHandle: 12, notify: true, indicate: false),
+            .send(.writeResponse(ATTWriteResponse()), to: alice),
+        ])
     #expect(s.exchange("0a 0d00") == "0b0100")
     #expect(s.exchange("0a 0d00", from: bob) == "0b0000")
     // Same value again: no change reported.
@@ -139,8 +158,11 @@ import BLEWire
     #expect(s.exchange("16 1100 0a00 6b6c6d6e6f7071727374") == "17 1100 0a00 6b6c6d6e6f7071727374".filter { $0 != " " })
     #expect(s.exchange("0a 1100") == "0b68656c6c6f", "nothing is written before execution")
     let done = s.handle(bytes: [0x18, 0x01], from: alice)
-    #expect(done == [.valueWritten(client: alice, handle: 17, value: Array("abcdefghijklmnopqrst".utf8)),
-                     .send(.executeWriteResponse(ATTExecuteWriteResponse()), to: alice)])
+    #expect(
+        done == [
+            .valueWritten(client: alice, handle: 17, value: Array("abcdefghijklmnopqrst".utf8)),
+            .send(.executeWriteResponse(ATTExecuteWriteResponse()), to: alice),
+        ])
     #expect(s.exchange("0a 1100") == "0b" + Array("abcdefghijklmnopqrst".utf8).hexString)
 
     #expect(s.exchange("16 1100 0000 7878") == "1711000000" + "7878")
@@ -179,15 +201,22 @@ import BLEWire
     guard case let .writeRequests(id, alice, writes, true) = a.first, a.count == 1 else { Issue.record("\(a)"); return }
     #expect(writes == [GATTWrite(handle: 22, offset: 0, value: [1]), GATTWrite(handle: 22, offset: 1, value: [2])])
     #expect(s.database.attribute(at: 17)?.value == .stored(Array("hello".utf8)), "stored parts wait for the application")
-    #expect(s.completeWrite(id: id, error: nil) == [.valueWritten(client: alice, handle: 17, value: [0x79, 0x6F]),
-                                                    .send(.executeWriteResponse(ATTExecuteWriteResponse()), to: alice)])
+    #expect(
+        s.completeWrite(id: id, error: nil) == [
+            .valueWritten(client: alice, handle: 17, value: [0x79, 0x6F]),
+            .send(.executeWriteResponse(ATTExecuteWriteResponse()), to: alice),
+        ])
     // Refused by the application: nothing applies.
     _ = s.exchange("16 1600 0000 01")
     _ = s.exchange("16 1100 0000 7a")
     let b = s.handle(bytes: [0x18, 0x01], from: alice)
     guard case let .writeRequests(id2, _, _, _) = b.first else { Issue.record("\(b)"); return }
-    #expect(s.completeWrite(id: id2, error: .application(0x81)) == [.send(.errorResponse(
-        ATTErrorResponse(requestOpcode: .executeWriteRequest, handle: 22, error: ATTErrorCode(0x81))), to: alice)])
+    #expect(
+        s.completeWrite(id: id2, error: .application(0x81)) == [
+            .send(
+                .errorResponse(
+                    ATTErrorResponse(requestOpcode: .executeWriteRequest, handle: 22, error: ATTErrorCode(0x81))), to: alice)
+        ])
     #expect(s.database.attribute(at: 17)?.value == .stored([0x79, 0x6F]))
 }
 

@@ -30,7 +30,9 @@ struct Xorshift {
             default: break
             }
         }
-        let sent = (actions + answered).filter { if case .send(_, alice) = $0 { return true }; return false }
+        let sent = (actions + answered).filter {
+            if case .send(_, alice) = $0 { return true }; return false
+        }
         #expect(sent.count == 1, "request \(bytes.hexString) got \(sent.count) answers")
     }
     #expect(s.pendingRequestCount == 0)
@@ -38,8 +40,10 @@ struct Xorshift {
 
 @Test func everyPrefixOfEveryRequestGetsInvalidPDU() throws {
     var s = try makeServer()
-    let requests = ["02 1700", "04 0100 ffff", "06 0100 ffff 0028", "08 0100 ffff 0328", "0a 0300", "0c 0300 0000",
-                    "0e 0300 0500", "10 0100 ffff 0028", "12 1100", "16 1100 0000", "18 01", "20 0300 0500"]
+    let requests = [
+        "02 1700", "04 0100 ffff", "06 0100 ffff 0028", "08 0100 ffff 0328", "0a 0300", "0c 0300 0000",
+        "0e 0300 0500", "10 0100 ffff 0028", "12 1100", "16 1100 0000", "18 01", "20 0300 0500",
+    ]
     for hex in requests {
         let bytes = [UInt8](hexString: hex)!
         for n in 1..<bytes.count {

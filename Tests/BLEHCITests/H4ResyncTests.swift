@@ -58,20 +58,28 @@ import BLEWire
 
     @Test func extendedCommandsRoundTrip() throws {
         let commands: [HCICommand] = [
-            .leSetExtendedAdvertisingParameters(LESetExtendedAdvertisingParameters(eventProperties: [.legacy, .connectable, .scannable],
-                                                                                  primaryIntervalMin: 0x30, primaryIntervalMax: 0x40, ownAddressType: 1)),
+            .leSetExtendedAdvertisingParameters(
+                LESetExtendedAdvertisingParameters(
+                    eventProperties: [.legacy, .connectable, .scannable],
+                    primaryIntervalMin: 0x30, primaryIntervalMax: 0x40, ownAddressType: 1)),
             .leSetAdvertisingSetRandomAddress(handle: 0, address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 0xC6], type: .random)),
             .leSetExtendedAdvertisingData(LESetExtendedAdvertisingData(data: Array(0..<200))),
             .leSetExtendedScanResponseData(LESetExtendedAdvertisingData(operation: .last, data: [1, 2])),
             .leSetExtendedAdvertisingEnable(enable: true, sets: [LEExtendedAdvertisingSet(advertisingHandle: 0), LEExtendedAdvertisingSet(advertisingHandle: 3, duration: 100)]),
             .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet(2), .leClearAdvertisingSets,
-            .leSetExtendedScanParameters(LESetExtendedScanParameters(ownAddressType: 0, scanningPHYs: 0x05, phys: [
-                LEExtendedScanPHY(scanType: .active, scanInterval: 0x10, scanWindow: 0x10), LEExtendedScanPHY(scanType: .passive, scanInterval: 0x20, scanWindow: 0x10)])),
+            .leSetExtendedScanParameters(
+                LESetExtendedScanParameters(
+                    ownAddressType: 0, scanningPHYs: 0x05,
+                    phys: [
+                        LEExtendedScanPHY(scanType: .active, scanInterval: 0x10, scanWindow: 0x10), LEExtendedScanPHY(scanType: .passive, scanInterval: 0x20, scanWindow: 0x10),
+                    ])),
             .leSetExtendedScanEnable(enable: true, filterDuplicates: 1, duration: 0, period: 0),
-            .leExtendedCreateConnection(LEExtendedCreateConnection(LECreateConnection(
-                leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 1,
-                peerAddress: BluetoothAddress(bytes: [6, 5, 4, 3, 2, 0xC1], type: .random), ownAddressType: 0, connectionIntervalMin: 0x18,
-                connectionIntervalMax: 0x28, maxLatency: 0, supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0))),
+            .leExtendedCreateConnection(
+                LEExtendedCreateConnection(
+                    LECreateConnection(
+                        leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 1,
+                        peerAddress: BluetoothAddress(bytes: [6, 5, 4, 3, 2, 0xC1], type: .random), ownAddressType: 0, connectionIntervalMin: 0x18,
+                        connectionIntervalMax: 0x28, maxLatency: 0, supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0))),
         ]
         for c in commands {
             let p = c.encode()
@@ -90,11 +98,18 @@ import BLEWire
 
     @Test func extendedEventsRoundTrip() throws {
         let events: [HCIEvent] = [
-            .le(.extendedAdvertisingReport([LEExtendedAdvertisingReport(eventType: [.connectable], addressType: 1,
-                                                                        address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 0xC0], type: .random),
-                                                                        secondaryPHY: 2, advertisingSID: 3, rssi: -60, data: Array(0..<100))])),
-            .le(.advertisingSetTerminated(LEAdvertisingSetTerminated(status: .success, advertisingHandle: 0, connectionHandle: 0x40,
-                                                                     numCompletedExtendedAdvertisingEvents: 0))),
+            .le(
+                .extendedAdvertisingReport([
+                    LEExtendedAdvertisingReport(
+                        eventType: [.connectable], addressType: 1,
+                        address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 0xC0], type: .random),
+                        secondaryPHY: 2, advertisingSID: 3, rssi: -60, data: Array(0..<100))
+                ])),
+            .le(
+                .advertisingSetTerminated(
+                    LEAdvertisingSetTerminated(
+                        status: .success, advertisingHandle: 0, connectionHandle: 0x40,
+                        numCompletedExtendedAdvertisingEvents: 0))),
         ]
         for e in events {
             let p = e.encode()

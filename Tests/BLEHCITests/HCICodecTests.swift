@@ -10,16 +10,20 @@ let allCommands: [HCICommand] = [
     .reset, .readLocalVersionInformation, .readBDADDR, .readLocalSupportedCommands, .readLocalSupportedFeatures, .readBufferSize,
     .setEventMask(0x2000_9FFF_FFFF_FFFF), .setEventMaskPage2(0x1), .leSetEventMask(0x0000_0000_0000_0A7F), .leReadBufferSize,
     .leReadLocalSupportedFeatures, .leSetRandomAddress(peer),
-    .leSetAdvertisingParameters(LESetAdvertisingParameters(advertisingIntervalMin: 0xA0, advertisingIntervalMax: 0xB0, advertisingType: .scannableUndirected,
-                                                           ownAddressType: 1, peerAddressType: 1, peerAddress: peer, advertisingChannelMap: 7, advertisingFilterPolicy: 0)),
+    .leSetAdvertisingParameters(
+        LESetAdvertisingParameters(
+            advertisingIntervalMin: 0xA0, advertisingIntervalMax: 0xB0, advertisingType: .scannableUndirected,
+            ownAddressType: 1, peerAddressType: 1, peerAddress: peer, advertisingChannelMap: 7, advertisingFilterPolicy: 0)),
     .leReadAdvertisingPhysicalChannelTxPower, .leSetAdvertisingData([2, 1, 6, 3, 3, 0x0D, 0x18]), .leSetScanResponseData([]),
     .leSetAdvertisingData(Array(repeating: 0xAB, count: 31)),
     .leSetAdvertisingEnable(true), .leSetAdvertisingEnable(false),
     .leSetScanParameters(LESetScanParameters(scanType: .active, scanInterval: 0x60, scanWindow: 0x30, ownAddressType: 0, scanningFilterPolicy: 0)),
     .leSetScanEnable(enable: true, filterDuplicates: false),
-    .leCreateConnection(LECreateConnection(leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 1, peerAddress: peer,
-                                           ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28, maxLatency: 0,
-                                           supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0)),
+    .leCreateConnection(
+        LECreateConnection(
+            leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 1, peerAddress: peer,
+            ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28, maxLatency: 0,
+            supervisionTimeout: 0x1F4, minCELength: 0, maxCELength: 0)),
     .leCreateConnectionCancel, .disconnect(handle: 0x40, reason: .remoteUserTerminated),
     .leReadFilterAcceptListSize, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList(peer),
     .leRemoveDeviceFromFilterAcceptList(BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6], type: .public)),
@@ -42,12 +46,21 @@ let allEvents: [HCIEvent] = [
     .encryptionKeyRefreshComplete(status: .success, handle: 0x40),
     .readRemoteVersionInformationComplete(status: .success, handle: 0x40, version: 0x0C, companyIdentifier: 0x05F1, subversion: 1),
     .hardwareError(3), .dataBufferOverflow(1),
-    .le(.connectionComplete(LEConnectionComplete(status: .success, connectionHandle: 0x40, role: 0, peerAddressType: 1, peerAddress: peer,
-                                                 connectionInterval: 0x28, peripheralLatency: 0, supervisionTimeout: 0x1F4, centralClockAccuracy: 0))),
-    .le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(status: .success, connectionHandle: 0x41, role: 1, peerAddressType: 0, peerAddress: .zero,
-                                                                 connectionInterval: 6, peripheralLatency: 0, supervisionTimeout: 100, centralClockAccuracy: 1))),
-    .le(.advertisingReport([LEAdvertisingReport(eventType: .advInd, addressType: 1, address: peer, data: [2, 1, 6], rssi: -60),
-                            LEAdvertisingReport(eventType: .scanRsp, addressType: 0, address: .zero, data: [], rssi: 127)])),
+    .le(
+        .connectionComplete(
+            LEConnectionComplete(
+                status: .success, connectionHandle: 0x40, role: 0, peerAddressType: 1, peerAddress: peer,
+                connectionInterval: 0x28, peripheralLatency: 0, supervisionTimeout: 0x1F4, centralClockAccuracy: 0))),
+    .le(
+        .enhancedConnectionComplete(
+            LEEnhancedConnectionComplete(
+                status: .success, connectionHandle: 0x41, role: 1, peerAddressType: 0, peerAddress: .zero,
+                connectionInterval: 6, peripheralLatency: 0, supervisionTimeout: 100, centralClockAccuracy: 1))),
+    .le(
+        .advertisingReport([
+            LEAdvertisingReport(eventType: .advInd, addressType: 1, address: peer, data: [2, 1, 6], rssi: -60),
+            LEAdvertisingReport(eventType: .scanRsp, addressType: 0, address: .zero, data: [], rssi: 127),
+        ])),
     .le(.connectionUpdateComplete(LEConnectionUpdateComplete(status: .success, connectionHandle: 0x40, connectionInterval: 12, peripheralLatency: 1, supervisionTimeout: 200))),
     .le(.readRemoteFeaturesComplete(status: .success, handle: 0x40, features: 0x21)),
     .le(.longTermKeyRequest(handle: 0x40, random: 0xAABB, ediv: 0x1234)),
@@ -61,7 +74,8 @@ let allEvents: [HCIEvent] = [
 @Suite struct HCISpecBytesTests {
     @Test func resetAndItsAnswer() throws {
         #expect(HCICommand.reset.encode().h4Bytes == [0x01, 0x03, 0x0C, 0x00])
-        #expect(try HCIEvent.decode(HCIPacket(type: .event, bytes: [0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00]))
+        #expect(
+            try HCIEvent.decode(HCIPacket(type: .event, bytes: [0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00]))
                 == .commandComplete(numHCICommandPackets: 1, opcode: .reset, returnParameters: [0x00]))
     }
 
@@ -73,14 +87,20 @@ let allEvents: [HCIEvent] = [
     }
 
     @Test func multipleReportsAndCompletedPacketsInterleaveElementByElement() throws {
-        let two = HCIEvent.le(.advertisingReport([
-            LEAdvertisingReport(eventType: .advInd, addressType: 0, address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6]), data: [0xAA], rssi: -10),
-            LEAdvertisingReport(eventType: .scanRsp, addressType: 1, address: BluetoothAddress(bytes: [7, 8, 9, 10, 11, 12], type: .random), data: [], rssi: -20)]))
-        #expect(two.encode().bytes == [0x3E, 0x17, 0x02, 0x02,
-                                       0x00, 0x00, 1, 2, 3, 4, 5, 6, 0x01, 0xAA, 0xF6,
-                                       0x04, 0x01, 7, 8, 9, 10, 11, 12, 0x00, 0xEC])
+        let two = HCIEvent.le(
+            .advertisingReport([
+                LEAdvertisingReport(eventType: .advInd, addressType: 0, address: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6]), data: [0xAA], rssi: -10),
+                LEAdvertisingReport(eventType: .scanRsp, addressType: 1, address: BluetoothAddress(bytes: [7, 8, 9, 10, 11, 12], type: .random), data: [], rssi: -20),
+            ]))
+        #expect(
+            two.encode().bytes == [
+                0x3E, 0x17, 0x02, 0x02,
+                0x00, 0x00, 1, 2, 3, 4, 5, 6, 0x01, 0xAA, 0xF6,
+                0x04, 0x01, 7, 8, 9, 10, 11, 12, 0x00, 0xEC,
+            ])
         // Number Of Completed Packets: handle, count, handle, count (Vol 4 Part E §7.7.19).
-        #expect(HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 3), CompletedPackets(handle: 0x41, count: 1)]).encode().bytes
+        #expect(
+            HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 3), CompletedPackets(handle: 0x41, count: 1)]).encode().bytes
                 == [0x13, 0x09, 0x02, 0x40, 0x00, 0x03, 0x00, 0x41, 0x00, 0x01, 0x00])
     }
 

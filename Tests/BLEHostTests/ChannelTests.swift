@@ -24,8 +24,10 @@ final class ChannelSink: @unchecked Sendable {
 
 extension LinkedHosts {
     /// Publishes a PSM on the peripheral and opens a channel to it from the central.
-    func openChannel(security: L2CAPSecurityRequirement = .none, params: L2CAPChannelParameters? = nil,
-                     within: LoopTime = .seconds(1)) -> (Result<[HostL2CAPChannel], L2CAPOpenError>?, [HostL2CAPChannel]) {
+    func openChannel(
+        security: L2CAPSecurityRequirement = .none, params: L2CAPChannelParameters? = nil,
+        within: LoopTime = .seconds(1)
+    ) -> (Result<[HostL2CAPChannel], L2CAPOpenError>?, [HostL2CAPChannel]) {
         var accepted: [HostL2CAPChannel] = []
         let psm = air.loop.sync { peripheral.publishL2CAP(security: security) { accepted.append($0) } }
         var result: Result<[HostL2CAPChannel], L2CAPOpenError>?
@@ -44,7 +46,9 @@ extension LinkedHosts {
         #expect(ours.psm == 0x80 && theirs.psm == 0x80 && ours.remoteCID == theirs.localCID)
         #expect(t.air.loop.sync { ours.peerMTU == 2048 && ours.peerMPS == 247 })
         let a = ChannelSink(), b = ChannelSink()
-        t.air.loop.sync { a.attach(ours); b.attach(theirs) }
+        t.air.loop.sync {
+            a.attach(ours); b.attach(theirs)
+        }
         // 200 KB from the central, 50 KB back, queued as the app would (retrying when full).
         let up = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let down = (0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* 17) }
@@ -84,7 +88,9 @@ extension LinkedHosts {
         let (r2, acc2) = t.openChannel()
         let second = try #require(try r2?.get().first)
         let sink2 = ChannelSink()
-        t.air.loop.sync { sink2.attach(try! #require(acc2.first)); _ = second.send([UInt8](repeating: 9, count: 60_000)); second.close(discardingQueued: true) }
+        t.air.loop.sync {
+            sink2.attach(try! #require(acc2.first)); _ = second.send([UInt8](repeating: 9, count: 60_000)); second.close(discardingQueued: true)
+        }
         t.air.loop.advance(by: .seconds(1))
         #expect(sink2.data.count < 60_000 && sink2.closed == [.peerDisconnected])
     }
@@ -111,7 +117,9 @@ extension LinkedHosts {
         #expect(b.held <= 64 * 1024 && b.held > 50_000)
         #expect(t.air.loop.sync { ours.sendCredits == 0 && ours.state!.queuedOctets <= 64 * 1024 + 2050 })
         // The reader catches up: credits flow again, the writer hears it has room, the rest arrives.
-        t.air.loop.sync { theirs.consumed(b.held); b.held = 0; b.consumes = true }
+        t.air.loop.sync {
+            theirs.consumed(b.held); b.held = 0; b.consumes = true
+        }
         t.air.loop.advance(by: .seconds(2))
         #expect(writable >= 1)
         #expect(t.air.loop.sync { ours.state!.queuedOctets == 0 })
@@ -131,7 +139,9 @@ extension LinkedHosts {
         #expect(opened.count == 10 && (try? enhanced?.get().count) == 5 && accepted.count == 15)
         #expect(Set(opened.map(\.localCID)).count == 10)
         // Each channel carries its own data.
-        let sinks = accepted.map { ch -> ChannelSink in let s = ChannelSink(); t.air.loop.sync { s.attach(ch) }; return s }
+        let sinks = accepted.map { ch -> ChannelSink in
+            let s = ChannelSink(); t.air.loop.sync { s.attach(ch) }; return s
+        }
         t.air.loop.sync { for (i, ch) in opened.enumerated() { ch.send([UInt8](repeating: UInt8(i), count: 3000)) } }
         t.air.loop.advance(by: .seconds(1))
         for (i, ch) in opened.enumerated() {
@@ -140,12 +150,16 @@ extension LinkedHosts {
         }
         // A PSM nobody published is refused; unpublishing refuses new channels and keeps open ones.
         var refused: Result<[HostL2CAPChannel], L2CAPOpenError>?
-        t.air.loop.sync { _ = t.peripheral.unpublishL2CAP(psm: 0x25); t.link.openL2CAPChannel(psm: 0x25) { refused = $0 } }
+        t.air.loop.sync {
+            _ = t.peripheral.unpublishL2CAP(psm: 0x25); t.link.openL2CAPChannel(psm: 0x25) { refused = $0 }
+        }
         t.air.loop.advance(by: .milliseconds(300))
         #expect(refused.map { if case .failure(.failed(.refused(.spsmNotSupported))) = $0 { true } else { false } } == true)
         #expect(t.air.loop.sync { t.link.l2capChannels.count } == 15)
         // The link drops: every channel closes with linkClosed on both sides.
-        let mine = opened.map { ch -> ChannelSink in let s = ChannelSink(); t.air.loop.sync { s.attach(ch) }; return s }
+        let mine = opened.map { ch -> ChannelSink in
+            let s = ChannelSink(); t.air.loop.sync { s.attach(ch) }; return s
+        }
         t.air.loop.sync { t.link.disconnect() }
         t.air.loop.advance(by: .milliseconds(300))
         #expect(mine.allSatisfy { $0.closed == [.linkClosed] } && sinks.allSatisfy { $0.closed == [.linkClosed] })

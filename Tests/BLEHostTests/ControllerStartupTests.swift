@@ -44,34 +44,54 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
         switch c {
         case .reset: complete([0], after: resetDelay)
         case .readLocalVersionInformation:
-            complete(ReadLocalVersionReturn(status: .success, hciVersion: hciVersion, hciSubversion: 1, lmpVersion: hciVersion,
-                                            companyIdentifier: company, lmpSubversion: 1).encode())
+            complete(
+                ReadLocalVersionReturn(
+                    status: .success, hciVersion: hciVersion, hciSubversion: 1, lmpVersion: hciVersion,
+                    companyIdentifier: company, lmpSubversion: 1
+                ).encode())
         case .readLocalSupportedCommands: complete([0] + map)
         case .readBDADDR: complete([0] + address)
         case .leReadBufferSize: complete(LEReadBufferSizeReturn(status: .success, aclDataPacketLength: leBuffer.0, totalNumACLDataPackets: leBuffer.1).encode())
         case .readBufferSize:
-            complete(ReadBufferSizeReturn(status: .success, aclDataPacketLength: sharedBuffer.0, syncDataPacketLength: 0,
-                                          totalNumACLDataPackets: sharedBuffer.1, totalNumSyncDataPackets: 0).encode())
+            complete(
+                ReadBufferSizeReturn(
+                    status: .success, aclDataPacketLength: sharedBuffer.0, syncDataPacketLength: 0,
+                    totalNumACLDataPackets: sharedBuffer.1, totalNumSyncDataPackets: 0
+                ).encode())
         case .leReadLocalSupportedFeatures: complete(ReadLocalSupportedFeaturesReturn(status: .success, features: leFeatures.rawValue).encode())
-        case .leReadMaximumDataLength: complete(LEReadMaximumDataLengthReturn(status: .success, supportedMaxTxOctets: 200, supportedMaxTxTime: 2120, supportedMaxRxOctets: 251, supportedMaxRxTime: 2120).encode())
+        case .leReadMaximumDataLength:
+            complete(
+                LEReadMaximumDataLengthReturn(status: .success, supportedMaxTxOctets: 200, supportedMaxTxTime: 2120, supportedMaxRxOctets: 251, supportedMaxRxTime: 2120).encode())
         case .leReadMaximumAdvertisingDataLength: complete(LEReadMaximumAdvertisingDataLengthReturn(status: .success, maxLength: 1650).encode())
         case .leReadNumberOfSupportedAdvertisingSets: complete([0, 4])
         case let .unknown(op, _) where op.ogf == 0x3F:
             if ignoresVendor { return }
             guard zephyr else { return complete([0x01]) }
-            if op == .zephyrReadVersionInformation { complete(ZephyrReadVersionReturn(status: .success, hardwarePlatform: 2, hardwareVariant: 2, firmwareVariant: 1, firmwareVersion: 3, firmwareRevision: 0, firmwareBuild: 0).encode()) }
-            else if op == .zephyrReadSupportedCommands { var m = [UInt8](repeating: 0, count: 64); m[0] = 7; m[1] = 1; complete([0] + m) }
-            else if op == .zephyrReadStaticAddresses { complete([0, 1, 0x11, 0x22, 0x33, 0x44, 0x55, 0xC6] + [UInt8](repeating: 9, count: 16)) }
-            else { complete([0x01]) }
+            if op == .zephyrReadVersionInformation {
+                complete(
+                    ZephyrReadVersionReturn(
+                        status: .success, hardwarePlatform: 2, hardwareVariant: 2, firmwareVariant: 1, firmwareVersion: 3, firmwareRevision: 0, firmwareBuild: 0
+                    ).encode())
+            } else if op == .zephyrReadSupportedCommands {
+                var m = [UInt8](repeating: 0, count: 64); m[0] = 7; m[1] = 1; complete([0] + m)
+            } else if op == .zephyrReadStaticAddresses {
+                complete([0, 1, 0x11, 0x22, 0x33, 0x44, 0x55, 0xC6] + [UInt8](repeating: 9, count: 16))
+            } else {
+                complete([0x01])
+            }
         default: complete([0])
         }
     }
 
     /// A connection as central completes (for the fast-link requests that follow it).
     func connect(handle: UInt16) {
-        let e = HCIEvent.le(.connectionComplete(LEConnectionComplete(status: .success, connectionHandle: handle, role: 0, peerAddressType: 0,
-                                                                      peerAddress: BluetoothAddress(bytes: [9, 9, 9, 9, 9, 9]), connectionInterval: 24,
-                                                                      peripheralLatency: 0, supervisionTimeout: 500, centralClockAccuracy: 0))).encode()
+        let e = HCIEvent.le(
+            .connectionComplete(
+                LEConnectionComplete(
+                    status: .success, connectionHandle: handle, role: 0, peerAddressType: 0,
+                    peerAddress: BluetoothAddress(bytes: [9, 9, 9, 9, 9, 9]), connectionInterval: 24,
+                    peripheralLatency: 0, supervisionTimeout: 500, centralClockAccuracy: 0))
+        ).encode()
         loop.execute { [weak self] in self?.sink?.transport(didReceive: e) }
     }
 }
@@ -82,19 +102,25 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
         let c = ScriptedController(label: "t", loop: loop)
         configure(c)
         let host = LEHost(transport: c, loop: loop, name: "t")
-        loop.sync { host.bondStoreDirectory = directory; host.powerOn() }
+        loop.sync {
+            host.bondStoreDirectory = directory; host.powerOn()
+        }
         loop.advance(by: advance)
         return (host, c)
     }
 
     static let v40: Set<SupportedCommand> = [.readBufferSize, .leReadLocalSupportedFeatures, .leSetRandomAddress]
-    static let v5: Set<SupportedCommand> = v40.union([.leSetDataLength, .leReadMaximumDataLength, .leSetPHY, .leSetAdvertisingSetRandomAddress,
+    static let v5: Set<SupportedCommand> = v40.union([
+        .leSetDataLength, .leReadMaximumDataLength, .leSetPHY, .leSetAdvertisingSetRandomAddress,
         .leSetExtendedAdvertisingParameters, .leSetExtendedAdvertisingData, .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable,
         .leReadMaximumAdvertisingDataLength, .leReadNumberOfSupportedAdvertisingSets, .leClearAdvertisingSets,
-        .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection])
+        .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection,
+    ])
 
     @Test func aBluetooth40ControllerGetsNoOptionalCommands() {
-        let (host, c) = start { $0.commands = Self.v40; $0.hciVersion = 6 }
+        let (host, c) = start {
+            $0.commands = Self.v40; $0.hciVersion = 6
+        }
         #expect(host.loop.sync { host.powerState } == .on)
         c.connect(handle: 0x40)
         host.loop.advance(by: .seconds(1))
@@ -102,20 +128,27 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
         #expect(!ops.contains(.leSetDataLength) && !ops.contains(.leSetPHY) && !ops.contains(.leReadMaximumDataLength))
         #expect(!ops.contains { $0.ogf == 0x3F })   // a public address: no vendor commands
         // Scanning and advertising use the legacy commands.
-        host.loop.sync { host.startScanning(); host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6])) }
+        host.loop.sync {
+            host.startScanning(); host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6]))
+        }
         host.loop.advance(by: .seconds(1))
         #expect(c.sent.contains { $0.opcode == .leSetScanEnable } && c.sent.contains { $0.opcode == .leSetAdvertisingEnable })
         #expect(!c.sent.contains { $0.opcode == .leSetExtendedScanEnable || $0.opcode == .leSetExtendedAdvertisingEnable })
     }
 
     @Test func aBluetooth5ControllerGetsTheExtendedCommandsOnly() {
-        let (host, c) = start { $0.commands = Self.v5; $0.hciVersion = 11; $0.leFeatures = [.encryption, .dataPacketLengthExtension, .le2MPHY, .extendedAdvertising] }
+        let (host, c) = start {
+            $0.commands = Self.v5; $0.hciVersion = 11; $0.leFeatures = [.encryption, .dataPacketLengthExtension, .le2MPHY, .extendedAdvertising]
+        }
         #expect(host.loop.sync { host.usesExtendedAdvertising })
         #expect(host.controllerInfo?.maxAdvertisingDataLength == 1650 && host.controllerInfo?.advertisingSets == 4)
         c.connect(handle: 0x40)
         host.loop.advance(by: .seconds(1))
         // DLE up to what the controller can send (200), and LE 2M.
-        #expect(c.sent.contains { if case let .leSetDataLength(_, o, _) = $0 { return o == 200 }; return false })
+        #expect(
+            c.sent.contains {
+                if case let .leSetDataLength(_, o, _) = $0 { return o == 200 }; return false
+            })
         #expect(c.sent.contains { $0.opcode == .leSetPHY })
         c.sent.removeAll()
         var failure: HostError?? = .none
@@ -129,15 +162,21 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
         let ops = c.sent.map(\.opcode)
         #expect(ops.contains(.leSetExtendedScanParameters) && ops.contains(.leSetExtendedScanEnable) && ops.contains(.leExtendedCreateConnection))
         // 300 bytes of data: extended PDUs, in two fragments.
-        let data = c.sent.compactMap { if case let .leSetExtendedAdvertisingData(d) = $0 { return d }; return nil }
+        let data = c.sent.compactMap {
+            if case let .leSetExtendedAdvertisingData(d) = $0 { return d }; return nil
+        }
         #expect(data.map(\.operation) == [.first, .last] && data.map(\.data.count) == [251, 49])
-        let legacy: [HCIOpcode] = [.leSetScanParameters, .leSetScanEnable, .leSetAdvertisingParameters, .leSetAdvertisingData,
-                                   .leSetAdvertisingEnable, .leCreateConnection]
+        let legacy: [HCIOpcode] = [
+            .leSetScanParameters, .leSetScanEnable, .leSetAdvertisingParameters, .leSetAdvertisingData,
+            .leSetAdvertisingEnable, .leCreateConnection,
+        ]
         #expect(!ops.contains { legacy.contains($0) })
     }
 
     @Test func extendedReportsInPiecesArePutBackTogether() {
-        let (host, c) = start { $0.commands = Self.v5; $0.leFeatures = [.extendedAdvertising] }
+        let (host, c) = start {
+            $0.commands = Self.v5; $0.leFeatures = [.extendedAdvertising]
+        }
         final class Reports: HostCentralDelegate {
             var all: [AdvertisingReport] = []
             func host(_ host: LEHost, didReceive report: AdvertisingReport) { all.append(report) }
@@ -147,13 +186,19 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
             func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {}
         }
         let r = Reports()
-        host.loop.sync { host.centralDelegate = r; host.startScanning() }
+        host.loop.sync {
+            host.centralDelegate = r; host.startScanning()
+        }
         host.loop.advance(by: .milliseconds(100))
         let a = BluetoothAddress(bytes: [1, 2, 3, 4, 5, 0xC0], type: .random)
         func report(_ status: UInt16, _ data: [UInt8]) {
-            let e = HCIEvent.le(.extendedAdvertisingReport([LEExtendedAdvertisingReport(
-                eventType: LEExtendedAdvertisingEventType(rawValue: 0x01 | status << 5), addressType: 1, address: a, secondaryPHY: 2,
-                advertisingSID: 1, rssi: -50, data: data)])).encode()
+            let e = HCIEvent.le(
+                .extendedAdvertisingReport([
+                    LEExtendedAdvertisingReport(
+                        eventType: LEExtendedAdvertisingEventType(rawValue: 0x01 | status << 5), addressType: 1, address: a, secondaryPHY: 2,
+                        advertisingSID: 1, rssi: -50, data: data)
+                ])
+            ).encode()
             host.loop.sync { host.transport(didReceive: e) }
         }
         report(1, Array(0..<200))
@@ -165,15 +210,23 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
     }
 
     @Test func leBufferSizeZeroFallsBackToReadBufferSize() {
-        let (host, _) = start { $0.commands = Self.v40; $0.leBuffer = (0, 0); $0.sharedBuffer = (310, 6) }
+        let (host, _) = start {
+            $0.commands = Self.v40; $0.leBuffer = (0, 0); $0.sharedBuffer = (310, 6)
+        }
         #expect(host.loop.sync { (host.aclBufferSize, host.aclBufferCount) } == (310, 6))
         #expect(host.controllerInfo?.sharedACLBuffers == true)
     }
 
     @Test func aSlowResetIsWaitedForAndANeverEndingOneFails() {
-        let (slow, _) = start({ $0.commands = Self.v40; $0.resetDelay = .seconds(3) }, advance: .seconds(4))
+        let (slow, _) = start(
+            {
+                $0.commands = Self.v40; $0.resetDelay = .seconds(3)
+            }, advance: .seconds(4))
         #expect(slow.loop.sync { slow.powerState } == .on)
-        let (stuck, c) = start({ $0.commands = Self.v40; $0.resetDelay = .seconds(60) }, advance: .milliseconds(10_500))
+        let (stuck, c) = start(
+            {
+                $0.commands = Self.v40; $0.resetDelay = .seconds(60)
+            }, advance: .milliseconds(10_500))
         let state = stuck.loop.sync { stuck.powerState }
         guard case let .unsupported(why) = state else { Issue.record("state \(state)"); return }
         #expect(why.contains("Reset"))
@@ -181,7 +234,9 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
     }
 
     @Test func noPublicAddressOnAZephyrControllerUsesItsFactoryAddress() {
-        let (host, c) = start { $0.commands = Self.v40; $0.hciVersion = 9; $0.company = 0x05F1; $0.address = [0, 0, 0, 0, 0, 0]; $0.zephyr = true }
+        let (host, c) = start {
+            $0.commands = Self.v40; $0.hciVersion = 9; $0.company = 0x05F1; $0.address = [0, 0, 0, 0, 0, 0]; $0.zephyr = true
+        }
         let expected = BluetoothAddress(bytes: [0x11, 0x22, 0x33, 0x44, 0x55, 0xC6], type: .random)
         #expect(host.localAddress == expected)
         #expect(c.sent.contains(.leSetRandomAddress(expected)))
@@ -193,17 +248,25 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
         let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ocb-startup-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: dir) }
         // A 5.0 controller that never answers vendor commands: the probe times out after 1 s and start-up goes on.
-        let (first, c) = start({ $0.commands = Self.v40; $0.hciVersion = 9; $0.address = [0, 0, 0, 0, 0, 0]; $0.ignoresVendor = true },
-                               directory: dir, advance: .seconds(3))
+        let (first, c) = start(
+            {
+                $0.commands = Self.v40; $0.hciVersion = 9; $0.address = [0, 0, 0, 0, 0, 0]; $0.ignoresVendor = true
+            },
+            directory: dir, advance: .seconds(3))
         #expect(first.loop.sync { first.powerState } == .on)
         let a = first.localAddress
         #expect(a.type == .random && a.randomKind == .staticAddress)
         #expect(c.sent.contains(.unknown(opcode: .zephyrReadVersionInformation, parameters: [])))
         #expect(first.loop.sync { first.bondStore.fileURL?.lastPathComponent } == "bonds-\(a.string.replacingOccurrences(of: ":", with: "")).json")
-        let (second, _) = start({ $0.commands = Self.v40; $0.address = [0, 0, 0, 0, 0, 0] }, directory: dir)
+        let (second, _) = start(
+            {
+                $0.commands = Self.v40; $0.address = [0, 0, 0, 0, 0, 0]
+            }, directory: dir)
         #expect(second.localAddress == a)
         // Privacy off again returns to the static address, not to 00:00:00:00:00:00.
-        second.loop.sync { second.enablePrivacy(); second.disablePrivacy() }
+        second.loop.sync {
+            second.enablePrivacy(); second.disablePrivacy()
+        }
         second.loop.advance(by: .milliseconds(100))
         #expect(second.loop.sync { second.currentPrivateAddress } == a)
     }

@@ -76,18 +76,26 @@ final class LinkedHosts: @unchecked Sendable {
         air.loop.advance(by: .milliseconds(10))
         #expect(air.loop.sync { central.powerState == .on && peripheral.powerState == .on })
         let secondary = try air.loop.sync {
-            try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x180F), isPrimary: false, characteristics: [
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [88])]))
+            try peripheral.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(0x180F), isPrimary: false,
+                    characteristics: [
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A19), properties: [.read], permissions: .readable, value: [88])
+                    ]))
         }
         handles = try air.loop.sync {
-            try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!,
-                includedServices: [secondary.reference], characteristics: [
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.notify, .indicate], permissions: [], value: nil),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: [0x01]),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!, properties: [.read], permissions: .readable, value: nil),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E")!,
-                                             properties: [.read, .write, .writeWithoutResponse], permissions: .readWrite, value: [0]),
-            ]))
+            try peripheral.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!,
+                    includedServices: [secondary.reference],
+                    characteristics: [
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.notify, .indicate], permissions: [], value: nil),
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: [0x01]),
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!, properties: [.read], permissions: .readable, value: nil),
+                        GATTCharacteristicDefinition(
+                            uuid: BluetoothUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E")!,
+                            properties: [.read, .write, .writeWithoutResponse], permissions: .readWrite, value: [0]),
+                    ]))
         }
         p.dynamic[handles.characteristics[2].value] = longValue
         air.loop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 3, 3, 0x0D, 0x18], scanResponse: [4, 9, 0x4F, 0x43, 0x42])) }
@@ -121,7 +129,9 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(t.c.reports.allSatisfy { $0.rssi < -45 && $0.rssi > -55 })   // 3 m
         // Connect; advertising resumes after the connection as the peripheral still wants it.
         let target = t.c.reports[0].address
-        t.air.loop.sync { t.central.stopScanning(); t.central.connect(to: target) }
+        t.air.loop.sync {
+            t.central.stopScanning(); t.central.connect(to: target)
+        }
         t.air.loop.advance(by: .milliseconds(300))
         #expect(t.c.connections.count == 1 && t.c.connections[0].role == .central)
         #expect(t.p.connections.first?.role == .peripheral)
@@ -196,7 +206,8 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(t.p.reads.map(\.offset) == [0, 246])   // ATT_MTU − 1 octets per part
         #expect(t.gatt(.readMultiple(handles: [chars[1].valueHandle, chars[3].valueHandle])) == .success(.value([0x01, 0x00])))
         #expect(t.gatt(.readMultipleVariable(handles: [chars[1].valueHandle, chars[3].valueHandle])) == .success(.values([[0x01], [0x00]])))
-        #expect(t.gatt(.readUsingCharacteristicUUID(start: 1, end: 0xFFFF, uuid: BluetoothUUID(0x2A38)))
+        #expect(
+            t.gatt(.readUsingCharacteristicUUID(start: 1, end: 0xFFFF, uuid: BluetoothUUID(0x2A38)))
                 == .success(.handleValues([GATTHandleValue(handle: chars[1].valueHandle, value: [0x01])])))
         // Writes: short, long, without response.
         let target = chars[3].valueHandle

@@ -67,9 +67,9 @@ final class PendingHosts: @unchecked Sendable {
     @Test func aConnectAddedWhileInitiatingJoinsTheList() throws {
         let t = try PendingHosts(peripherals: 2)
         t.air.loop.sync { t.central.connectRotationInterval = .seconds(1000) }
-        t.air.loop.sync { t.central.connect(to: t.address(0)) }          // direct
+        t.air.loop.sync { t.central.connect(to: t.address(0)) }   // direct
         t.air.loop.advance(by: .seconds(2))
-        t.air.loop.sync { t.central.connect(to: t.address(1)) }          // the initiation is rebuilt with both
+        t.air.loop.sync { t.central.connect(to: t.address(1)) }   // the initiation is rebuilt with both
         t.air.loop.advance(by: .milliseconds(100))
         t.advertise(1)
         t.air.loop.advance(by: .milliseconds(300))

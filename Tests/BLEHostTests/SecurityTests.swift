@@ -46,8 +46,10 @@ final class SecuredLink {
     var secureHandles: GATTServiceHandles!
     var events: [(String, HostSecurityEvent)] = []
 
-    init(centralIO: IOCapability = .noInputNoOutput, peripheralIO: IOCapability = .noInputNoOutput, sc: Bool = true,
-         configure: (LEHost, LEHost) -> Void = { _, _ in }) throws {
+    init(
+        centralIO: IOCapability = .noInputNoOutput, peripheralIO: IOCapability = .noInputNoOutput, sc: Bool = true,
+        configure: (LEHost, LEHost) -> Void = { _, _ in }
+    ) throws {
         t = try LinkedHosts(connect: false)
         let board = PasskeyBoard()
         t.air.loop.sync {
@@ -60,11 +62,16 @@ final class SecuredLink {
             t.peripheral.addSecurityObserver { [weak self] _, e in self?.events.append(("peripheral", e)) }
         }
         secureHandles = try t.air.loop.sync {
-            try t.peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(0xFFE0), characteristics: [
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE1), properties: [.read, .write], permissions: [.readable, .writeable, .readEncryptionRequired, .writeEncryptionRequired], value: [0x5E]),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE2), properties: [.read], permissions: [.readable, .readAuthenticationRequired], value: [0xA7]),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE3), properties: [.read], permissions: [.readable], value: [0x01]),
-            ]))
+            try t.peripheral.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(0xFFE0),
+                    characteristics: [
+                        GATTCharacteristicDefinition(
+                            uuid: BluetoothUUID(0xFFE1), properties: [.read, .write], permissions: [.readable, .writeable, .readEncryptionRequired, .writeEncryptionRequired],
+                            value: [0x5E]),
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE2), properties: [.read], permissions: [.readable, .readAuthenticationRequired], value: [0xA7]),
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE3), properties: [.read], permissions: [.readable], value: [0x01]),
+                    ]))
         }
         connect()
     }
@@ -97,11 +104,15 @@ final class SecuredLink {
     }
 
     func paired(_ side: String) -> [PairingResult] {
-        events.compactMap { if $0.0 == side, case let .paired(r) = $0.1 { return r }; return nil }
+        events.compactMap {
+            if $0.0 == side, case let .paired(r) = $0.1 { return r }; return nil
+        }
     }
 
     func failures(_ side: String) -> [PairingError] {
-        events.compactMap { if $0.0 == side, case let .pairingFailed(e) = $0.1 { return e }; return nil }
+        events.compactMap {
+            if $0.0 == side, case let .pairingFailed(e) = $0.1 { return e }; return nil
+        }
     }
 }
 
@@ -173,7 +184,10 @@ final class SecuredLink {
         var result: Result<LinkSecurity, PairingError>?
         s.t.air.loop.sync { s.t.peripheral.secure(s.peripheralLink) { result = $0 } }
         s.t.air.loop.advance(by: .seconds(2))
-        #expect(result.map { if case .success = $0 { return true }; return false } == true)
+        #expect(
+            result.map {
+                if case .success = $0 { return true }; return false
+            } == true)
         #expect(s.link.isEncrypted && s.paired("central").count == 1)
         // Asked again on an encrypted link: answered at once, no new pairing.
         var again: Result<LinkSecurity, PairingError>?
@@ -210,10 +224,12 @@ final class SecuredLink {
     }
 
     @Test func wrongPasskeyFailsAndRepeatedAttemptsWait() throws {
-        let s = try SecuredLink(centralIO: .keyboardOnly, peripheralIO: .displayOnly, configure: { central, peripheral in
-            central.securityConfiguration.repeatedAttemptsInterval = .seconds(10)
-            peripheral.securityConfiguration.repeatedAttemptsInterval = .seconds(10)
-        })
+        let s = try SecuredLink(
+            centralIO: .keyboardOnly, peripheralIO: .displayOnly,
+            configure: { central, peripheral in
+                central.securityConfiguration.repeatedAttemptsInterval = .seconds(10)
+                peripheral.securityConfiguration.repeatedAttemptsInterval = .seconds(10)
+            })
         s.centralAgent.typo = true
         #expect(s.read(s.authenticated) == .failure(.att(.insufficientAuthentication, handle: s.authenticated)))
         #expect(s.failures("central").first == .remote(.confirmValueFailed) || s.failures("central").first == .local(.confirmValueFailed))
@@ -243,7 +259,9 @@ final class SecuredLink {
         #expect(s.failures("central").first == .remote(.numericComparisonFailed))
         // The default agent accepts Just Works only: an encrypted read works, MITM is refused.
         let d = try SecuredLink()
-        d.t.air.loop.sync { d.t.central.pairingAgent = JustWorksAgent(); d.t.peripheral.pairingAgent = JustWorksAgent() }
+        d.t.air.loop.sync {
+            d.t.central.pairingAgent = JustWorksAgent(); d.t.peripheral.pairingAgent = JustWorksAgent()
+        }
         #expect(d.read(d.encrypted)?.isSuccess == true)
     }
 

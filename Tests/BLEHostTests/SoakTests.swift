@@ -76,8 +76,9 @@ struct SoakCheckpoint: CustomStringConvertible {
     var queueStorage: Int
     var addresses: Int
     var description: String {
-        String(format: "hour %2d: \(SoakTests.memoryMeasure) %.1f MB, connections %d, loop timers %d, bonds %d, queued commands/ACL %d (storage %d), addresses seen %d",
-               hour, rssMB, connections, timers, bonds, queued, queueStorage, addresses)
+        String(
+            format: "hour %2d: \(SoakTests.memoryMeasure) %.1f MB, connections %d, loop timers %d, bonds %d, queued commands/ACL %d (storage %d), addresses seen %d",
+            hour, rssMB, connections, timers, bonds, queued, queueStorage, addresses)
     }
 }
 
@@ -160,11 +161,14 @@ struct SoakCheckpoint: CustomStringConvertible {
         }
         loop.advance(by: .milliseconds(10))
         let handles = try loop.sync {
-            try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(0xFFE0), characteristics: [
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE1), properties: [.read], permissions: [.readable, .readEncryptionRequired], value: [0x5E]),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE2), properties: [.read], permissions: .readable, value: nil),
-                GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE3), properties: [.write], permissions: .writeable, value: nil),
-            ]))
+            try peripheral.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(0xFFE0),
+                    characteristics: [
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE1), properties: [.read], permissions: [.readable, .readEncryptionRequired], value: [0x5E]),
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE2), properties: [.read], permissions: .readable, value: nil),
+                        GATTCharacteristicDefinition(uuid: BluetoothUUID(0xFFE3), properties: [.write], permissions: .writeable, value: nil),
+                    ]))
         }
         let (encrypted, dynamic, writable) = (handles.characteristics[0].value, handles.characteristics[1].value, handles.characteristics[2].value)
         let paired = SoakLocked(wrappedValue: 0), encryptions = SoakLocked(wrappedValue: 0)
@@ -232,19 +236,21 @@ struct SoakCheckpoint: CustomStringConvertible {
                 if spent < cycle { loop.advance(by: cycle - spent) }
             }
             let figures = loop.sync {
-                SoakCheckpoint(hour: hour + 1, rssMB: Self.rssMB(), connections: central.connections.count + peripheral.connections.count,
-                               timers: loop.pendingTimerCount, bonds: central.bondStore.bonds.count + peripheral.bondStore.bonds.count,
-                               queued: central.commandQueue.count - central.commandQueueHead + peripheral.commandQueue.count - peripheral.commandQueueHead
-                                   + central.aclWaiting.count - central.aclWaitingHead + peripheral.aclWaiting.count - peripheral.aclWaitingHead,
-                               queueStorage: central.commandQueue.count + peripheral.commandQueue.count + central.aclWaiting.count + peripheral.aclWaiting.count,
-                               addresses: addresses.count)
+                SoakCheckpoint(
+                    hour: hour + 1, rssMB: Self.rssMB(), connections: central.connections.count + peripheral.connections.count,
+                    timers: loop.pendingTimerCount, bonds: central.bondStore.bonds.count + peripheral.bondStore.bonds.count,
+                    queued: central.commandQueue.count - central.commandQueueHead + peripheral.commandQueue.count - peripheral.commandQueueHead
+                        + central.aclWaiting.count - central.aclWaitingHead + peripheral.aclWaiting.count - peripheral.aclWaitingHead,
+                    queueStorage: central.commandQueue.count + peripheral.commandQueue.count + central.aclWaiting.count + peripheral.aclWaiting.count,
+                    addresses: addresses.count)
             }
             checkpoints.append(figures)
             print("soak \(figures)")
         }
         let seconds = Date().timeIntervalSince(started)
-        print("soak: \(hours) simulated hours, \(cycles) cycles, \(pairings) pairings, \(addresses.count) private addresses, " +
-              "\(c.connects) connections (\(c.handles.count) distinct handles), \(p.writes) writes in \(String(format: "%.1f", seconds)) s of real time")
+        print(
+            "soak: \(hours) simulated hours, \(cycles) cycles, \(pairings) pairings, \(addresses.count) private addresses, "
+                + "\(c.connects) connections (\(c.handles.count) distinct handles), \(p.writes) writes in \(String(format: "%.1f", seconds)) s of real time")
 
         run.cycles = cycles
         run.pairings = pairings

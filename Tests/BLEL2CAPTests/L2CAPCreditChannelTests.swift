@@ -37,10 +37,13 @@ private let enhancedSamples: [L2CAPSignal] = [
 }
 
 @Suite struct L2CAPCreditChannelTests {
-    func channel(localMTU: UInt16 = 100, localMPS: UInt16 = 30, remoteMTU: UInt16 = 100, remoteMPS: UInt16 = 30,
-                 send: UInt16 = 10, receive: UInt16 = 10, window: Int = 300) -> L2CAPCreditChannel {
-        L2CAPCreditChannel(psm: 0x80, localCID: 0x40, remoteCID: 0x50, localMTU: localMTU, localMPS: localMPS, remoteMTU: remoteMTU,
-                           remoteMPS: remoteMPS, sendCredits: send, receiveCredits: receive, receiveWindow: window)
+    func channel(
+        localMTU: UInt16 = 100, localMPS: UInt16 = 30, remoteMTU: UInt16 = 100, remoteMPS: UInt16 = 30,
+        send: UInt16 = 10, receive: UInt16 = 10, window: Int = 300
+    ) -> L2CAPCreditChannel {
+        L2CAPCreditChannel(
+            psm: 0x80, localCID: 0x40, remoteCID: 0x50, localMTU: localMTU, localMPS: localMPS, remoteMTU: remoteMTU,
+            remoteMPS: remoteMPS, sendCredits: send, receiveCredits: receive, receiveWindow: window)
     }
 
     @Test func segmentsOverMPSWithTheSDULengthFirstAndSpendsOneCreditPerFrame() {
@@ -95,8 +98,8 @@ private let enhancedSamples: [L2CAPSignal] = [
         // Nothing consumed: nothing granted; the sender is stopped.
         #expect(ch.consumed(0) == 0)
         // Consuming returns credits for what left the buffer, in batches of a quarter of the window (2 frames).
-        #expect(ch.consumed(28) == 1)     // the sender had none left: one credit at once
-        #expect(ch.consumed(28) == 0)     // waits for a batch
+        #expect(ch.consumed(28) == 1)   // the sender had none left: one credit at once
+        #expect(ch.consumed(28) == 0)   // waits for a batch
         #expect(ch.consumed(56) == 3)
         #expect(ch.receiveCredits == 4)
         // Never more than the window: unconsumed + credits × MPS ≤ 300.
@@ -150,7 +153,8 @@ struct SignalPair {
         var p = SignalPair()
         p.run(p.a.openChannel(psm: 0x80, parameters: .init(mtu: 300, mps: 40, window: 400), token: 7), fromA: true)
         guard case let .opened(aCID, token)? = p.aEvents.last, token == 7,
-              case let .opened(bCID, nil)? = p.bEvents.last else { Issue.record("not opened: \(p.aEvents) \(p.bEvents)"); return }
+            case let .opened(bCID, nil)? = p.bEvents.last
+        else { Issue.record("not opened: \(p.aEvents) \(p.bEvents)"); return }
         let ach = try #require(p.a.credit.channels[aCID]), bch = try #require(p.b.credit.channels[bCID])
         #expect(ach.remoteCID == bCID && bch.remoteCID == aCID)
         #expect(ach.remoteMTU == 200 && ach.remoteMPS == 50 && ach.sendCredits == 10)   // b's window 500 / 50
@@ -201,7 +205,8 @@ struct SignalPair {
         let servers: (UInt16) -> L2CAPServerPolicy? = { $0 == 0x80 ? L2CAPServerPolicy() : nil }
         func result(_ s: L2CAPSignal) -> UInt16? {
             guard case let .send(bytes)? = b.receive(s.encode(), servers: servers).first,
-                  let rsp = try? L2CAPSignal.decodeAll(bytes).first else { return nil }
+                let rsp = try? L2CAPSignal.decodeAll(bytes).first
+            else { return nil }
             if case let .leCreditBasedConnectionResponse(_, _, _, _, _, r) = rsp { return r }
             if case let .creditBasedConnectionResponse(_, _, _, _, r, _) = rsp { return r }
             return nil
@@ -246,8 +251,14 @@ struct SignalPair {
         let cid = try #require(p.a.credit.channels.keys.first)
         let remote = p.a.credit.channels[cid]!.remoteCID
         let overflow = p.a.receive(L2CAPSignal.flowControlCreditIndication(identifier: 9, cid: remote, credits: 65_535).encode())
-        #expect(overflow.contains { if case let .send(b) = $0, b.first == L2CAPSignalCode.disconnectionRequest { return true }; return false })
-        #expect(overflow.filter { if case .channel(.closed) = $0 { return true }; return false }.count == 1)
+        #expect(
+            overflow.contains {
+                if case let .send(b) = $0, b.first == L2CAPSignalCode.disconnectionRequest { return true }; return false
+            })
+        #expect(
+            overflow.filter {
+                if case .channel(.closed) = $0 { return true }; return false
+            }.count == 1)
         #expect(p.a.credit.channels.isEmpty)
         // Frames for a CID nobody owns are ignored.
         #expect(p.b.channelFrame([1, 0, 1], on: 0x7F).isEmpty)
@@ -257,7 +268,10 @@ struct SignalPair {
         _ = c.a.openChannel(psm: 0x80, parameters: .init(), token: 2)
         let down = c.a.linkClosed()
         #expect(down.contains(.channel(.openFailed(token: 2, .linkClosed))))
-        #expect(down.filter { if case .channel(.closed(_, .linkClosed)) = $0 { return true }; return false }.count == 1)
+        #expect(
+            down.filter {
+                if case .channel(.closed(_, .linkClosed)) = $0 { return true }; return false
+            }.count == 1)
         #expect(c.a.credit.isEmpty)
     }
 

@@ -20,7 +20,8 @@ let allSignals: [L2CAPSignal] = [
 @Suite struct L2CAPSignalCodecTests {
     @Test func specBytes() throws {
         // Connection Parameter Update Request (Vol 3 Part A §4.20): code 0x12, id, length 8, four fields.
-        #expect(L2CAPSignal.connectionParameterUpdateRequest(identifier: 1, intervalMin: 0x0006, intervalMax: 0x000C, latency: 0, timeout: 0x0064).encode()
+        #expect(
+            L2CAPSignal.connectionParameterUpdateRequest(identifier: 1, intervalMin: 0x0006, intervalMax: 0x000C, latency: 0, timeout: 0x0064).encode()
                 == [0x12, 0x01, 0x08, 0x00, 0x06, 0x00, 0x0C, 0x00, 0x00, 0x00, 0x64, 0x00])
         #expect(try L2CAPSignal.decodeAll([0x01, 0x09, 0x02, 0x00, 0x00, 0x00]) == [.commandReject(identifier: 9, reason: 0, data: [])])
     }
@@ -121,7 +122,8 @@ let allSignals: [L2CAPSignal] = [
         }
         #expect(ids.count == 255)
         let req = s.connectionParameterUpdateRequest(minInterval: 6, maxInterval: 12, latency: 0, timeout: 100)
-        #expect(s.receive(L2CAPSignal.connectionParameterUpdateResponse(identifier: req[1], result: 0).encode())
+        #expect(
+            s.receive(L2CAPSignal.connectionParameterUpdateResponse(identifier: req[1], result: 0).encode())
                 == [.connectionParameterUpdateResponse(identifier: req[1], accepted: true)])
         // An answer nobody asked for is ignored.
         #expect(s.receive(L2CAPSignal.connectionParameterUpdateResponse(identifier: req[1], result: 0).encode()) == [])

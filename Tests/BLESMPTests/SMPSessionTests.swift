@@ -30,16 +30,25 @@ let addrR = BluetoothAddress(string: "00:1B:DC:07:32:EF", type: .public)!
 /// Deterministic randomness so that runs are repeatable.
 func counterRandom(seed: UInt8) -> (Int) -> [UInt8] {
     var n = seed
-    return { count in (0..<count).map { _ in n &+= 37; return n } }
+    return { count in
+        (0..<count).map { _ in
+            n &+= 37; return n
+        }
+    }
 }
 
-func runPairing(_ ci: SMPConfiguration, _ cr: SMPConfiguration, userI: ScriptedUser = .init(), userR: ScriptedUser = .init(),
-                keyPairI: SMPKeyPair = SMPKeyPair.generate(), keyPairR: SMPKeyPair = SMPKeyPair.generate(),
-                tamper: ((SMPSession.Role, [UInt8]) -> [UInt8]?)? = nil, encryptionWorks: Bool = true) -> PairingRun {
-    let i = SMPSession(role: .initiator, configuration: ci, identity: SMPLocalIdentity(irk: [UInt8](repeating: 0xA1, count: 16), address: BluetoothAddress(string: "C0:AA:AA:AA:AA:AA", type: .random)!),
-                       keyPair: keyPairI, initiatorAddress: addrI, responderAddress: addrR, random: counterRandom(seed: 1))
-    let r = SMPSession(role: .responder, configuration: cr, identity: SMPLocalIdentity(irk: [UInt8](repeating: 0xB2, count: 16), address: addrR),
-                       keyPair: keyPairR, initiatorAddress: addrI, responderAddress: addrR, random: counterRandom(seed: 99))
+func runPairing(
+    _ ci: SMPConfiguration, _ cr: SMPConfiguration, userI: ScriptedUser = .init(), userR: ScriptedUser = .init(),
+    keyPairI: SMPKeyPair = SMPKeyPair.generate(), keyPairR: SMPKeyPair = SMPKeyPair.generate(),
+    tamper: ((SMPSession.Role, [UInt8]) -> [UInt8]?)? = nil, encryptionWorks: Bool = true
+) -> PairingRun {
+    let i = SMPSession(
+        role: .initiator, configuration: ci,
+        identity: SMPLocalIdentity(irk: [UInt8](repeating: 0xA1, count: 16), address: BluetoothAddress(string: "C0:AA:AA:AA:AA:AA", type: .random)!),
+        keyPair: keyPairI, initiatorAddress: addrI, responderAddress: addrR, random: counterRandom(seed: 1))
+    let r = SMPSession(
+        role: .responder, configuration: cr, identity: SMPLocalIdentity(irk: [UInt8](repeating: 0xB2, count: 16), address: addrR),
+        keyPair: keyPairR, initiatorAddress: addrI, responderAddress: addrR, random: counterRandom(seed: 99))
     var run = PairingRun(initiator: i, responder: r)
     var queue: [(SMPSession.Role, SMPSession.Action)] = i.start().map { (.initiator, $0) }
     var displayed: UInt32?
@@ -129,11 +138,18 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
 
     @Test(arguments: [true, false])
     func passkeyEntryResponderDisplays(sc: Bool) throws {
-        let run = runPairing(SMPConfiguration(ioCapability: .keyboardDisplay, mitm: true, secureConnections: sc),
-                             SMPConfiguration(ioCapability: .displayOnly, mitm: true, secureConnections: sc))
+        let run = runPairing(
+            SMPConfiguration(ioCapability: .keyboardDisplay, mitm: true, secureConnections: sc),
+            SMPConfiguration(ioCapability: .displayOnly, mitm: true, secureConnections: sc))
         let ri = try #require(success(run.resultI)), rr = try #require(success(run.resultR))
         #expect(ri.method == .passkeyEntry && ri.authenticated && rr.authenticated)
-        #expect(run.prompts.contains { $0.0 == .responder && { if case .displayPasskey = $0 { return true }; return false }($0.1) })
+        #expect(
+            run.prompts.contains {
+                $0.0 == .responder
+                    && {
+                        if case .displayPasskey = $0 { return true }; return false
+                    }($0.1)
+            })
         #expect(run.prompts.contains { $0.0 == .initiator && $0.1 == .enterPasskey })
         if sc {
             // Twenty rounds of commitments from each side.
@@ -144,20 +160,23 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
 
     @Test(arguments: [true, false])
     func passkeyEntryInitiatorDisplaysAndBothTyping(sc: Bool) throws {
-        let run = runPairing(SMPConfiguration(ioCapability: .displayOnly, mitm: true, secureConnections: sc),
-                             SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc))
+        let run = runPairing(
+            SMPConfiguration(ioCapability: .displayOnly, mitm: true, secureConnections: sc),
+            SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc))
         #expect(success(run.resultI)?.method == .passkeyEntry && success(run.resultR) != nil)
-        let both = runPairing(SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
-                              SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
-                              userI: ScriptedUser(typed: 4242), userR: ScriptedUser(typed: 4242))
+        let both = runPairing(
+            SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
+            SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
+            userI: ScriptedUser(typed: 4242), userR: ScriptedUser(typed: 4242))
         #expect(success(both.resultI)?.authenticated == true && success(both.resultR) != nil)
     }
 
     @Test(arguments: [true, false])
     func wrongPasskeyFailsWithConfirmValueFailed(sc: Bool) throws {
-        let run = runPairing(SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
-                             SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
-                             userI: ScriptedUser(typed: 111_111), userR: ScriptedUser(typed: 222_222))
+        let run = runPairing(
+            SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
+            SMPConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: sc),
+            userI: ScriptedUser(typed: 111_111), userR: ScriptedUser(typed: 222_222))
         // Whoever checks a commitment first finds the mismatch and sends Pairing Failed; the other hears it.
         let errors = [failure(run.resultI), failure(run.resultR)]
         #expect(errors.contains(.local(.confirmValueFailed)) && errors.contains(.remote(.confirmValueFailed)))
@@ -166,8 +185,9 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
     }
 
     @Test func cancelledPasskeyEntryFailsWithPasskeyEntryFailed() throws {
-        let run = runPairing(SMPConfiguration(ioCapability: .keyboardOnly, mitm: true),
-                             SMPConfiguration(ioCapability: .displayOnly, mitm: true), userI: ScriptedUser(cancel: true))
+        let run = runPairing(
+            SMPConfiguration(ioCapability: .keyboardOnly, mitm: true),
+            SMPConfiguration(ioCapability: .displayOnly, mitm: true), userI: ScriptedUser(cancel: true))
         #expect(failure(run.resultI) == .local(.passkeyEntryFailed) && failure(run.resultR) == .remote(.passkeyEntryFailed))
     }
 
@@ -176,7 +196,9 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         let run = runPairing(c, c)
         let ri = try #require(success(run.resultI))
         #expect(ri.method == .numericComparison && ri.authenticated && success(run.resultR)?.authenticated == true)
-        let numbers = run.prompts.compactMap { p -> UInt32? in if case let .confirmNumber(n) = p.1 { return n }; return nil }
+        let numbers = run.prompts.compactMap { p -> UInt32? in
+            if case let .confirmNumber(n) = p.1 { return n }; return nil
+        }
         #expect(numbers.count == 2 && numbers[0] == numbers[1] && numbers[0] < 1_000_000)
         // Under legacy pairing the same IO capabilities fall back to Just Works (Table 2.8).
         let legacy = SMPConfiguration(ioCapability: .displayYesNo, secureConnections: false)
@@ -198,8 +220,9 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         let oobI = try kI.oobData(random: [UInt8](repeating: 7, count: 16))
         let oobR = try kR.oobData(random: [UInt8](repeating: 9, count: 16))
         // Both directions of OOB data, then only the responder's data reaching the initiator (one NFC tag).
-        let both = runPairing(SMPConfiguration(localOOB: oobI, peerOOB: oobR), SMPConfiguration(localOOB: oobR, peerOOB: oobI),
-                              keyPairI: kI, keyPairR: kR)
+        let both = runPairing(
+            SMPConfiguration(localOOB: oobI, peerOOB: oobR), SMPConfiguration(localOOB: oobR, peerOOB: oobI),
+            keyPairI: kI, keyPairR: kR)
         #expect(success(both.resultI)?.method == .outOfBand && success(both.resultI)?.authenticated == true && success(both.resultR) != nil)
         let oneWay = runPairing(SMPConfiguration(peerOOB: oobR), SMPConfiguration(localOOB: oobR), keyPairI: kI, keyPairR: kR)
         #expect(success(oneWay.resultI)?.method == .outOfBand && success(oneWay.resultR) != nil)
@@ -213,8 +236,9 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         let tk = [UInt8](repeating: 0x5A, count: 16)
         let run = runPairing(SMPConfiguration(secureConnections: false, legacyOOBKey: tk), SMPConfiguration(secureConnections: false, legacyOOBKey: tk))
         #expect(success(run.resultI)?.method == .outOfBand && success(run.resultR) != nil)
-        let other = runPairing(SMPConfiguration(secureConnections: false, legacyOOBKey: tk),
-                               SMPConfiguration(secureConnections: false, legacyOOBKey: [UInt8](repeating: 0x5B, count: 16)))
+        let other = runPairing(
+            SMPConfiguration(secureConnections: false, legacyOOBKey: tk),
+            SMPConfiguration(secureConnections: false, legacyOOBKey: [UInt8](repeating: 0x5B, count: 16)))
         #expect(failure(other.resultR) == .local(.confirmValueFailed))
     }
 
@@ -256,48 +280,59 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
 
     @Test func tamperedDHKeyCheckAndInvalidPublicKeyFail() throws {
         // Flip a bit of the initiator's DHKey check: the responder answers DHKey Check Failed.
-        let tampered = runPairing(SMPConfiguration(), SMPConfiguration(), tamper: { from, bytes in
-            guard from == .initiator, bytes.first == SMPCode.pairingDHKeyCheck.rawValue else { return bytes }
-            var b = bytes; b[5] ^= 1; return b
-        })
+        let tampered = runPairing(
+            SMPConfiguration(), SMPConfiguration(),
+            tamper: { from, bytes in
+                guard from == .initiator, bytes.first == SMPCode.pairingDHKeyCheck.rawValue else { return bytes }
+                var b = bytes; b[5] ^= 1; return b
+            })
         #expect(failure(tampered.resultR) == .local(.dhKeyCheckFailed) && failure(tampered.resultI) == .remote(.dhKeyCheckFailed))
         // A public key that is not on the curve (the invalid-curve attack): refused.
-        let offCurve = runPairing(SMPConfiguration(), SMPConfiguration(), tamper: { from, bytes in
-            guard from == .initiator, bytes.first == SMPCode.pairingPublicKey.rawValue else { return bytes }
-            var b = bytes; b[40] ^= 0x55; return b
-        })
+        let offCurve = runPairing(
+            SMPConfiguration(), SMPConfiguration(),
+            tamper: { from, bytes in
+                guard from == .initiator, bytes.first == SMPCode.pairingPublicKey.rawValue else { return bytes }
+                var b = bytes; b[40] ^= 0x55; return b
+            })
         #expect(failure(offCurve.resultR) == .local(.dhKeyCheckFailed))
         // A confirm value changed in flight under legacy pairing.
         let legacy = SMPConfiguration(secureConnections: false)
-        let badConfirm = runPairing(legacy, legacy, tamper: { from, bytes in
-            guard from == .responder, bytes.first == SMPCode.pairingConfirm.rawValue else { return bytes }
-            var b = bytes; b[1] ^= 1; return b
-        })
+        let badConfirm = runPairing(
+            legacy, legacy,
+            tamper: { from, bytes in
+                guard from == .responder, bytes.first == SMPCode.pairingConfirm.rawValue else { return bytes }
+                var b = bytes; b[1] ^= 1; return b
+            })
         #expect(failure(badConfirm.resultI) == .local(.confirmValueFailed))
     }
 
     @Test func malformedAndUnexpectedCommands() throws {
-        let r = SMPSession(role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
-                           initiatorAddress: addrI, responderAddress: addrR)
+        let r = SMPSession(
+            role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
+            initiatorAddress: addrI, responderAddress: addrR)
         #expect(r.receive([0x01, 0x03, 0x00]) == [.send([0x05, 0x0A]), .stopTimer, .failed(.local(.invalidParameters))])
-        let r2 = SMPSession(role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
-                            initiatorAddress: addrI, responderAddress: addrR)
+        let r2 = SMPSession(
+            role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
+            initiatorAddress: addrI, responderAddress: addrR)
         #expect(r2.receive([0x3F]) == [.send([0x05, 0x07]), .stopTimer, .failed(.local(.commandNotSupported))])
-        let r3 = SMPSession(role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
-                            initiatorAddress: addrI, responderAddress: addrR)
+        let r3 = SMPSession(
+            role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
+            initiatorAddress: addrI, responderAddress: addrR)
         // A Pairing Random before any request.
         #expect(r3.receive([0x04] + [UInt8](repeating: 0, count: 16)) == [.send([0x05, 0x08]), .stopTimer, .failed(.local(.unspecifiedReason))])
         // IO capability out of range.
-        let r4 = SMPSession(role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
-                            initiatorAddress: addrI, responderAddress: addrR)
+        let r4 = SMPSession(
+            role: .responder, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
+            initiatorAddress: addrI, responderAddress: addrR)
         #expect(r4.receive([0x01, 0x09, 0, 0x01, 16, 7, 7]).last == .failed(.local(.invalidParameters)))
         // After a failure the session is silent.
         #expect(r4.receive([0x01, 0x03, 0, 0x01, 16, 7, 7]).isEmpty)
     }
 
     @Test func timeoutEndsPairingWithoutPairingFailed() throws {
-        let i = SMPSession(role: .initiator, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
-                           initiatorAddress: addrI, responderAddress: addrR)
+        let i = SMPSession(
+            role: .initiator, configuration: SMPConfiguration(), identity: nil, keyPair: .generate(),
+            initiatorAddress: addrI, responderAddress: addrR)
         _ = i.start()
         #expect(i.timedOut() == [.failed(.timeout)])
         #expect(i.receive([0x02, 0x03, 0, 0x09, 16, 7, 7]).isEmpty)
@@ -305,8 +340,10 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
 
     @Test func pduRoundTripsAndTruncation() throws {
         let pdus: [SMPPDU] = [
-            .pairingRequest(PairingFeatures(ioCapability: .keyboardDisplay, oobDataPresent: true, authRequirements: [.bonding, .mitm, .secureConnections],
-                                            maximumKeySize: 16, initiatorKeys: .le, responderKeys: [.encryptionKey])),
+            .pairingRequest(
+                PairingFeatures(
+                    ioCapability: .keyboardDisplay, oobDataPresent: true, authRequirements: [.bonding, .mitm, .secureConnections],
+                    maximumKeySize: 16, initiatorKeys: .le, responderKeys: [.encryptionKey])),
             .pairingConfirm([UInt8](repeating: 3, count: 16)), .pairingFailed(.repeatedAttempts),
             .centralIdentification(ediv: 0x1234, rand: 0x0102_0304_0506_0708), .identityAddressInformation(addrI),
             .securityRequest([.bonding, .mitm]), .pairingPublicKey(x: [UInt8](repeating: 1, count: 32), y: [UInt8](repeating: 2, count: 32)),
@@ -341,9 +378,12 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
         let keys = SMPKeyPair.generate()
         for round in 0..<4000 {
             let role: SMPSession.Role = round % 2 == 0 ? .initiator : .responder
-            let s = SMPSession(role: role, configuration: SMPConfiguration(ioCapability: IOCapability(rawValue: UInt8(round % 5))!,
-                                                                           secureConnections: round % 3 != 0),
-                               identity: nil, keyPair: keys, initiatorAddress: addrI, responderAddress: addrR)
+            let s = SMPSession(
+                role: role,
+                configuration: SMPConfiguration(
+                    ioCapability: IOCapability(rawValue: UInt8(round % 5))!,
+                    secureConnections: round % 3 != 0),
+                identity: nil, keyPair: keys, initiatorAddress: addrI, responderAddress: addrR)
             if role == .initiator { _ = s.start() }
             for _ in 0..<3 {
                 let code = UInt8.random(in: 0...16, using: &rng)
@@ -351,7 +391,12 @@ func failure(_ r: Result<PairingResult, PairingError>?) -> PairingError? {
                 let pdu = [code] + (0..<length).map { _ in UInt8.random(in: 0...255, using: &rng) }
                 let actions = s.receive(pdu)
                 // A refused PDU ends pairing with Pairing Failed sent (or silence once finished).
-                if case .failed(.local)? = actions.last { #expect(actions.contains { if case let .send(b) = $0 { return b.first == 0x05 }; return false }) }
+                if case .failed(.local)? = actions.last {
+                    #expect(
+                        actions.contains {
+                            if case let .send(b) = $0 { return b.first == 0x05 }; return false
+                        })
+                }
             }
             _ = s.accept(true); _ = s.enterPasskey(123_456); _ = s.encryptionChanged(success: true); _ = s.timedOut()
         }

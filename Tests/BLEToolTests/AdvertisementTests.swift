@@ -25,14 +25,18 @@ import BLEVirtualRadio
     @Test func scanDecodesEveryField() throws {
         let bench = try Bench()
         defer { bench.stop() }
-        let data: [UInt8] = [2, 0x01, 0x06,                                   // flags
-                             17, 0x07] + BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!.littleEndianBytes   // 128-bit service
-                          + [7, 0xFF, 0x4C, 0x00, 0x02, 0x15, 0xAA, 0xBB]       // manufacturer data, Apple
-        let response: [UInt8] = [8, 0x09] + Array("Beacon1".utf8)
-                              + [5, 0x16, 0x0F, 0x18, 0x55, 0x66]                  // service data, Battery
-                              + [2, 0x0A, 0xF4]                                    // TX power −12 dBm
-                              + [3, 0x19, 0xC1, 0x03]                              // appearance: keyboard
-                              + [5, 0xFF, 0x34, 0x12, 0x01, 0x02]                  // manufacturer data, unknown company
+        let data: [UInt8] =
+            [
+                2, 0x01, 0x06,   // flags
+                17, 0x07,
+            ] + BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!.littleEndianBytes   // 128-bit service
+            + [7, 0xFF, 0x4C, 0x00, 0x02, 0x15, 0xAA, 0xBB]   // manufacturer data, Apple
+        let response: [UInt8] =
+            [8, 0x09] + Array("Beacon1".utf8)
+            + [5, 0x16, 0x0F, 0x18, 0x55, 0x66]   // service data, Battery
+            + [2, 0x0A, 0xF4]   // TX power −12 dBm
+            + [3, 0x19, 0xC1, 0x03]   // appearance: keyboard
+            + [5, 0xFF, 0x34, 0x12, 0x01, 0x02]   // manufacturer data, unknown company
         let a = try advertiser(bench, data: data, scanResponse: response)
         defer { a.loop.sync { a.powerOff() } }
         let other = try advertiser(bench, data: [2, 0x01, 0x04, 4, 0x09, 0x4E, 0x43, 0x31], scanResponse: [], connectable: false)

@@ -36,8 +36,10 @@ import Testing
         #expect(o["services"] as? [String] == ["180D"])
         try expectGolden(normalized(r.stdout), "scan.jsonl")
         // Filters that exclude it and filters that keep it.
-        for (args, kept) in [(["--name", "served"], true), (["--name", "nobody"], false), (["--service", "180D"], true),
-                             (["--service", "180F"], false), (["--rssi=-100"], true), (["--rssi", "10"], false)] {
+        for (args, kept) in [
+            (["--name", "served"], true), (["--name", "nobody"], false), (["--service", "180D"], true),
+            (["--service", "180F"], false), (["--rssi=-100"], true), (["--rssi", "10"], false),
+        ] {
             let f = try bench.run(["scan", "--duration", "1.5", "--json"] + args)
             #expect(f.status == 0)
             #expect(f.stdout.contains(address) == kept, "\(args): \(f.stdout)")
@@ -178,7 +180,10 @@ import Testing
         let bench = try Bench()
         defer { bench.stop() }
         let file = bench.state.appendingPathComponent("includes.json")
-        try Data(#"{"advertise": {"name": "Includer"}, "defaultServices": false, "services": [{"uuid": "1805", "handle": 1, "includes": [128]}, {"uuid": "180F", "primary": false, "handle": 128, "characteristics": [{"uuid": "2A19", "properties": ["read"], "permissions": ["readable"], "value": "hex:64"}]}, {"uuid": "180D", "handle": 140, "includes": [1]}]}"#.utf8).write(to: file)
+        try Data(
+            #"{"advertise": {"name": "Includer"}, "defaultServices": false, "services": [{"uuid": "1805", "handle": 1, "includes": [128]}, {"uuid": "180F", "primary": false, "handle": 128, "characteristics": [{"uuid": "2A19", "properties": ["read"], "permissions": ["readable"], "value": "hex:64"}]}, {"uuid": "180D", "handle": 140, "includes": [1]}]}"#
+                .utf8
+        ).write(to: file)
         _ = try bench.serve(file.path)
         let r = try bench.run(["gatt", "Includer"])
         #expect(r.status == 0, "\(r)")

@@ -138,7 +138,10 @@ import Testing
         (["scan", "--duration=-1"], "Error: --duration must be 0 or more"),
         (["subscribe", "X", "2A37", "--count=-1"], "Error: --count must be 0 or more"),
         (["gatt", "X", "--timeout", "0"], "Error: --timeout must be more than 0 seconds"),
-        (["gatt", "X", "--io", "telepathy"], "Error: The value 'telepathy' is invalid for '--io <capability>'. Please provide one of 'none', 'display', 'yesno', 'keyboard' or 'keyboard+display'."),
+        (
+            ["gatt", "X", "--io", "telepathy"],
+            "Error: The value 'telepathy' is invalid for '--io <capability>'. Please provide one of 'none', 'display', 'yesno', 'keyboard' or 'keyboard+display'."
+        ),
         (["read", "X", "2A38", "--json", "--raw"], "Error: --json and --raw cannot be used together"),
         (["bonds", "--remove", "nonsense"], "Error: --remove: \"nonsense\" is not an address (AA:BB:CC:DD:EE:FF)"),
         (["pair", "X", "--timeout=-3"], "Error: --timeout must be more than 0 seconds"),

@@ -6,15 +6,15 @@ import Testing
 
 @Suite(.serialized, .timeLimit(.minutes(3))) struct ServeExactTests {
     static let file = #"""
-    { "advertise": { "name": "PTS copy" },
-      "services": [
-        { "uuid": "1800", "handle": 1, "endHandle": 5, "characteristics": [
-            { "uuid": "2A00", "properties": ["read"], "permissions": ["readable"], "value": "utf8:PTS copy", "handle": 2 },
-            { "uuid": "2A01", "properties": ["read"], "permissions": ["readable"], "value": "hex:0000", "handle": 4 } ] },
-        { "uuid": "180D", "handle": 16, "endHandle": 32, "characteristics": [
-            { "uuid": "2A37", "properties": ["notify"], "permissions": [], "value": "hex:0048", "handle": 18 },
-            { "uuid": "2A38", "properties": ["read"], "permissions": ["readable"], "value": "hex:01", "handle": 20 } ] } ] }
-    """#
+        { "advertise": { "name": "PTS copy" },
+          "services": [
+            { "uuid": "1800", "handle": 1, "endHandle": 5, "characteristics": [
+                { "uuid": "2A00", "properties": ["read"], "permissions": ["readable"], "value": "utf8:PTS copy", "handle": 2 },
+                { "uuid": "2A01", "properties": ["read"], "permissions": ["readable"], "value": "hex:0000", "handle": 4 } ] },
+            { "uuid": "180D", "handle": 16, "endHandle": 32, "characteristics": [
+                { "uuid": "2A37", "properties": ["notify"], "permissions": [], "value": "hex:0048", "handle": 18 },
+                { "uuid": "2A38", "properties": ["read"], "permissions": ["readable"], "value": "hex:01", "handle": 20 } ] } ] }
+        """#
 
     @Test func anExactFileIsServedAsWrittenWithAWarning() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ocb-exact-\(UUID().uuidString)")
@@ -26,7 +26,9 @@ import Testing
         defer { bench.stop() }
         let (serve, _) = try bench.serve(path)
         #expect(serve.stderr.contains("warning: \(path): every service fixes its handle and end handle: the database is served exactly as written"), "\(serve.stderr)")
-        #expect(serve.stderr.contains("warning: \(path): services[1].characteristics[0]: notifies without a Client Characteristic Configuration descriptor (0x2902)"), "\(serve.stderr)")
+        #expect(
+            serve.stderr.contains("warning: \(path): services[1].characteristics[0]: notifies without a Client Characteristic Configuration descriptor (0x2902)"), "\(serve.stderr)"
+        )
         let r = try bench.run(["gatt", "PTS copy", "--json", "--yes"])
         #expect(r.status == 0, "\(r)")
         let o = try #require(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])

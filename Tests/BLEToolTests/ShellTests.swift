@@ -49,7 +49,9 @@ import Testing
         #expect(out.contains("0x0053 6E400002-B5A3-F393-E0A9-E50E24DCCA9E: \"hello world\"\n"))
         #expect(out.contains("subscribed to 0x0033 2A37 Heart Rate Measurement\n") && out.contains("unsubscribed from 0x0033"))
         #expect(out.contains("notification 0x0033 2A37 Heart Rate Measurement: 72 bpm"))
-        #expect(err == "error: The value 'nonsense' is invalid for '<attribute>'\nerror: Write Not Permitted (ATT error 0x03) at handle 0x0037\nerror: Unexpected argument 'bogus'\n", "\(err)")
+        #expect(
+            err == "error: The value 'nonsense' is invalid for '<attribute>'\nerror: Write Not Permitted (ATT error 0x03) at handle 0x0037\nerror: Unexpected argument 'bogus'\n",
+            "\(err)")
         // One connection for the whole session.
         #expect(serve.stdout.split(separator: "\n").filter { $0.hasPrefix("connected: ") }.count == 1, "\(serve.stdout)")
     }

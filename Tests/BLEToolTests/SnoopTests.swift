@@ -19,14 +19,16 @@ import Testing
         let text = masked.stdout
         var last = text.startIndex
         // In this order: start-up, the advertisement, the connection, discovery, the refusal, pairing, the read.
-        for needle in ["< HCI Command: Reset (0x0c03)", "> HCI Event: Command Complete: Read BD ADDR (0x1009)", "Address: ",
-                       "Command Complete: LE Read Buffer Size (0x2002)", "ACL data packet length: 251",
-                       "> HCI Event: LE Meta: Advertising Report", "Name: \"Served HR\"",
-                       "< HCI Command: LE Create Connection (0x200d)", "< ACL 0x", "ATT Exchange MTU Request", "Client rx MTU: 517",
-                       "ATT Read By Group Type Request", "Attribute group type: 2800 (Primary Service)",
-                       "Error: Insufficient Authentication (0x05)", "SMP Pairing Request", "IO capability: Keyboard Display",
-                       "SMP Pairing Random", "Value: <16 octets masked; --show-keys shows them>", "LTK: <16 octets masked",
-                       "ATT Read Response", "Value: 73 65 63 72 65 74"] {
+        for needle in [
+            "< HCI Command: Reset (0x0c03)", "> HCI Event: Command Complete: Read BD ADDR (0x1009)", "Address: ",
+            "Command Complete: LE Read Buffer Size (0x2002)", "ACL data packet length: 251",
+            "> HCI Event: LE Meta: Advertising Report", "Name: \"Served HR\"",
+            "< HCI Command: LE Create Connection (0x200d)", "< ACL 0x", "ATT Exchange MTU Request", "Client rx MTU: 517",
+            "ATT Read By Group Type Request", "Attribute group type: 2800 (Primary Service)",
+            "Error: Insufficient Authentication (0x05)", "SMP Pairing Request", "IO capability: Keyboard Display",
+            "SMP Pairing Random", "Value: <16 octets masked; --show-keys shows them>", "LTK: <16 octets masked",
+            "ATT Read Response", "Value: 73 65 63 72 65 74",
+        ] {
             let found = text.range(of: needle, range: last..<text.endIndex)
             #expect(found != nil, "\(needle) missing (in order)")
             if let found { last = found.upperBound }

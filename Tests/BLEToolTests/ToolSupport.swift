@@ -156,7 +156,8 @@ final class Bench: @unchecked Sendable {
         let p = try start(["serve", file] + extra)
         try p.waitFor("advertising")
         guard let line = p.stdout.split(separator: "\n").first(where: { $0.hasPrefix("advertising") }),
-              let r = line.range(of: #"[0-9A-F]{2}(:[0-9A-F]{2}){5}/[PR]"#, options: .regularExpression) else {
+            let r = line.range(of: #"[0-9A-F]{2}(:[0-9A-F]{2}){5}/[PR]"#, options: .regularExpression)
+        else {
             throw ToolFailure("no address in: \(p.stdout)")
         }
         return (p, String(line[r]))

@@ -37,7 +37,9 @@ import BLEHCI
         }
         loop.execute {
             loop.schedule(after: .milliseconds(5)) {
-                _ = LoopTurn.atEnd { note("after timer"); done.signal() }
+                _ = LoopTurn.atEnd {
+                    note("after timer"); done.signal()
+                }
                 note("timer")
             }
         }
@@ -155,9 +157,10 @@ import BLEHCI
         let (ours, peer) = pair()
         defer { ours.close(); Glibc.close(peer) }
         let loop = EventLoop(label: "answers")
-        ours.start(onPackets: { ps in
-            loop.runWaiting { for p in ps { ours.write(packet: p); ours.write(packet: Self.event) } }
-        }, onClose: { _ in })
+        ours.start(
+            onPackets: { ps in
+                loop.runWaiting { for p in ps { ours.write(packet: p); ours.write(packet: Self.event) } }
+            }, onClose: { _ in })
         let packets = (1...4).map(Self.acl)
         writeAll(peer, packets.flatMap(\.h4Bytes))
         let expected = packets.flatMap { $0.h4Bytes + Self.event.h4Bytes }

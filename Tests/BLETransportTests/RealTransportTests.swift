@@ -16,8 +16,12 @@ func startPeripheral(on air: VirtualAir, value: [UInt8]) throws -> (LEHost, Blue
     let address = BluetoothAddress(bytes: (host.transport as! VirtualController).address.bytes)
     let handles = try air.loop.sync { () throws -> GATTServiceHandles in
         host.powerOn()
-        return try host.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x180D), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: value)]))
+        return try host.addService(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x180D),
+                characteristics: [
+                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A38), properties: [.read], permissions: .readable, value: value)
+                ]))
     }
     try waitSync("peripheral on") { air.loop.sync { host.powerState == .on } }
     air.loop.sync { host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)) }
@@ -48,7 +52,9 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
     let loop = EventLoop(label: "central.\(transport.name)")
     let host = LEHost(transport: transport, loop: loop, name: "central")
     let d = RoundTripCentral()
-    loop.sync { host.centralDelegate = d; host.powerOn() }
+    loop.sync {
+        host.centralDelegate = d; host.powerOn()
+    }
     try waitSync("central on") { loop.sync { host.powerState == .on } }
     loop.sync { host.connect(to: address) }
     try waitSync("connection") { loop.sync { d.connection != nil } }

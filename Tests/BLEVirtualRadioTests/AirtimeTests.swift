@@ -10,11 +10,11 @@ import BLETransport
 @Suite struct AirtimeModelTests {
     @Test func packetDurationsFollowThePacketFormats() {
         let m1 = AirtimeModel(phy: .le1M)
-        #expect(m1.packetDuration(payload: 0) == 80)          // empty packet: 10 octets at 1 µs/bit
+        #expect(m1.packetDuration(payload: 0) == 80)   // empty packet: 10 octets at 1 µs/bit
         #expect(m1.packetDuration(payload: 27) == 296)
         #expect(m1.packetDuration(payload: 251) == 2088)
         let m2 = AirtimeModel(phy: .le2M)
-        #expect(m2.packetDuration(payload: 0) == 44)          // 2-octet preamble, 0.5 µs/bit
+        #expect(m2.packetDuration(payload: 0) == 44)   // 2-octet preamble, 0.5 µs/bit
         #expect(m2.packetDuration(payload: 251) == 1048)
         #expect(AirtimeModel(phy: .codedS8).packetDuration(payload: 0) == 720)
         #expect(AirtimeModel(phy: .codedS2).packetDuration(payload: 0) == 462)
@@ -65,11 +65,15 @@ import BLETransport
         }
         func transportDidClose(error: (any Error)?) {}
         var credits: Int {
-            events.reduce(0) { n, e in if case let .numberOfCompletedPackets(l) = e { return n + l.reduce(0) { $0 + Int($1.count) } }; return n }
+            events.reduce(0) { n, e in
+                if case let .numberOfCompletedPackets(l) = e { return n + l.reduce(0) { $0 + Int($1.count) } }; return n
+            }
         }
         var handle: UInt16? {
-            for e in events { if case let .le(.connectionComplete(c)) = e { return c.connectionHandle }
-                              if case let .le(.enhancedConnectionComplete(c)) = e { return c.connectionHandle } }
+            for e in events {
+                if case let .le(.connectionComplete(c)) = e { return c.connectionHandle }
+                if case let .le(.enhancedConnectionComplete(c)) = e { return c.connectionHandle }
+            }
             return nil
         }
     }
@@ -87,12 +91,20 @@ import BLETransport
                 c.send(HCICommand.setEventMask(0x2000_9FFF_FFFF_FFFF).encode())
                 c.send(HCICommand.leSetEventMask(0xFFF).encode())
             }
-            b.send(HCICommand.leSetAdvertisingParameters(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20,
-                advertisingType: .connectableUndirected, ownAddressType: 0, peerAddressType: 0, peerAddress: .zero, advertisingChannelMap: 7, advertisingFilterPolicy: 0)).encode())
+            b.send(
+                HCICommand.leSetAdvertisingParameters(
+                    LESetAdvertisingParameters(
+                        advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20,
+                        advertisingType: .connectableUndirected, ownAddressType: 0, peerAddressType: 0, peerAddress: .zero, advertisingChannelMap: 7, advertisingFilterPolicy: 0)
+                ).encode())
             b.send(HCICommand.leSetAdvertisingEnable(true).encode())
-            a.send(HCICommand.leCreateConnection(LECreateConnection(leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0,
-                peerAddressType: 0, peerAddress: b.address, ownAddressType: 0, connectionIntervalMin: intervalUnits, connectionIntervalMax: intervalUnits,
-                maxLatency: 0, supervisionTimeout: 400, minCELength: 0, maxCELength: 0)).encode())
+            a.send(
+                HCICommand.leCreateConnection(
+                    LECreateConnection(
+                        leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0,
+                        peerAddressType: 0, peerAddress: b.address, ownAddressType: 0, connectionIntervalMin: intervalUnits, connectionIntervalMax: intervalUnits,
+                        maxLatency: 0, supervisionTimeout: 400, minCELength: 0, maxCELength: 0)
+                ).encode())
         }
         air.loop.advance(by: .milliseconds(200))
         guard let h = sa.handle else { Issue.record("no connection: \(sa.events)"); return 0 }

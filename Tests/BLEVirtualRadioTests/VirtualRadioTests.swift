@@ -64,9 +64,12 @@ final class ScriptedHost: HCITransportSink, @unchecked Sendable {
     }
 
     func createConnection(to a: BluetoothAddress) -> [HCIEvent] {
-        run(.leCreateConnection(LECreateConnection(leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 0,
-                                                   peerAddress: a, ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28,
-                                                   maxLatency: 0, supervisionTimeout: 0x64, minCELength: 0, maxCELength: 0)))
+        run(
+            .leCreateConnection(
+                LECreateConnection(
+                    leScanInterval: 0x60, leScanWindow: 0x30, initiatorFilterPolicy: 0, peerAddressType: 0,
+                    peerAddress: a, ownAddressType: 0, connectionIntervalMin: 0x18, connectionIntervalMax: 0x28,
+                    maxLatency: 0, supervisionTimeout: 0x64, minCELength: 0, maxCELength: 0)))
     }
 }
 
@@ -84,8 +87,8 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
         let b = try LEReadBufferSizeReturn(decoding: try #require(h.returnParameters(.leReadBufferSize)))
         #expect(b.aclDataPacketLength == 251 && b.totalNumACLDataPackets == 8)
         let cmds = try ReadLocalSupportedCommandsReturn(decoding: try #require(h.returnParameters(.readLocalSupportedCommands)))
-        #expect(cmds.supports(octet: 5, bit: 7))      // HCI_Reset
-        #expect(cmds.supports(octet: 26, bit: 4))     // HCI_LE_Create_Connection
+        #expect(cmds.supports(octet: 5, bit: 7))   // HCI_Reset
+        #expect(cmds.supports(octet: 26, bit: 4))   // HCI_LE_Create_Connection
         let f = try ReadLocalSupportedFeaturesReturn(decoding: try #require(h.returnParameters(.leReadLocalSupportedFeatures)))
         #expect(LEFeatures(rawValue: f.features).contains(.encryption))
     }
@@ -108,7 +111,8 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
         h.controller.send(HCIPacket(type: .command, bytes: [0x06, 0x20, 0x01, 0x00]))   // LE Set Advertising Parameters, 1 byte
         air.loop.runPending()
         #expect(h.events.last == .commandComplete(numHCICommandPackets: 1, opcode: .leSetAdvertisingParameters, returnParameters: [0x12]))
-        #expect(h.run(.disconnect(handle: 0x99, reason: .remoteUserTerminated))
+        #expect(
+            h.run(.disconnect(handle: 0x99, reason: .remoteUserTerminated))
                 == [.commandStatus(status: .unknownConnectionIdentifier, numHCICommandPackets: 1, opcode: .disconnect)])
         h.startAdvertising()
         // Changing parameters while advertising is disallowed (§7.8.5).
@@ -224,8 +228,10 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
         #expect(e.connectionCompletes.isEmpty)
         // A masked-off event is not delivered at all.
         p.run(.setEventMask(0))
-        e.run(.disconnect(handle: try #require(e.events.compactMap { if case let .le(.enhancedConnectionComplete(x)) = $0 { return x.connectionHandle } else { return nil } }.first),
-                          reason: .remoteUserTerminated))
+        e.run(
+            .disconnect(
+                handle: try #require(e.events.compactMap { if case let .le(.enhancedConnectionComplete(x)) = $0 { return x.connectionHandle } else { return nil } }.first),
+                reason: .remoteUserTerminated))
         air.loop.runPending()
         #expect(!p.events.contains { if case .disconnectionComplete = $0 { return true } else { return false } })
     }
@@ -284,7 +290,10 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
             let fd = try Sockets.connectTCP(host: "127.0.0.1", port: server.port)
             let c = StreamConnection(fd: fd, isTCP: true, label: "test")
             let lock = NSLock(), box = Box()
-            c.start(onPacket: { p in lock.lock(); box.packets.append(p); lock.unlock() }, onClose: { _ in })
+            c.start(
+                onPacket: { p in
+                    lock.lock(); box.packets.append(p); lock.unlock()
+                }, onClose: { _ in })
             return (c, lock, box)
         }
         let (a, _, _) = try client()

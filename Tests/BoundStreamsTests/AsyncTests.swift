@@ -14,7 +14,7 @@ import Testing
             var i = 0
             while i < total {
                 let n = min(1_000, total - i)
-                producer.deliver((i ..< i + n).map(patternByte))
+                producer.deliver((i..<i + n).map(patternByte))
                 i += n
             }
             producer.finish()

@@ -14,7 +14,7 @@ import Testing
         while input.hasBytesAvailable {
             let n = input.read(&buf, maxLength: buf.count)
             if n <= 0 { break }
-            out += buf[0 ..< n]
+            out += buf[0..<n]
         }
         return out
     }
@@ -36,7 +36,7 @@ import Testing
         #expect(recorder.records.allSatisfy { $0.thread === loop.thread })
 
         // A write that fills the buffer: a read event for the reader, no space event for the writer.
-        #expect(write(output, Array(0 ..< 10)) == 8)
+        #expect(write(output, Array(0..<10)) == 8)
         #expect(recorder.wait(for: .hasBytesAvailable, on: input))
         Thread.sleep(forTimeInterval: 0.1)
         #expect(recorder.events(of: input) == [.openCompleted, .hasBytesAvailable])
@@ -66,7 +66,7 @@ import Testing
         // The write of [9] left space, so a third .hasSpaceAvailable may have come before close(); none after it.
         let writerEvents = recorder.events(of: output)
         #expect(writerEvents.first == .openCompleted && writerEvents.dropFirst().allSatisfy { $0 == .hasSpaceAvailable })
-        #expect((3 ... 4).contains(writerEvents.count))
+        #expect((3...4).contains(writerEvents.count))
         Thread.sleep(forTimeInterval: 0.05)
         #expect(recorder.events(of: output).count == writerEvents.count, "none after close")
     }

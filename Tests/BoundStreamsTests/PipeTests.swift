@@ -11,7 +11,7 @@ import Testing
     func read(_ input: InputStream, max: Int) -> [UInt8]? {
         var buf = [UInt8](repeating: 0, count: max)
         let n = input.read(&buf, maxLength: max)
-        return n < 0 ? nil : Array(buf[0 ..< n])
+        return n < 0 ? nil : Array(buf[0..<n])
     }
 
     @Test func writtenBytesComeOutOfTheOtherSide() {
@@ -31,12 +31,12 @@ import Testing
     @Test func partialWritesWhenFullNothingLostOrReordered() {
         let (input, output) = BoundStreams.makePair(bufferSize: 8)
         input.open(); output.open()
-        #expect(write(output, Array(0 ..< 12)) == 8)
+        #expect(write(output, Array(0..<12)) == 8)
         #expect(!output.hasSpaceAvailable)
         #expect(write(output, [99]) == 0, "full: 0, never blocks")
         #expect(read(input, max: 5) == [0, 1, 2, 3, 4])
         #expect(output.hasSpaceAvailable)
-        #expect(write(output, Array(8 ..< 12)) == 4)
+        #expect(write(output, Array(8..<12)) == 4)
         #expect(write(output, [12, 13]) == 1)
         #expect(read(input, max: 100) == [5, 6, 7, 8, 9, 10, 11, 12])
     }
@@ -124,7 +124,9 @@ import Testing
         output.close()
         #expect(closed.value == 0, "bytes remain")
         var got: [UInt8] = []
-        output.consumer.take(maxLength: 2) { got += $0; return $0.count }
+        output.consumer.take(maxLength: 2) {
+            got += $0; return $0.count
+        }
         #expect(got == [4, 5])
         #expect(closed.value == 0)
         #expect(output.take(maxLength: 10) == [6])

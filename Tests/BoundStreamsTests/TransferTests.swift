@@ -22,9 +22,9 @@ import Testing
             guard eventCode == .hasSpaceAvailable, let out = aStream as? OutputStream else { return }
             while sent < total {
                 let n = min(chunk, total - sent)
-                for i in 0 ..< n { scratch[i] = patternByte(sent + i) }
+                for i in 0..<n { scratch[i] = patternByte(sent + i) }
                 let written = out.write(scratch, maxLength: n)
-                if written == 0 { zeroWrites += 1; return }    // full: wait for the next event
+                if written == 0 { zeroWrites += 1; return }   // full: wait for the next event
                 precondition(written > 0)
                 sent += written
             }
@@ -46,7 +46,7 @@ import Testing
             case .hasBytesAvailable:
                 // Reads one slice per event: the next event comes because bytes remain.
                 let n = input.read(&buffer, maxLength: buffer.count)
-                for i in 0 ..< max(0, n) where buffer[i] != patternByte(received + i) { mismatches += 1 }
+                for i in 0..<max(0, n) where buffer[i] != patternByte(received + i) { mismatches += 1 }
                 received += max(0, n)
             case .endEncountered, .errorOccurred:
                 input.close()
@@ -83,7 +83,9 @@ import Testing
         #expect(reader.received == total, "nothing lost")
         #expect(reader.mismatches == 0, "in order")
         #expect(writer.zeroWrites > 0, "the writer was throttled by the small buffer")
-        print("BoundStreams: 10 MB through a 4 KB bound pair by two run-loop threads: \(String(format: "%.1f", Double(total) / seconds / 1e6)) MB/s, \(writer.zeroWrites) full-buffer waits")
+        print(
+            "BoundStreams: 10 MB through a 4 KB bound pair by two run-loop threads: \(String(format: "%.1f", Double(total) / seconds / 1e6)) MB/s, \(writer.zeroWrites) full-buffer waits"
+        )
     }
 
     @Test func throughputWith64KBuffer() {
@@ -104,7 +106,7 @@ import Testing
             var i = 0
             while i < total {
                 let n = min(777, total - i)
-                producer.deliver((i ..< i + n).map(patternByte))
+                producer.deliver((i..<i + n).map(patternByte))
                 i += n
             }
             producer.finish()
@@ -112,9 +114,9 @@ import Testing
         var buffer = [UInt8](repeating: 0, count: 1_000)
         var got = 0, bad = 0
         while true {
-            let n = input.read(&buffer, maxLength: buffer.count)    // blocks while empty
+            let n = input.read(&buffer, maxLength: buffer.count)   // blocks while empty
             if n <= 0 { break }
-            for j in 0 ..< n where buffer[j] != patternByte(got + j) { bad += 1 }
+            for j in 0..<n where buffer[j] != patternByte(got + j) { bad += 1 }
             got += n
         }
         #expect(got == total && bad == 0)
@@ -136,16 +138,16 @@ import Testing
             guard event == .hasBytesAvailable, let i = stream as? InputStream else { return }
             var b = [UInt8](repeating: 0, count: 64)
             let n = i.read(&b, maxLength: b.count)
-            got += b[0 ..< max(0, n)]
-            Thread.sleep(forTimeInterval: 0.000_5)    // a reader slower than the producer: the loop stays busy
+            got += b[0..<max(0, n)]
+            Thread.sleep(forTimeInterval: 0.000_5)   // a reader slower than the producer: the loop stays busy
             if got.count == total { done.signal() }
         }
         input.delegate = reader
         input.schedule(in: loop.runLoop, forMode: .default)
         input.open()
-        for i in 0 ..< total { input.producer.deliver([patternByte(i)]) }
+        for i in 0..<total { input.producer.deliver([patternByte(i)]) }
         #expect(done.wait(timeout: .now() + 30) == .success)
-        #expect(got == (0 ..< total).map(patternByte))
+        #expect(got == (0..<total).map(patternByte))
         let wakeUps = input.dispatcher.wakeUpsSent
         #expect(wakeUps < total / 10, "\(wakeUps) wake-ups for \(total) deliveries")
         print("BoundStreams: \(total) deliveries to a busy run loop woke it \(wakeUps) times")
@@ -194,7 +196,7 @@ import Testing
         ready.wait()
         Thread.sleep(forTimeInterval: 0.05)
         var samples: [Double] = []
-        for i in 0 ..< 300 {
+        for i in 0..<300 {
             if i == 299 { stop.add(1) }
             let t0 = DispatchTime.now().uptimeNanoseconds
             input.producer.deliver([1])
@@ -206,7 +208,9 @@ import Testing
         samples.sort()
         #expect(returns.value >= 1, "run(mode:before: .distantFuture) returned after an event")
         #expect(samples[samples.count / 2] < 5_000, "median wake-up under 5 ms")
-        print("BoundStreams: wake-up latency (\(how)) deliver → delegate on a sleeping run loop: median \(Int(samples[samples.count / 2])) µs, p99 \(Int(samples[samples.count * 99 / 100])) µs; run(mode:before:) returned \(returns.value) times for 300 events")
+        print(
+            "BoundStreams: wake-up latency (\(how)) deliver → delegate on a sleeping run loop: median \(Int(samples[samples.count / 2])) µs, p99 \(Int(samples[samples.count * 99 / 100])) µs; run(mode:before:) returned \(returns.value) times for 300 events"
+        )
         input.close()
     }
 }

@@ -125,10 +125,12 @@ func waitReal(_ what: String, seconds: Double = 30, _ condition: () -> Bool) asy
         let app = ExplorerApp(name: "Bumble HR")
         app.start(in: sim)
         let wanted = recorder.updates
-        #expect(sim.run(until: {
-            app.has("read:6E400002-B5A3-F393-E0A9-E50E24DCCA9E") && app.has("database discovered")
-                && wanted.allSatisfy { (app.updates[$0.key]?.count ?? 0) >= $0.value.count }
-        }, within: .seconds(60)), "\(app.log)")
+        #expect(
+            sim.run(
+                until: {
+                    app.has("read:6E400002-B5A3-F393-E0A9-E50E24DCCA9E") && app.has("database discovered")
+                        && wanted.allSatisfy { (app.updates[$0.key]?.count ?? 0) >= $0.value.count }
+                }, within: .seconds(60)), "\(app.log)")
         app.onQueue { app.central.cancelPeripheralConnection(app.target!) }
         sim.runUntilIdle()
         _ = device
@@ -154,7 +156,8 @@ func waitReal(_ what: String, seconds: Double = 30, _ condition: () -> Bool) asy
         #expect(again.scanResponse == captured.scanResponse)
         #expect(again.mtu == captured.mtu)
         let valueBytes = captured.database.attributes.reduce(0) { $0 + ($1.value?.count ?? 0) }
-        print("replay of \(original.split(separator: "/").last!): \(captured.database.attributes.count) attributes (\(valueBytes) value octets), "
-              + "\(captured.updates.count) notifications/indications, \(captured.advertisingData.count)+\(captured.scanResponse.count) advertising octets: identical")
+        print(
+            "replay of \(original.split(separator: "/").last!): \(captured.database.attributes.count) attributes (\(valueBytes) value octets), "
+                + "\(captured.updates.count) notifications/indications, \(captured.advertisingData.count)+\(captured.scanResponse.count) advertising octets: identical")
     }
 }

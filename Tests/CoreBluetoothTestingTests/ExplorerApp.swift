@@ -117,7 +117,9 @@ final class ExplorerApp: NSObject, CBCentralManagerDelegate, CBPeripheralDelegat
     }
 
     private func finishedOne(_ peripheral: CBPeripheral, n: Int) {
-        let done = lock.withLock { () -> Bool in pendingDescriptorWork -= n; return pendingDescriptorWork == 0 }
+        let done = lock.withLock { () -> Bool in
+            pendingDescriptorWork -= n; return pendingDescriptorWork == 0
+        }
         if done { note("database discovered") }
     }
 

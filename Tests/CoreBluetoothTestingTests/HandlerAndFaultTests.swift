@@ -12,8 +12,14 @@ final class Script: @unchecked Sendable {
     private var _read: SimulatedReadResponse = .value(Data([1]))
     private var _write: SimulatedWriteResponse = .success
     private var _writes: [Data] = []
-    var read: SimulatedReadResponse { get { lock.withLock { _read } } set { lock.withLock { _read = newValue } } }
-    var write: SimulatedWriteResponse { get { lock.withLock { _write } } set { lock.withLock { _write = newValue } } }
+    var read: SimulatedReadResponse {
+        get { lock.withLock { _read } }
+        set { lock.withLock { _read = newValue } }
+    }
+    var write: SimulatedWriteResponse {
+        get { lock.withLock { _write } }
+        set { lock.withLock { _write = newValue } }
+    }
     var writes: [Data] { lock.withLock { _writes } }
     func wrote(_ d: Data) { lock.withLock { _writes.append(d) } }
 }
@@ -21,7 +27,9 @@ final class Script: @unchecked Sendable {
 func scriptedDevice(_ script: Script) -> PeripheralSpec {
     sampleDevice()
         .onRead { r in r.characteristic == readable ? script.read : .value(r.currentValue) }
-        .onWrite { w in script.wrote(w.value); return script.write }
+        .onWrite { w in
+            script.wrote(w.value); return script.write
+        }
         .build()
 }
 
@@ -105,11 +113,13 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
         let sent: [UInt8] = Array("ping over L2CAP".utf8)
         #expect(output.write(sent, maxLength: sent.count) == sent.count)
         var got: [UInt8] = []
-        #expect(sim.run(until: {
-            var buf = [UInt8](repeating: 0, count: 64)
-            while input.hasBytesAvailable { let n = input.read(&buf, maxLength: 64); if n <= 0 { break }; got += buf[0..<n] }
-            return got == sent
-        }, within: .seconds(5)))
+        #expect(
+            sim.run(
+                until: {
+                    var buf = [UInt8](repeating: 0, count: 64)
+                    while input.hasBytesAvailable { let n = input.read(&buf, maxLength: 64); if n <= 0 { break }; got += buf[0..<n] }
+                    return got == sent
+                }, within: .seconds(5)))
         input.close(); output.close()
     }
 }

@@ -126,8 +126,10 @@ struct SetupFailed: Error { let log: [String] }
     // MARK: The manager side
 
     @Test func initialStates() throws {
-        for (state, expected) in [(CBManagerState.poweredOff, CBManagerState.poweredOff), (.unauthorized, .unauthorized),
-                                  (.unsupported, .unsupported), (.poweredOn, .poweredOn)] {
+        for (state, expected) in [
+            (CBManagerState.poweredOff, CBManagerState.poweredOff), (.unauthorized, .unauthorized),
+            (.unsupported, .unsupported), (.poweredOn, .poweredOn),
+        ] {
             let sim = try BluetoothSimulation(seed: 8, installing: false)
             sim.simulateInitialState(state)
             let app = ExplorerApp()

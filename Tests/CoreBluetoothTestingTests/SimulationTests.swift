@@ -21,9 +21,13 @@ func sampleDevice(name: String = "Sample", proximity: Proximity = .immediate) ->
         CBMutableCharacteristic(type: notifying, properties: [.notify, .indicate], value: nil, permissions: []),
     ]
     return PeripheralSpec.simulatePeripheral(proximity: proximity)
-        .advertising(advertisementData: [CBAdvertisementDataLocalNameKey: name, CBAdvertisementDataServiceUUIDsKey: [customService],
-                                         CBAdvertisementDataManufacturerDataKey: Data([0x59, 0x00, 0x2A])],
-                     withInterval: 0.1)
+        .advertising(
+            advertisementData: [
+                CBAdvertisementDataLocalNameKey: name, CBAdvertisementDataServiceUUIDsKey: [customService],
+                CBAdvertisementDataManufacturerDataKey: Data([0x59, 0x00, 0x2A]),
+            ],
+            withInterval: 0.1
+        )
         .connectable(name: name, services: [service])
 }
 

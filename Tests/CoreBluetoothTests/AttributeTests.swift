@@ -41,8 +41,9 @@ import Testing
     }
 
     @Test func mutableCharacteristicSettableMembers() {
-        let c = CBMutableCharacteristic(type: CBUUID(string: "FFF1"), properties: [.read, .write], value: nil,
-                                        permissions: [.readable, .writeable])
+        let c = CBMutableCharacteristic(
+            type: CBUUID(string: "FFF1"), properties: [.read, .write], value: nil,
+            permissions: [.readable, .writeable])
         #expect(c.properties == [.read, .write])
         #expect(c.permissions == [.readable, .writeable])
         #expect(c.subscribedCentrals == nil)
@@ -60,8 +61,9 @@ import Testing
     @Test func cachedValueMustBeReadOnlyToPublish() {
         let ok = CBMutableCharacteristic(type: CBUUID(string: "2A29"), properties: [.read], value: Data("ACME".utf8), permissions: [.readable])
         #expect(ok.publicationProblem == nil)
-        let dynamic = CBMutableCharacteristic(type: CBUUID(string: "FFF1"), properties: [.read, .write, .notify], value: nil,
-                                              permissions: [.readable, .writeable])
+        let dynamic = CBMutableCharacteristic(
+            type: CBUUID(string: "FFF1"), properties: [.read, .write, .notify], value: nil,
+            permissions: [.readable, .writeable])
         #expect(dynamic.publicationProblem == nil)
         let writable = CBMutableCharacteristic(type: CBUUID(string: "FFF2"), properties: [.read, .write], value: Data([1]), permissions: [.readable, .writeable])
         #expect(writable.publicationProblem == "Characteristics with cached values must be read-only")
@@ -89,9 +91,11 @@ import Testing
     }
 
     @Test func mutableDescriptorUnsupportedTypes() {
-        for s in [CBUUIDClientCharacteristicConfigurationString, CBUUIDCharacteristicExtendedPropertiesString,
-                  CBUUIDServerCharacteristicConfigurationString, CBUUIDCharacteristicAggregateFormatString,
-                  CBUUIDCharacteristicValidRangeString, "FFF0", "E20A39F4-73F5-4BC4-A12F-17D1AD07A961"] {
+        for s in [
+            CBUUIDClientCharacteristicConfigurationString, CBUUIDCharacteristicExtendedPropertiesString,
+            CBUUIDServerCharacteristicConfigurationString, CBUUIDCharacteristicAggregateFormatString,
+            CBUUIDCharacteristicValidRangeString, "FFF0", "E20A39F4-73F5-4BC4-A12F-17D1AD07A961",
+        ] {
             #expect(CBMutableDescriptor.unsupportedTypeProblem(CBUUID(string: s)) != nil, "\(s) must be refused")
         }
     }
@@ -113,8 +117,9 @@ import Testing
 
     @Test func discoveredAttributesAreUpdatedByTheHost() {
         let service = CBService(uuid: CBUUID(string: "180F"), isPrimary: true, handle: 1, endHandle: 5)
-        let c = CBCharacteristic(uuid: CBUUID(string: "2A19"), properties: [.read, .notify], service: service,
-                                 handle: 2, valueHandle: 3, endHandle: 5)
+        let c = CBCharacteristic(
+            uuid: CBUUID(string: "2A19"), properties: [.read, .notify], service: service,
+            handle: 2, valueHandle: 3, endHandle: 5)
         let d = CBDescriptor(uuid: CBUUID(string: "2902"), characteristic: c, handle: 4)
         service._characteristics = [c]
         c._descriptors = [d]

@@ -25,8 +25,12 @@ import Testing
         let s = "e20a39f4-73f5-4bc4-a12f-17d1ad07a961"
         let u = CBUUID(string: s)
         #expect(u.uuidString == s.uppercased())
-        #expect(u.data == Data([0xE2, 0x0A, 0x39, 0xF4, 0x73, 0xF5, 0x4B, 0xC4,
-                                0xA1, 0x2F, 0x17, 0xD1, 0xAD, 0x07, 0xA9, 0x61]))
+        #expect(
+            u.data
+                == Data([
+                    0xE2, 0x0A, 0x39, 0xF4, 0x73, 0xF5, 0x4B, 0xC4,
+                    0xA1, 0x2F, 0x17, 0xD1, 0xAD, 0x07, 0xA9, 0x61,
+                ]))
     }
 
     @Test func baseUUIDStringKeepsItsLongFormButEqualsShortForms() {
@@ -112,7 +116,7 @@ import Testing
     @Test func parserRejectsInvalidStrings() {
         let invalid = [
             "", "1", "18D", "180DA", "XYZW", "180G", "0x", "0x18", "0y180D", "00180D",
-            "0000180D0000100080000080 5F9B34FB", "0000180D00001000800000805F9B34FB",  // 32 digits, no dashes
+            "0000180D0000100080000080 5F9B34FB", "0000180D00001000800000805F9B34FB",   // 32 digits, no dashes
             "0000180D-0000-1000-8000-00805F9B34F", "0000180D-0000-1000-8000-00805F9B34FBA",
             "0000180D0-000-1000-8000-00805F9B34FB", "0000180D-0000-1000-8000-00805F9B34FG",
             "18 D", "-180D", "18-D", "é80D",

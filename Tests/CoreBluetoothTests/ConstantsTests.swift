@@ -64,8 +64,10 @@ import Testing
         #expect(!CBUUIDCharacteristicObservationScheduleString.isEmpty)
         #expect(CBUUIDL2CAPPSMCharacteristicString == "ABDD3056-28FA-441D-A470-55A75A52553A")
         // Every constant is a valid CBUUID string.
-        for s in [CBUUIDCharacteristicExtendedPropertiesString, CBUUIDCharacteristicObservationScheduleString,
-                  CBUUIDL2CAPPSMCharacteristicString] {
+        for s in [
+            CBUUIDCharacteristicExtendedPropertiesString, CBUUIDCharacteristicObservationScheduleString,
+            CBUUIDL2CAPPSMCharacteristicString,
+        ] {
             #expect(CBUUID(string: s).uuidString == s)
         }
     }

@@ -9,10 +9,12 @@ import Testing
         let heartRateServiceUUID = CBUUID(string: "180D")
         let measurementUUID = CBUUID(string: "2A37")
         let measurement = CBMutableCharacteristic(type: measurementUUID, properties: [.notify], value: nil, permissions: [])
-        let location = CBMutableCharacteristic(type: CBUUID(string: "2A38"), properties: .read,
-                                               value: Data([1]), permissions: .readable)
-        let userDescription = CBMutableDescriptor(type: CBUUID(string: CBUUIDCharacteristicUserDescriptionString),
-                                                  value: "Body Sensor Location")
+        let location = CBMutableCharacteristic(
+            type: CBUUID(string: "2A38"), properties: .read,
+            value: Data([1]), permissions: .readable)
+        let userDescription = CBMutableDescriptor(
+            type: CBUUID(string: CBUUIDCharacteristicUserDescriptionString),
+            value: "Body Sensor Location")
         location.descriptors = [userDescription]
         let service = CBMutableService(type: heartRateServiceUUID, primary: true)
         service.characteristics = [measurement, location]

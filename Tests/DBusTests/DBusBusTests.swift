@@ -68,8 +68,9 @@ private func bus(_ name: String) -> DBusMessage {
     .methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: name)
 }
 
-@Suite(.enabled(if: PrivateBus.available, "needs dbus-daemon (Debian package dbus-daemon; scripts/test installs it)"),
-       .timeLimit(.minutes(2)))
+@Suite(
+    .enabled(if: PrivateBus.available, "needs dbus-daemon (Debian package dbus-daemon; scripts/test installs it)"),
+    .timeLimit(.minutes(2)))
 struct DBusBusTests {
     @Test func helloGivesAUniqueNameTheBusLists() async throws {
         let b = try PrivateBus()
@@ -89,12 +90,15 @@ struct DBusBusTests {
         let client = try DBusConnection(address: b.address)
         defer { server.close(); client.close() }
         server.export(path: "/test/echo") { call in
-            call.member == "Echo" ? call.reply(call.body)
+            call.member == "Echo"
+                ? call.reply(call.body)
                 : call.errorReply(name: "org.example.Error.NoSuchMethod", message: "no \(call.member ?? "")")
         }
         let values = DBusValueCodecTests.samples.filter { $0.type != .unixFD }
-        let reply = try await client.call(.methodCall(destination: server.uniqueName, path: "/test/echo",
-                                                       interface: "org.example.Echo", member: "Echo", body: values))
+        let reply = try await client.call(
+            .methodCall(
+                destination: server.uniqueName, path: "/test/echo",
+                interface: "org.example.Echo", member: "Echo", body: values))
         #expect(reply.body == values)
         #expect(reply.sender == server.uniqueName)
         await #expect(throws: DBusError.remote(name: "org.example.Error.NoSuchMethod", message: "no Other")) {
@@ -177,7 +181,9 @@ struct DBusBusTests {
         server.export(path: "/hold") { _ in nil }
         let gone = Mutex<DBusError?>(nil)
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
-        client.onDisconnect { e in gone.withLock { $0 = e }; continuation.yield() }
+        client.onDisconnect { e in
+            gone.withLock { $0 = e }; continuation.yield()
+        }
         let waiting = Task { try await client.call(.methodCall(destination: server.uniqueName, path: "/hold", interface: nil, member: "Wait"), timeout: 60) }
         try await pause(nanoseconds: 200_000_000)
         b.stop()

@@ -5,14 +5,19 @@ import Testing
 @Suite struct DBusSignatureTests {
     @Test func parsesEveryKindOfType() throws {
         let types = try DBusType.parse("ya{sv}(ii)aayvoghb")
-        #expect(types == [.byte, .dictionary(key: .string, value: .variant), .structure([.int32, .int32]),
-                          .array(.array(.byte)), .variant, .objectPath, .signature, .unixFD, .boolean])
+        #expect(
+            types == [
+                .byte, .dictionary(key: .string, value: .variant), .structure([.int32, .int32]),
+                .array(.array(.byte)), .variant, .objectPath, .signature, .unixFD, .boolean,
+            ])
         #expect(dbusSignature(types) == "ya{sv}(ii)aayvoghb")
     }
 
-    @Test(arguments: ["a", "(", "()", "(i", "a{vs}", "{ss}", "a{s}", "a{sss}", "z", "a{(i)s}",
-                      String(repeating: "a", count: 33) + "y", String(repeating: "(", count: 33) + "y" + String(repeating: ")", count: 33),
-                      String(repeating: "y", count: 256)])
+    @Test(arguments: [
+        "a", "(", "()", "(i", "a{vs}", "{ss}", "a{s}", "a{sss}", "z", "a{(i)s}",
+        String(repeating: "a", count: 33) + "y", String(repeating: "(", count: 33) + "y" + String(repeating: ")", count: 33),
+        String(repeating: "y", count: 256),
+    ])
     func refusesInvalidSignatures(_ s: String) {
         #expect(throws: DBusError.self) { try DBusType.parse(s) }
     }
@@ -63,15 +68,15 @@ import Testing
             var d = DBusDecoder(octets: octets, from: 0, to: octets.count, bigEndian: false)
             return try d.decode(type)
         }
-        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0], .boolean) }                        // boolean 2
-        #expect(throws: DBusError.self) { try decode([1, 0, 0, 0, 0x61, 1], .string) }                // no NUL
-        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0, 0x61, 0, 0x62, 0], .string) }      // NUL inside
-        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0, 0xC3, 0x28, 0], .string) }          // not UTF-8
-        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0, 0x2F, 0x2F, 0], .objectPath) }      // "//"
-        #expect(throws: DBusError.self) { try decode([0xFF, 0xFF, 0xFF, 0x0F], .array(.byte)) }        // 256 MiB
-        #expect(throws: DBusError.self) { try decode([1, 0x7A, 0], .variant) }                         // bad type
+        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0], .boolean) }   // boolean 2
+        #expect(throws: DBusError.self) { try decode([1, 0, 0, 0, 0x61, 1], .string) }   // no NUL
+        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0, 0x61, 0, 0x62, 0], .string) }   // NUL inside
+        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0, 0xC3, 0x28, 0], .string) }   // not UTF-8
+        #expect(throws: DBusError.self) { try decode([2, 0, 0, 0, 0x2F, 0x2F, 0], .objectPath) }   // "//"
+        #expect(throws: DBusError.self) { try decode([0xFF, 0xFF, 0xFF, 0x0F], .array(.byte)) }   // 256 MiB
+        #expect(throws: DBusError.self) { try decode([1, 0x7A, 0], .variant) }   // bad type
         #expect(throws: DBusError.self) { try decode([1, 0x7A, 0], .signature) }
-        #expect(throws: DBusError.self) { try decode([7, 1, 0, 0, 0, 0, 0, 0, 5], .structure([.byte, .uint32])) } // padding ≠ 0
+        #expect(throws: DBusError.self) { try decode([7, 1, 0, 0, 0, 0, 0, 0, 5], .structure([.byte, .uint32])) }   // padding ≠ 0
         // A variant inside a variant… 70 deep: refused, not a stack overflow.
         var nested: [UInt8] = []
         for _ in 0..<70 { nested += [1, UInt8(ascii: "v"), 0] }
@@ -90,9 +95,10 @@ import Testing
 
 @Suite struct DBusMessageTests {
     @Test func aMethodCallRoundTrips() throws {
-        var call = DBusMessage.methodCall(destination: "org.bluez", path: "/org/bluez/hci0", interface: "org.bluez.Adapter1",
-                                          member: "SetDiscoveryFilter",
-                                          body: [.stringVariantDictionary(["Transport": .string("le"), "DuplicateData": .boolean(false)])])
+        var call = DBusMessage.methodCall(
+            destination: "org.bluez", path: "/org/bluez/hci0", interface: "org.bluez.Adapter1",
+            member: "SetDiscoveryFilter",
+            body: [.stringVariantDictionary(["Transport": .string("le"), "DuplicateData": .boolean(false)])])
         call.flags = [.noAutoStart]
         let octets = try call.encoded(serial: 42)
         #expect(octets.count % 1 == 0 && octets[0] == UInt8(ascii: "l") && octets[1] == 1 && octets[3] == 1)
@@ -107,8 +113,10 @@ import Testing
     /// version 1, body 7 octets, serial 7; fields REPLY_SERIAL=5 (u) and SIGNATURE="s"; body the string "hi".
     @Test func decodesABigEndianMessageBuiltFromTheSpec() throws {
         var octets: [UInt8] = [0x42, 2, 0, 1, 0, 0, 0, 7, 0, 0, 0, 7]
-        let fields: [UInt8] = [5, 1, 0x75, 0, 0, 0, 0, 5,            // (y=5, v=<u 5>)
-                               8, 1, 0x67, 0, 1, 0x73, 0]            // (y=8, v=<g "s">)
+        let fields: [UInt8] = [
+            5, 1, 0x75, 0, 0, 0, 0, 5,   // (y=5, v=<u 5>)
+            8, 1, 0x67, 0, 1, 0x73, 0,
+        ]   // (y=8, v=<g "s">)
         octets += [0, 0, 0, UInt8(fields.count)] + fields
         while octets.count % 8 != 0 { octets.append(0) }
         octets += [0, 0, 0, 2, 0x68, 0x69, 0]
@@ -118,9 +126,10 @@ import Testing
     }
 
     @Test func everyPrefixIsNeedMoreOrAnError() throws {
-        let signal = DBusMessage.signal(path: "/org/bluez/hci0/dev_00_11_22_33_44_55", interface: "org.freedesktop.DBus.Properties",
-                                        member: "PropertiesChanged",
-                                        body: [.string("org.bluez.Device1"), .stringVariantDictionary(["RSSI": .int16(-60)]), .array(.string, [])])
+        let signal = DBusMessage.signal(
+            path: "/org/bluez/hci0/dev_00_11_22_33_44_55", interface: "org.freedesktop.DBus.Properties",
+            member: "PropertiesChanged",
+            body: [.string("org.bluez.Device1"), .stringVariantDictionary(["RSSI": .int16(-60)]), .array(.string, [])])
         let octets = try signal.encoded(serial: 3)
         for cut in 0..<octets.count {
             if let length = try DBusMessage.frameLength(octets[..<cut]) { #expect(length > cut) }
@@ -132,7 +141,7 @@ import Testing
     @Test func refusesMessagesWithoutTheirRequiredFieldsOrOverTheLimit() throws {
         var m = DBusMessage(kind: .methodCall)
         m.member = "Hello"
-        #expect(throws: DBusError.self) { try m.encoded(serial: 1) }        // no path
+        #expect(throws: DBusError.self) { try m.encoded(serial: 1) }   // no path
         var ok = DBusMessage.methodCall(destination: nil, path: "/", interface: nil, member: "Ping")
         #expect(throws: DBusError.self) { try ok.encoded(serial: 0) }
         var octets = try ok.encoded(serial: 1)

@@ -5,30 +5,33 @@
 import Foundation
 import Testing
 
-@Suite(.serialized, .enabled(if: Netns.available && FileManager.default.isExecutableFile(atPath: "/usr/sbin/avahi-daemon")
-    && FileManager.default.isExecutableFile(atPath: "/usr/bin/avahi-browse"),
-    "needs root, network namespaces and Debian's avahi-daemon + avahi-utils; avahi interop skipped"))
+@Suite(
+    .serialized,
+    .enabled(
+        if: Netns.available && FileManager.default.isExecutableFile(atPath: "/usr/sbin/avahi-daemon")
+            && FileManager.default.isExecutableFile(atPath: "/usr/bin/avahi-browse"),
+        "needs root, network namespaces and Debian's avahi-daemon + avahi-utils; avahi interop skipped"))
 struct AvahiInteropTests {
     static let script = """
-    set -u
-    dir="$1"
-    mount -t tmpfs tmpfs /run && mkdir -p /run/dbus /run/avahi-daemon || exit 3
-    printf '[server]\\nuse-ipv4=yes\\nuse-ipv6=yes\\n[publish]\\npublish-hinfo=no\\npublish-workstation=no\\n' > "$dir/avahi.conf"
-    dbus-daemon --system --fork --print-pid > "$dir/dbus.pid"
-    avahi-daemon -f "$dir/avahi.conf" --no-drop-root --no-chroot --no-rlimits > "$dir/avahi.log" 2>&1 & AV=$!
-    trap 'kill $AV 2>/dev/null; kill $(cat "$dir/dbus.pid") 2>/dev/null; kill $PUB 2>/dev/null; wait' EXIT TERM
-    sleep 2
-    echo "avahi up"
-    avahi-publish -s Avi _chat._tcp 5000 _d=Avi _lx=1 > "$dir/pub.log" 2>&1 & PUB=$!
-    sleep 4
-    avahi-browse -rpt _chat._tcp | sed 's/^/browse /'
-    avahi-publish -s Taken _chat._tcp 5001 > "$dir/pub2.log" 2>&1 & P2=$!
-    sleep 3
-    kill $P2
-    sed 's/^/pub2 /' "$dir/pub2.log"
-    sleep 1
-    echo "avahi done"
-    """
+        set -u
+        dir="$1"
+        mount -t tmpfs tmpfs /run && mkdir -p /run/dbus /run/avahi-daemon || exit 3
+        printf '[server]\\nuse-ipv4=yes\\nuse-ipv6=yes\\n[publish]\\npublish-hinfo=no\\npublish-workstation=no\\n' > "$dir/avahi.conf"
+        dbus-daemon --system --fork --print-pid > "$dir/dbus.pid"
+        avahi-daemon -f "$dir/avahi.conf" --no-drop-root --no-chroot --no-rlimits > "$dir/avahi.log" 2>&1 & AV=$!
+        trap 'kill $AV 2>/dev/null; kill $(cat "$dir/dbus.pid") 2>/dev/null; kill $PUB 2>/dev/null; wait' EXIT TERM
+        sleep 2
+        echo "avahi up"
+        avahi-publish -s Avi _chat._tcp 5000 _d=Avi _lx=1 > "$dir/pub.log" 2>&1 & PUB=$!
+        sleep 4
+        avahi-browse -rpt _chat._tcp | sed 's/^/browse /'
+        avahi-publish -s Taken _chat._tcp 5001 > "$dir/pub2.log" 2>&1 & P2=$!
+        sleep 3
+        kill $P2
+        sed 's/^/pub2 /' "$dir/pub2.log"
+        sleep 1
+        echo "avahi done"
+        """
 
     @Test func avahiAndUsShareThePortAndSeeEachOther() throws {
         let ns = "dnsAv\(getpid() % 100000)"
@@ -50,8 +53,10 @@ struct AvahiInteropTests {
         children.append(taken)
         let browser = try Child(["ip", "netns", "exec", ns, Netns.tool, "browse"])
         children.append(browser)
-        let avahi = try Child(["timeout", "40", "ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private",
-                               "sh", "-c", Self.script, "sh", dir.path])
+        let avahi = try Child([
+            "timeout", "40", "ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private",
+            "sh", "-c", Self.script, "sh", dir.path,
+        ])
         children.append(avahi)
         #expect(avahi.waitFor("avahi done", timeout: 30) != nil, "avahi:\n\(avahi.output)")
         // avahi-browse resolves our advertisement.

@@ -42,37 +42,37 @@ struct NamespaceDiscoveryTests {
     }
 
     static let zeroconfBrowse = """
-    import sys, time
-    from zeroconf import Zeroconf, ServiceBrowser, ServiceStateChange
-    zc = Zeroconf()
-    def on_change(zeroconf, service_type, name, state_change):
-        if state_change is ServiceStateChange.Added:
-            info = zeroconf.get_service_info(service_type, name, timeout=3000)
-            if info:
-                print("found", name, info.port, sorted(info.properties.items()), info.parsed_addresses(), flush=True)
-        elif state_change is ServiceStateChange.Removed:
-            print("removed", name, flush=True)
-    ServiceBrowser(zc, "_chat._tcp.local.", handlers=[on_change])
-    time.sleep(float(sys.argv[1]))
-    zc.close()
-    """
+        import sys, time
+        from zeroconf import Zeroconf, ServiceBrowser, ServiceStateChange
+        zc = Zeroconf()
+        def on_change(zeroconf, service_type, name, state_change):
+            if state_change is ServiceStateChange.Added:
+                info = zeroconf.get_service_info(service_type, name, timeout=3000)
+                if info:
+                    print("found", name, info.port, sorted(info.properties.items()), info.parsed_addresses(), flush=True)
+            elif state_change is ServiceStateChange.Removed:
+                print("removed", name, flush=True)
+        ServiceBrowser(zc, "_chat._tcp.local.", handlers=[on_change])
+        time.sleep(float(sys.argv[1]))
+        zc.close()
+        """
 
     static let zeroconfRegister = """
-    import sys, time, socket
-    from zeroconf import Zeroconf, ServiceInfo, NonUniqueNameException
-    zc = Zeroconf()
-    info = ServiceInfo("_chat._tcp.local.", sys.argv[1] + "._chat._tcp.local.", addresses=[socket.inet_aton(sys.argv[2])],
-                       port=5000, properties={"_d": "Zed", "_lx": "1"}, server="zed-host.local.")
-    try:
-        zc.register_service(info)
-        print("registered", sys.argv[1], flush=True)
-    except NonUniqueNameException:
-        print("conflict", sys.argv[1], flush=True)
-    time.sleep(float(sys.argv[3]))
-    zc.unregister_all_services()
-    zc.close()
-    print("closed", flush=True)
-    """
+        import sys, time, socket
+        from zeroconf import Zeroconf, ServiceInfo, NonUniqueNameException
+        zc = Zeroconf()
+        info = ServiceInfo("_chat._tcp.local.", sys.argv[1] + "._chat._tcp.local.", addresses=[socket.inet_aton(sys.argv[2])],
+                           port=5000, properties={"_d": "Zed", "_lx": "1"}, server="zed-host.local.")
+        try:
+            zc.register_service(info)
+            print("registered", sys.argv[1], flush=True)
+        except NonUniqueNameException:
+            print("conflict", sys.argv[1], flush=True)
+        time.sleep(float(sys.argv[3]))
+        zc.unregister_all_services()
+        zc.close()
+        print("closed", flush=True)
+        """
 
     var zeroconfAvailable: Bool { FileManager.default.isExecutableFile(atPath: Netns.python) }
 

@@ -49,7 +49,9 @@ final class VethPair: @unchecked Sendable {
     ///   - ipv6: false disables IPv6 in both namespaces before the link is made (no IPv6 address anywhere).
     ///   - settle: wait for IPv6 duplicate address detection (2 s) before returning.
     init(configured: Bool = true, ipv4: Bool = true, ipv6: Bool = true, settle: Bool = true) throws {
-        n = VethPair.counter.withLock { VethPair.next += 1; return VethPair.next }
+        n = VethPair.counter.withLock {
+            VethPair.next += 1; return VethPair.next
+        }
         let tag = "\(getpid() % 10000)x\(n)"
         a = "dnsA\(tag)"; b = "dnsB\(tag)"; va = "vA\(tag)"; vb = "vB\(tag)"
         var steps: [[String]] = [["ip", "netns", "add", a], ["ip", "netns", "add", b]]

@@ -147,8 +147,10 @@ import Testing
     }
 
     @Test func keyValueForms() {
-        let txt = TXTRecord(rdataStrings: [Array("Name=Bob".utf8), Array("flag".utf8), Array("empty=".utf8),
-                                           Array("NAME=shadowed".utf8), Array("=nokey".utf8), Array("eq=a=b".utf8)])
+        let txt = TXTRecord(rdataStrings: [
+            Array("Name=Bob".utf8), Array("flag".utf8), Array("empty=".utf8),
+            Array("NAME=shadowed".utf8), Array("=nokey".utf8), Array("eq=a=b".utf8),
+        ])
         #expect(txt.dictionary == ["Name": "Bob", "flag": "", "empty": "", "eq": "a=b"])
         #expect(txt.value(forKey: "name") == .some(Array("Bob".utf8)))
         #expect(txt.value(forKey: "FLAG") == .some(nil))
@@ -157,7 +159,7 @@ import Testing
 
     @Test func stringLengthLimit() throws {
         let key = "k"
-        let ok = String(repeating: "v", count: 253)           // "k=" + 253 = 255 bytes
+        let ok = String(repeating: "v", count: 253)   // "k=" + 253 = 255 bytes
         let txt = try TXTRecord([key: ok])
         #expect(txt.strings[0].count == 255)
         let bytes = DNSMessage(header: .mdnsResponse, answers: [DNSRecord(name: try DNSName("x.local"), type: .txt, ttl: 1, rdata: txt.rdata)]).encode()

@@ -82,10 +82,14 @@ import Testing
             _ = Self.browse(&lan, 2)
             lan.run(for: 8000)
             let names = [lan.events(of: 0), lan.events(of: 1)].map { evs in
-                evs.compactMap { e -> String? in if case .registered(_, let n) = e { return n }; return nil }.last
+                evs.compactMap { e -> String? in
+                    if case .registered(_, let n) = e { return n }; return nil
+                }.last
             }
             #expect(Set(names.compactMap { $0 }) == ["Printer", "Printer (2)"], "seed \(seed): \(lan.events)")
-            let renamed = lan.events.filter { if case .renamed = $0.event { return true }; return false }
+            let renamed = lan.events.filter {
+                if case .renamed = $0.event { return true }; return false
+            }
             #expect(renamed.count == 1, "seed \(seed)")
             if let r = renamed.first { #expect(r.event == .renamed(r.machine == 0 ? a : b, from: "Printer", to: "Printer (2)")) }
             let found = Set(lan.events(of: 2).compactMap { $0.foundService?.instanceName })
@@ -118,9 +122,11 @@ import Testing
         #expect(later.message.answers.contains { $0.type == .ptr && $0.name == Self.type && $0.ttl > 2250 })
         // Responder side: no PTR answers to those queries after the first (announcements aside).
         let firstKnown = try #require(queries.first { !$0.message.answers.isEmpty })
-        let ptrAnswersAfter = lan.sent.filter { $0.machine == 0 && $0.at > firstKnown.at && $0.message.header.isResponse
-            && $0.message.answers.contains { $0.type == .ptr && $0.name == Self.type && $0.ttl > 0 }
-            && !$0.message.answers.contains { $0.type == .srv } }
+        let ptrAnswersAfter = lan.sent.filter {
+            $0.machine == 0 && $0.at > firstKnown.at && $0.message.header.isResponse
+                && $0.message.answers.contains { $0.type == .ptr && $0.name == Self.type && $0.ttl > 0 }
+                && !$0.message.answers.contains { $0.type == .srv }
+        }
         #expect(ptrAnswersAfter.isEmpty)
         // Query intervals double (§5.2): 1, 2, 4 s …
         let gaps = zip(queries.dropFirst(), queries).map { $0.at - $1.at }
@@ -134,8 +140,10 @@ import Testing
         lan.run(for: 200_000)   // past the 120 s SRV and A TTLs: refreshed at 80–95 %
         #expect(lan.events(of: 1).filter(\.isLost).isEmpty)
         #expect(lan.events(of: 1).filter(\.isFound).count == 1)
-        let refreshes = lan.sent.filter { $0.machine == 1 && $0.at.milliseconds > 90_000 && $0.at.milliseconds < 120_000
-            && $0.message.questions.contains { $0.type == .srv } }
+        let refreshes = lan.sent.filter {
+            $0.machine == 1 && $0.at.milliseconds > 90_000 && $0.at.milliseconds < 120_000
+                && $0.message.questions.contains { $0.type == .srv }
+        }
         #expect(!refreshes.isEmpty)
         // The advertiser vanishes without goodbye: lost when SRV/A expire and the PTR (4500 s) ends.
         lan.machines[0].online = false
@@ -209,18 +217,29 @@ import Testing
         let (b, _) = engine.startBrowsing(serviceType: Self.type, now: MDNSInstant(milliseconds: 0))
         _ = b
         let instance = try Self.type.prepending("X")
-        var resp = DNSMessage(header: .mdnsResponse, answers: [
-            DNSRecord(name: Self.type, type: .ptr, ttl: 4500, rdata: .ptr(instance)),
-            DNSRecord(name: instance, type: .srv, ttl: 120, rdata: .srv(priority: 0, weight: 0, port: 1, target: try DNSName("o.local"))),
-            DNSRecord(name: instance, type: .txt, ttl: 4500, rdata: .txt([[]])),
-            DNSRecord(name: try DNSName("o.local"), type: .a, ttl: 120, rdata: .a([1, 2, 3, 4])),
-        ])
+        var resp = DNSMessage(
+            header: .mdnsResponse,
+            answers: [
+                DNSRecord(name: Self.type, type: .ptr, ttl: 4500, rdata: .ptr(instance)),
+                DNSRecord(name: instance, type: .srv, ttl: 120, rdata: .srv(priority: 0, weight: 0, port: 1, target: try DNSName("o.local"))),
+                DNSRecord(name: instance, type: .txt, ttl: 4500, rdata: .txt([[]])),
+                DNSRecord(name: try DNSName("o.local"), type: .a, ttl: 120, rdata: .a([1, 2, 3, 4])),
+            ])
         resp.header.flags |= 3   // rcode NXDOMAIN
         let peer = MDNSPeer(address: .v4([10, 0, 0, 2]))
-        #expect(engine.receive(resp.encode(), from: peer, now: MDNSInstant(milliseconds: 10)).filter { if case .event = $0 { return true }; return false }.isEmpty)
+        #expect(
+            engine.receive(resp.encode(), from: peer, now: MDNSInstant(milliseconds: 10)).filter {
+                if case .event = $0 { return true }; return false
+            }.isEmpty)
         resp.header.flags &= ~3
-        #expect(engine.receive(resp.encode(), from: MDNSPeer(address: .v4([10, 0, 0, 2]), port: 1234), now: MDNSInstant(milliseconds: 10)).filter { if case .event = $0 { return true }; return false }.isEmpty)
-        #expect(engine.receive(resp.encode(), from: peer, now: MDNSInstant(milliseconds: 10)).contains { if case .event(.found) = $0 { return true }; return false })
+        #expect(
+            engine.receive(resp.encode(), from: MDNSPeer(address: .v4([10, 0, 0, 2]), port: 1234), now: MDNSInstant(milliseconds: 10)).filter {
+                if case .event = $0 { return true }; return false
+            }.isEmpty)
+        #expect(
+            engine.receive(resp.encode(), from: peer, now: MDNSInstant(milliseconds: 10)).contains {
+                if case .event(.found) = $0 { return true }; return false
+            })
         let junk: [UInt8] = [0, 0, 0x84, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 12, 0, 1, 0, 1]
         let logged = engine.receive(junk, from: peer, now: MDNSInstant(milliseconds: 20))
         #expect(logged.count == 1)

@@ -43,16 +43,22 @@ import Testing
 
     @Test func recordsAreAnnouncedAgainOnAGainedInterfaceWithoutReportingRegisteredTwice() throws {
         var lan = try Self.established()
-        let registeredBefore = lan.events(of: 0).filter { if case .registered = $0 { return true }; return false }.count
+        let registeredBefore = lan.events(of: 0).filter {
+            if case .registered = $0 { return true }; return false
+        }.count
         let up = lan.now
         lan.on(0) { e, now in e.interfacesChanged(added: [2], removed: [], now: now) }
         lan.run(for: 5000)
-        let announcements = lan.sent.filter { $0.machine == 0 && $0.at >= up && $0.message.header.isResponse && $0.message.questions.isEmpty
-            && $0.message.answers.contains { $0.type == .srv && $0.ttl > 0 } }
+        let announcements = lan.sent.filter {
+            $0.machine == 0 && $0.at >= up && $0.message.header.isResponse && $0.message.questions.isEmpty
+                && $0.message.answers.contains { $0.type == .srv && $0.ttl > 0 }
+        }
         #expect(announcements.count >= 2, "\(announcements.map(\.at))")
         #expect((announcements.first?.at ?? up) - up <= 120)
         if announcements.count >= 2 { #expect(announcements[1].at - announcements[0].at >= 1000) }
-        let registeredAfter = lan.events(of: 0).filter { if case .registered = $0 { return true }; return false }.count
+        let registeredAfter = lan.events(of: 0).filter {
+            if case .registered = $0 { return true }; return false
+        }.count
         #expect(registeredAfter == registeredBefore)
     }
 

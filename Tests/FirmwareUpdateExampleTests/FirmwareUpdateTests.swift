@@ -30,7 +30,9 @@ import Testing
         private var k: CheckedContinuation<T, Error>?
         func set(_ k: CheckedContinuation<T, Error>) { lock.withLock { self.k = k } }
         func resume(_ r: Result<T, Error>) {
-            let k = lock.withLock { () -> CheckedContinuation<T, Error>? in defer { self.k = nil }; return self.k }
+            let k = lock.withLock { () -> CheckedContinuation<T, Error>? in
+                defer { self.k = nil }; return self.k
+            }
             k?.resume(with: r)
         }
     }
@@ -44,7 +46,10 @@ import Testing
 
     static func image(_ size: Int, seed: UInt32) -> Data {
         var x = seed
-        return Data((0..<size).map { _ in x = x &* 1_664_525 &+ 1_013_904_223; return UInt8(truncatingIfNeeded: x >> 24) })
+        return Data(
+            (0..<size).map { _ in
+                x = x &* 1_664_525 &+ 1_013_904_223; return UInt8(truncatingIfNeeded: x >> 24)
+            })
     }
 
     @Test func theImageGoesOverAnL2CAPChannelWhenTheDevicePublishesOne() async throws {

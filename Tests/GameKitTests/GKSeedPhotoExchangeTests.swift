@@ -92,8 +92,9 @@ final class Machine: @unchecked Sendable {
     deinit { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 }
 
-@Suite(.serialized, .enabled(if: Namespaces.available, "network namespaces cannot be made here (needs root and iproute2)"),
-       .timeLimit(.minutes(2)))
+@Suite(
+    .serialized, .enabled(if: Namespaces.available, "network namespaces cannot be made here (needs root and iproute2)"),
+    .timeLimit(.minutes(2)))
 struct GKSeedPhotoExchangeTests {
     @Test func seedPhotoExchangeBetweenTwoMachines() throws {
         let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -29,7 +29,9 @@ final class GKRecorder: NSObject, GKSessionDelegate, GKSessionDataReceiveHandler
     var offMain = false
     var accept: Bool? = true
     func session(_ session: GKSession, peer peerID: String, didChange state: GKPeerConnectionState) {
-        lock.withLock { states.append((peerID, state)); if DispatchQueue.getSpecific(key: mainQueueKey) != true { offMain = true } }
+        lock.withLock {
+            states.append((peerID, state)); if DispatchQueue.getSpecific(key: mainQueueKey) != true { offMain = true }
+        }
     }
     func session(_ session: GKSession, didReceiveConnectionRequestFromPeer peerID: String) {
         lock.withLock { requests.append(peerID) }
@@ -189,7 +191,9 @@ struct GKSessionNetworkTests {
                 GKSession(sessionID: id, displayName: name, sessionMode: .peer)
             }
             func peerPickerController(_ picker: GKPeerPickerController, didConnectPeer peerID: String, to session: GKSession) {
-                lock.withLock { self.session = session; connectedPeer = peerID }
+                lock.withLock {
+                    self.session = session; connectedPeer = peerID
+                }
                 session.setDataReceiveHandler(self, withContext: nil)
                 picker.dismiss()
             }

@@ -271,8 +271,12 @@ func peripheralFlow(on host: LEHost, peer: DiversityController) async throws {
         let c = try await DiversityController(profile, ["--peer", "external"])
         defer { c.stop() }
         let peerPort = try #require(try await c.peer.waitFor("peer_listening").first?["port"] as? Int)
-        let bumble = try PeerProcess(script: "bumble_l2cap.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(peerPort)", "--role", "server",
-                                                                          "--psm", "0x0081", "--mtu", "1024", "--mps", "200"])
+        let bumble = try PeerProcess(
+            script: "bumble_l2cap.py",
+            arguments: [
+                "--transport", "tcp-client:127.0.0.1:\(peerPort)", "--role", "server",
+                "--psm", "0x0081", "--mtu", "1024", "--mps", "200",
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("advertising")
         let ours = try ChannelPeer(port: c.port, name: "ours")
@@ -280,7 +284,9 @@ func peripheralFlow(on host: LEHost, peer: DiversityController) async throws {
         ours.host.loop.sync { ours.host.startScanning(active: true) }
         try await waitFor("Bumble advertising", seconds: 20) { ours.reports.contains { $0.data.containsName("Bumble L2CAP") } }
         let target = try #require(ours.reports.first { $0.data.containsName("Bumble L2CAP") }).address
-        ours.host.loop.sync { ours.host.stopScanning(); ours.host.connect(to: target) }
+        ours.host.loop.sync {
+            ours.host.stopScanning(); ours.host.connect(to: target)
+        }
         try await waitFor("connection", seconds: 20) { !ours.links.isEmpty }
         let link = ours.links[0]
         var opened: Result<[HostL2CAPChannel], L2CAPOpenError>?
@@ -309,8 +315,11 @@ func peripheralFlow(on host: LEHost, peer: DiversityController) async throws {
         let c = try await DiversityController(profile, ["--peer", "external"])
         defer { c.stop() }
         let peerPort = try #require(try await c.peer.waitFor("peer_listening").first?["port"] as? Int)
-        let bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
-            "--transport", "tcp-client:127.0.0.1:\(peerPort)", "--io", "none", "--sc", "true", "--keystore", tempPath("bumble-keys.json").path])
+        let bumble = try PeerProcess(
+            script: "bumble_pairing.py",
+            arguments: [
+                "--transport", "tcp-client:127.0.0.1:\(peerPort)", "--io", "none", "--sc", "true", "--keystore", tempPath("bumble-keys.json").path,
+            ])
         defer { bumble.stop() }
         let advertised = try await bumble.waitFor("advertising")
         let bumbleAddress = try #require((advertised[0]["address"] as? String).flatMap { BluetoothAddress(string: String($0.prefix(17))) })

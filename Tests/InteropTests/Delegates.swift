@@ -42,8 +42,9 @@ final class InteropPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked
         let hr = CBMutableService(type: CBUUID(string: "180D"), primary: true)
         hr.characteristics = [measurement, location]
         let long = CBMutableCharacteristic(type: CBUUID(string: "6E400002-B5A3-F393-E0A9-E50E24DCCA9E"), properties: [.read], value: nil, permissions: [.readable])
-        let writable = CBMutableCharacteristic(type: CBUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E"),
-                                               properties: [.write, .writeWithoutResponse], value: nil, permissions: [.writeable])
+        let writable = CBMutableCharacteristic(
+            type: CBUUID(string: "6E400003-B5A3-F393-E0A9-E50E24DCCA9E"),
+            properties: [.write, .writeWithoutResponse], value: nil, permissions: [.writeable])
         indicated = CBMutableCharacteristic(type: CBUUID(string: "6E400004-B5A3-F393-E0A9-E50E24DCCA9E"), properties: [.indicate], value: nil, permissions: [])
         let custom = CBMutableService(type: CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"), primary: true)
         custom.characteristics = [long, writable, indicated]

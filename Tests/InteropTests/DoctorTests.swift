@@ -51,7 +51,9 @@ struct FakeMachine {
         try file("dev/ttyACM0", "")
         try file("dev/null", "")
         try file("firmware/intel/ibt-0041-0041.sfi", "")
-        try file("kmsg", """
+        try file(
+            "kmsg",
+            """
             Bluetooth: hci0: RTL: examining hci_ver=0a hci_rev=000b lmp_ver=0a lmp_subver=8761
             Bluetooth: hci0: RTL: loading rtl_bt/rtl8761bu_fw.bin
             bluetooth hci0: Direct firmware load for rtl_bt/rtl8761bu_fw.bin failed with error -2

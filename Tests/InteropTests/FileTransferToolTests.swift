@@ -77,7 +77,10 @@ struct TransferDirectory {
 
     func write(_ name: String, size: Int, seed: UInt32) throws -> URL {
         var x = seed
-        let data = Data((0..<size).map { _ in x = x &* 1_664_525 &+ 1_013_904_223; return UInt8(truncatingIfNeeded: x >> 24) })
+        let data = Data(
+            (0..<size).map { _ in
+                x = x &* 1_664_525 &+ 1_013_904_223; return UInt8(truncatingIfNeeded: x >> 24)
+            })
         let url = outbox.appendingPathComponent(name)
         try data.write(to: url)
         return url
@@ -141,9 +144,10 @@ func sha256(_ url: URL) throws -> [UInt8] { Array(SHA256.hash(data: try Data(con
         var partial: UInt64 = 0
         while partial < 100_000 {
             guard Date() < deadline, first.process.isRunning else { throw InteropError("no partial file grew:\n\(first.output)\n\(receiver.output)") }
-            partial = (try dir.received().filter { $0.hasSuffix(".part") }.first).flatMap {
-                try? FileManager.default.attributesOfItem(atPath: dir.inbox.appendingPathComponent($0).path)[.size] as? UInt64
-            } ?? 0
+            partial =
+                (try dir.received().filter { $0.hasSuffix(".part") }.first).flatMap {
+                    try? FileManager.default.attributesOfItem(atPath: dir.inbox.appendingPathComponent($0).path)[.size] as? UInt64
+                } ?? 0
             try await pause(nanoseconds: 20_000_000)
         }
         first.kill()

@@ -141,7 +141,8 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
 
     func centralManager(_ c: CBCentralManager, didDiscover p: CBPeripheral, advertisementData: [String: Any], rssi: NSNumber) {
         guard let name = advertisementData[CBAdvertisementDataLocalNameKey] as? String, names.contains(name),
-              peripherals[p.identifier] == nil else { return }
+            peripherals[p.identifier] == nil
+        else { return }
         peripherals[p.identifier] = p
         nameOf[p.identifier] = name
         log.add("\(name):connecting")
@@ -219,7 +220,8 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
     /// Reads a characteristic of the named peripheral again (a health check of that link).
     func read(_ uuid: String, of peripheralName: String) {
         guard let p = peripherals.values.first(where: { name($0) == peripheralName }),
-              let ch = p.services?.flatMap({ $0.characteristics ?? [] }).first(where: { $0.uuid == CBUUID(string: uuid) }) else {
+            let ch = p.services?.flatMap({ $0.characteristics ?? [] }).first(where: { $0.uuid == CBUUID(string: uuid) })
+        else {
             return log.add("\(peripheralName):\(uuid):not found")
         }
         p.readValue(for: ch)
@@ -245,16 +247,22 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         #expect(psm >= 0x80)
 
         let transport = "tcp-client:127.0.0.1:\(server.port)"
-        let bystander = try PeerProcess(script: "bumble_hostile_central.py", arguments: [
-            "bystander", "--transport", transport, "--name", "OCB Target", "--address", "F0:F1:F2:F3:F4:B0"])
+        let bystander = try PeerProcess(
+            script: "bumble_hostile_central.py",
+            arguments: [
+                "bystander", "--transport", transport, "--name", "OCB Target", "--address", "F0:F1:F2:F3:F4:B0",
+            ])
         defer { bystander.stop() }
         try await bystander.waitFor("reading", seconds: 30)
         try await bystander.waitFor("bystander", seconds: 10)
         let baseline = ProcessFigures.now()
         let started = Date()
-        let attacker = try PeerProcess(script: "bumble_hostile_central.py", arguments: [
-            "attack", "--transport", transport, "--name", "OCB Target", "--address", "F0:F1:F2:F3:F4:A0",
-            "--psm", String(psm), "--attack-timeout", "60"])
+        let attacker = try PeerProcess(
+            script: "bumble_hostile_central.py",
+            arguments: [
+                "attack", "--transport", transport, "--name", "OCB Target", "--address", "F0:F1:F2:F3:F4:A0",
+                "--psm", String(psm), "--attack-timeout", "60",
+            ])
         defer { attacker.stop() }
 
         // Follow the attacks as they end: the figures after each, and the bystander's progress.
@@ -285,8 +293,7 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
             figures.append((ends[figures.count]["name"] as? String ?? "?", ProcessFigures.now(), bystanderReads()))
         }
 
-        #expect(ends.compactMap { $0["name"] as? String } ==
-                ["opcodes", "mtu", "ranges", "pipelined", "prepare", "fragmentation", "signalling", "credits", "smp", "churn"])
+        #expect(ends.compactMap { $0["name"] as? String } == ["opcodes", "mtu", "ranges", "pipelined", "prepare", "fragmentation", "signalling", "credits", "smp", "churn"])
         for (end, f) in zip(ends, figures) {
             let name = f.name
             let violations = end["violations"] as? [String] ?? ["(none reported)"]
@@ -303,8 +310,9 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
                 let during = reports.filter { ($0["t"] as? Double ?? 0) > from && ($0["t"] as? Double ?? 0) <= to }
                 #expect(during.contains { ($0["reads"] as? Int ?? 0) > before }, "\(name): the bystander made no progress")
             }
-            print("hostile central \(name): \(end["seconds"] ?? "?") s, \(f.figures), bystander reads \(f.bystanderReads) " +
-                  "\(end.filter { !["event", "name", "violations", "health", "seconds", "started", "ended"].contains($0.key) })")
+            print(
+                "hostile central \(name): \(end["seconds"] ?? "?") s, \(f.figures), bystander reads \(f.bystanderReads) "
+                    + "\(end.filter { !["event", "name", "violations", "health", "seconds", "started", "ended"].contains($0.key) })")
         }
         let last = try #require(bystander.events("bystander").last)
         #expect(last["errors"] as? Int == 0)
@@ -341,13 +349,19 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         target.manager = CBPeripheralManager(delegate: target, queue: target.queue, options: nil, host: host)
         try await waitFor("advertising", seconds: 40) { target.log.has("advertising:true") }
         let transport = "tcp-client:127.0.0.1:\(server.port)"
-        let bystander = try PeerProcess(script: "bumble_hostile_central.py", arguments: [
-            "bystander", "--transport", transport, "--name", "OCB Crowd", "--address", "F0:F1:F2:F3:F4:B1"])
+        let bystander = try PeerProcess(
+            script: "bumble_hostile_central.py",
+            arguments: [
+                "bystander", "--transport", transport, "--name", "OCB Crowd", "--address", "F0:F1:F2:F3:F4:B1",
+            ])
         defer { bystander.stop() }
         try await bystander.waitFor("reading", seconds: 30)
         let baseline = ProcessFigures.now()
-        let crowd = try PeerProcess(script: "bumble_hostile_central.py", arguments: [
-            "crowd", "--transport", transport, "--name", "OCB Crowd", "--count", "10", "--seconds", "8"])
+        let crowd = try PeerProcess(
+            script: "bumble_hostile_central.py",
+            arguments: [
+                "crowd", "--transport", transport, "--name", "OCB Crowd", "--count", "10", "--seconds", "8",
+            ])
         defer { crowd.stop() }
         try await crowd.waitFor("crowd_connected", seconds: 60)
         let readsBefore = bystander.events("bystander").last?["reads"] as? Int ?? 0
@@ -389,11 +403,13 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         // Served fairly: a bystander's read, with nothing queued ahead of it on its own link, waits no longer than
         // a flooding central's read (queued behind that central's 20 Write Commands) — three times as long at most,
         // for the noise of two processes scheduled apart.
-        #expect(bystanderReadMs <= 3 * crowdReadMs + 50,
-                "bystander reads took \(bystanderReadMs) ms on average during the flood, the crowd's \(crowdReadMs) ms")
+        #expect(
+            bystanderReadMs <= 3 * crowdReadMs + 50,
+            "bystander reads took \(bystanderReadMs) ms on average during the flood, the crowd's \(crowdReadMs) ms")
         let end = ProcessFigures.now()
-        print("ten flooding centrals: \(writes) Write Commands, reads per central \(reads) (mean \(crowdReadMs) ms); bystander \(servedDuring) reads " +
-              "during the flood (mean \(String(format: "%.1f", bystanderReadMs)) ms); before \(baseline), peak \(peak), after \(end); bystander \(after)")
+        print(
+            "ten flooding centrals: \(writes) Write Commands, reads per central \(reads) (mean \(crowdReadMs) ms); bystander \(servedDuring) reads "
+                + "during the flood (mean \(String(format: "%.1f", bystanderReadMs)) ms); before \(baseline), peak \(peak), after \(end); bystander \(after)")
         #expect(peak.rssMB - baseline.rssMB < 256 && end.threads <= baseline.threads + 24)
         try await waitFor("the crowd's links to go", seconds: 10) { host.loop.sync { host.connections.count } == 1 }
     }
@@ -406,13 +422,19 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         defer { server.stop() }
         let transport = "tcp-client:127.0.0.1:\(server.port)"
         let modes = ["malformed", "impossible", "wrong-opcode", "silent", "endless-blob", "flood", "huge"]
-        let good = try PeerProcess(script: "bumble_peripheral.py", arguments: [
-            "--transport", transport, "--name", "Bumble HR", "--duration", "150"])
+        let good = try PeerProcess(
+            script: "bumble_peripheral.py",
+            arguments: [
+                "--transport", transport, "--name", "Bumble HR", "--duration", "150",
+            ])
         defer { good.stop() }
         // The seven in one process (each its own controller): seven Python processes would load two cores
         // for seconds, and other suites run beside this one.
-        let evil = try PeerProcess(script: "bumble_hostile_peripheral.py", arguments: [
-            "--transport", transport, "--modes", modes.joined(separator: ","), "--count", "5000", "--duration", "150"])
+        let evil = try PeerProcess(
+            script: "bumble_hostile_peripheral.py",
+            arguments: [
+                "--transport", transport, "--modes", modes.joined(separator: ","), "--count", "5000", "--duration", "150",
+            ])
         defer { evil.stop() }
         try await good.waitFor("advertising", seconds: 40)
         try await evil.waitFor("ready", seconds: 40)
@@ -446,7 +468,9 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         try await waitFor("the flood", seconds: 30) { central.queue.sync { central.notifications["Evil flood:2A37"] ?? 0 } >= 5000 }
         let floodPeak = ProcessFigures.now()
         // After the flood and the endless blob, those links still answer.
-        central.queue.sync { central.read("2A38", of: "Evil flood"); central.read("2A38", of: "Evil endless-blob") }
+        central.queue.sync {
+            central.read("2A38", of: "Evil flood"); central.read("2A38", of: "Evil endless-blob")
+        }
         try await waitFor("reads after the flood", seconds: 10) {
             log.count(prefix: "Evil flood:2A38:value:ok:1") == 2 && log.count(prefix: "Evil endless-blob:2A38:value:ok:") == 2
         }
@@ -469,8 +493,9 @@ final class HostileCentral: NSObject, CBCentralManagerDelegate, CBPeripheralDele
         #expect(slowest < 3.0, "slowest bystander read \(slowest) s")
         #expect(!has("Bumble HR:disconnected"))
         let end = ProcessFigures.now()
-        print("hostile peripherals: \(String(format: "%.0f", elapsed)) s, before \(baseline), during the flood \(floodPeak), after \(end); " +
-              "bystander \(reads) reads, slowest \(String(format: "%.0f", slowest * 1000)) ms")
+        print(
+            "hostile peripherals: \(String(format: "%.0f", elapsed)) s, before \(baseline), during the flood \(floodPeak), after \(end); "
+                + "bystander \(reads) reads, slowest \(String(format: "%.0f", slowest * 1000)) ms")
         #expect(end.rssMB - baseline.rssMB < 256 && floodPeak.rssMB - baseline.rssMB < 256)
         #expect(end.threads <= baseline.threads + 24)
         // Disconnect everything: the host is left with no connection and no pending request.

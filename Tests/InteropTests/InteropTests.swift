@@ -26,13 +26,16 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
         try await waitFor("advertising", seconds: 40) { per.log.has("advertising:true") }
 
-        let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
-            "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
-            "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E",
-            "--find-service", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E", "--read-by-uuid", "2A38",
-            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ab", count: 100),
-            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "cd", count: 300),
-            "--write-no-response", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0102"])
+        let bumble = try PeerProcess(
+            script: "bumble_central.py",
+            arguments: [
+                "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
+                "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E",
+                "--find-service", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E", "--read-by-uuid", "2A38",
+                "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ab", count: 100),
+                "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "cd", count: 300),
+                "--write-no-response", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0102",
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("disconnected", seconds: 40)
 
@@ -53,7 +56,8 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         #expect(chars["2A37"]?["properties"] as? Int == 0x10)
         let descriptors = bumble.events("descriptor").map { "\($0["characteristic"]!):\($0["uuid"]!)" }
         #expect(descriptors.contains("2A37:2902") && descriptors.contains("2A37:2901"))
-        #expect(bumble.events("descriptor").first { $0["uuid"] as? String == "2901" }?["value"] as? String
+        #expect(
+            bumble.events("descriptor").first { $0["uuid"] as? String == "2901" }?["value"] as? String
                 == Array("Heart Rate".utf8).map { String(format: "%02x", $0) }.joined())
         // 100 octets fit one Write Request at ATT_MTU 247; 300 need Prepare/Execute Write, delivered to our
         // delegate as one batch; then a Write Command.
@@ -79,10 +83,18 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil, host: try HostFactory.makeHost(on: air, name: "ours"))
         try await waitFor("advertising", seconds: 40) { per.log.has("advertising:true") }
         // Advertising goes on while connected, so a second central connects too; both subscribe.
-        let a = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
-                                                                        "--address", "F0:F1:F2:F3:F4:01", "--subscribe", "2A37", "--count", "3"])
-        let b = try PeerProcess(script: "bumble_central.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
-                                                                        "--address", "F0:F1:F2:F3:F4:02", "--subscribe", "2A37", "--count", "3"])
+        let a = try PeerProcess(
+            script: "bumble_central.py",
+            arguments: [
+                "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
+                "--address", "F0:F1:F2:F3:F4:01", "--subscribe", "2A37", "--count", "3",
+            ])
+        let b = try PeerProcess(
+            script: "bumble_central.py",
+            arguments: [
+                "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "OCB Interop",
+                "--address", "F0:F1:F2:F3:F4:02", "--subscribe", "2A37", "--count", "3",
+            ])
         defer { a.stop(); b.stop() }
         try await a.waitFor("connected", seconds: 30)
         try await b.waitFor("connected", seconds: 30)
@@ -96,8 +108,12 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         try Interop.requireReady()
         let (server, air) = try startRadio()
         defer { server.stop() }
-        let bumble = try PeerProcess(script: "bumble_peripheral.py", arguments: ["--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "Bumble HR",
-                                                                               "--disconnect-after", "1.5"])
+        let bumble = try PeerProcess(
+            script: "bumble_peripheral.py",
+            arguments: [
+                "--transport", "tcp-client:127.0.0.1:\(server.port)", "--name", "Bumble HR",
+                "--disconnect-after", "1.5",
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("advertising")
         let central = DatabaseReader(name: "Bumble HR")
@@ -133,15 +149,19 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         let rc = try RootCanal()
         defer { rc.stop() }
         let per = InteropPeripheral(name: "OCB Interop")
-        per.manager = CBPeripheralManager(delegate: per, queue: per.queue, options: nil,
-                                          host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"))
+        per.manager = CBPeripheralManager(
+            delegate: per, queue: per.queue, options: nil,
+            host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"))
         try await waitFor("advertising", seconds: 40) { per.log.has("advertising:true") }
-        let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
-            "--transport", rc.transport, "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
-            "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--mtu", "23",
-            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0a0b",
-            "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "5a", count: 100),
-            "--write-no-response", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0c"])
+        let bumble = try PeerProcess(
+            script: "bumble_central.py",
+            arguments: [
+                "--transport", rc.transport, "--name", "OCB Interop", "--subscribe", "2A37", "--count", "3",
+                "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--mtu", "23",
+                "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0a0b",
+                "--write", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "5a", count: 100),
+                "--write-no-response", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E=0c",
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("disconnected", seconds: 40)
         let services = bumble.events("service").compactMap { $0["uuid"] as? String }
@@ -208,11 +228,14 @@ func readBumbleDatabase(host: LEHost, bumble: PeerProcess) async throws {
         serve.standardOutput = out
         try serve.run()
         defer { Interop.terminate(serve) }
-        let bumble = try PeerProcess(script: "bumble_central.py", arguments: [
-            "--transport", rc.transport, "--name", "Served HR", "--mtu", "23",
-            "--subscribe", "2A37", "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--count", "2",
-            "--find-service", "180D", "--write", "2A39=07", "--write-no-response", "2A39=08",
-            "--write", "6E400002-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ee", count: 60)])
+        let bumble = try PeerProcess(
+            script: "bumble_central.py",
+            arguments: [
+                "--transport", rc.transport, "--name", "Served HR", "--mtu", "23",
+                "--subscribe", "2A37", "--indicate", "6E400004-B5A3-F393-E0A9-E50E24DCCA9E", "--count", "2",
+                "--find-service", "180D", "--write", "2A39=07", "--write-no-response", "2A39=08",
+                "--write", "6E400002-B5A3-F393-E0A9-E50E24DCCA9E=" + String(repeating: "ee", count: 60),
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("disconnected", seconds: 60)
         let chars = Dictionary(bumble.events("characteristic").map { ($0["uuid"] as! String, $0) }, uniquingKeysWith: { a, _ in a })

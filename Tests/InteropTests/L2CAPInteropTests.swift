@@ -26,7 +26,9 @@ final class ChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked
 
     init(port: UInt16, name: String) throws {
         host = try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: port), name: name)
-        host.loop.sync { host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn() }
+        host.loop.sync {
+            host.centralDelegate = self; host.peripheralDelegate = self; host.powerOn()
+        }
     }
 
     /// Delivers what a channel receives into `received[localCID]`; with `echo`, sends it back, consuming
@@ -44,7 +46,9 @@ final class ChannelPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked
             if echo { pending.append(sdu); pump() } else { ch.consumed(sdu.count) }
         }
         ch.onWritable = { pump() }
-        ch.onClose = { [unowned self] r in lock.withLock { _closed.append(r) }; ch.onWritable = nil; ch.onReceive = nil }
+        ch.onClose = { [unowned self] r in
+            lock.withLock { _closed.append(r) }; ch.onWritable = nil; ch.onReceive = nil
+        }
     }
 
     func host(_ host: LEHost, didReceive report: AdvertisingReport) { lock.withLock { _reports.append(report) } }
@@ -64,8 +68,12 @@ func sha256Hex(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { Stri
     @Test func ourCentralEchoesOneMegabyteThroughABumbleServer() async throws {
         let rc = try RootCanal()
         defer { rc.stop() }
-        let bumble = try PeerProcess(script: "bumble_l2cap.py", arguments: ["--transport", rc.transport, "--role", "server", "--psm", "0x0081",
-                                                                          "--mtu", "1024", "--mps", "200"])
+        let bumble = try PeerProcess(
+            script: "bumble_l2cap.py",
+            arguments: [
+                "--transport", rc.transport, "--role", "server", "--psm", "0x0081",
+                "--mtu", "1024", "--mps", "200",
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("advertising")
         let ours = try ChannelPeer(port: rc.hciPort, name: "ours")
@@ -73,7 +81,9 @@ func sha256Hex(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { Stri
         ours.host.loop.sync { ours.host.startScanning(active: true) }
         try await waitFor("Bumble advertising", seconds: 20) { ours.reports.contains { $0.data.containsName("Bumble L2CAP") } }
         let target = try #require(ours.reports.first { $0.data.containsName("Bumble L2CAP") }).address
-        ours.host.loop.sync { ours.host.stopScanning(); ours.host.connect(to: target) }
+        ours.host.loop.sync {
+            ours.host.stopScanning(); ours.host.connect(to: target)
+        }
         try await waitFor("connection", seconds: 20) { !ours.links.isEmpty }
         let link = ours.links[0]
         var opened: Result<[HostL2CAPChannel], L2CAPOpenError>?
@@ -114,9 +124,12 @@ func sha256Hex(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { Stri
         }
         let address = ours.host.loop.sync { ours.host.localAddress }
         let count = enhanced ? 3 : 1
-        let bumble = try PeerProcess(script: "bumble_l2cap.py", arguments: [
-            "--transport", rc.transport, "--role", "client", "--peer", "\(address)", "--psm", String(psm!),
-            "--bytes", "200000", "--count", String(count)] + (enhanced ? ["--enhanced"] : []))
+        let bumble = try PeerProcess(
+            script: "bumble_l2cap.py",
+            arguments: [
+                "--transport", rc.transport, "--role", "client", "--peer", "\(address)", "--psm", String(psm!),
+                "--bytes", "200000", "--count", String(count),
+            ] + (enhanced ? ["--enhanced"] : []))
         defer { bumble.stop() }
         let opened = try await bumble.waitFor("opened", seconds: 30)
         #expect(opened[0]["count"] as? Int == count)
@@ -193,8 +206,9 @@ extension Array where Element == UInt8 {
         let bumble = try bumbleBench(["--mode", "l2cap-server", "--scenario", "receive", "peripheral", rc.transport])
         defer { bumble.stop() }
         try await bumble.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("Waiting for connection") ?? false }
-        let (p, out) = try ble(["bench", "--mode", "l2cap", "--role", "central", "--scenario", "send", "--size", "1024", "--count", "200"],
-                               transport: rc.transport)
+        let (p, out) = try ble(
+            ["bench", "--mode", "l2cap", "--role", "central", "--scenario", "send", "--size", "1024", "--count", "200"],
+            transport: rc.transport)
         defer { if p.isRunning { p.terminate() } }
         let data = out.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()

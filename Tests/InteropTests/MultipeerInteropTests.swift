@@ -16,12 +16,18 @@ struct MultipeerOverRootcanalTests {
         let bytes = Data((0..<120_000).map { UInt8(truncatingIfNeeded: $0 &* 17) })
         try bytes.write(to: photo)
         let service = "rc" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
-        let adv = try ToolProcess(["mc", "advertise", "--name", "Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
-                                   "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "60"], transport: canal.transport)
+        let adv = try ToolProcess(
+            [
+                "mc", "advertise", "--name", "Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
+                "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "60",
+            ], transport: canal.transport)
         defer { adv.kill() }
         try await adv.waitFor("advertising")
-        let brw = try ToolProcess(["mc", "browse", "--name", "Browser", "--service", service, "--say", "hi", "--transport", "bluetooth",
-                                   "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "60"], transport: canal.transport)
+        let brw = try ToolProcess(
+            [
+                "mc", "browse", "--name", "Browser", "--service", service, "--say", "hi", "--transport", "bluetooth",
+                "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "60",
+            ], transport: canal.transport)
         defer { brw.kill() }
         #expect(try await brw.exit(seconds: 90) == 0, "\(brw.output)")
         #expect(try await adv.exit(seconds: 30) == 0, "\(adv.output)")

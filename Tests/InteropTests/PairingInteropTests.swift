@@ -36,7 +36,8 @@ final class RelayAgent: PairingAgent, @unchecked Sendable {
                 while Date() < deadline {
                     if let n = source()?.events("display").last?["number"] as? Int { return answer(.passkey(UInt32(n))) }
                     if let text = source()?.events("log").compactMap({ $0["text"] as? String }).first(where: { $0.contains("PIN: ") }),
-                       let n = UInt32(text.components(separatedBy: "PIN: ").last!.filter(\.isNumber)) {
+                        let n = UInt32(text.components(separatedBy: "PIN: ").last!.filter(\.isNumber))
+                    {
                         return answer(.passkey(n))
                     }
                     usleep(20_000)
@@ -61,9 +62,27 @@ final class SecurityRecorder: HostCentralDelegate, HostPeripheralDelegate, @unch
     func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) { host.respondToWrite(id: request.id, error: nil) }
     func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {}
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
-    var paired: [PairingResult] { lock.withLock { events.compactMap { if case let .paired(r) = $0 { return r }; return nil } } }
-    var failures: [PairingError] { lock.withLock { events.compactMap { if case let .pairingFailed(e) = $0 { return e }; return nil } } }
-    var encryptions: Int { lock.withLock { events.filter { if case .encryptionChanged = $0 { return true }; return false }.count } }
+    var paired: [PairingResult] {
+        lock.withLock {
+            events.compactMap {
+                if case let .paired(r) = $0 { return r }; return nil
+            }
+        }
+    }
+    var failures: [PairingError] {
+        lock.withLock {
+            events.compactMap {
+                if case let .pairingFailed(e) = $0 { return e }; return nil
+            }
+        }
+    }
+    var encryptions: Int {
+        lock.withLock {
+            events.filter {
+                if case .encryptionChanged = $0 { return true }; return false
+            }.count
+        }
+    }
     var lastConnection: HostConnection? { lock.withLock { connections.last } }
 }
 
@@ -145,9 +164,12 @@ let allPairingCases: [PairingCase] = [
         defer { rc.stop() }
         let passkeyFile = tempPath("passkey")
         nonisolated(unsafe) var bumble: PeerProcess?
-        bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
-            "--transport", rc.transport, "--io", k.bumble, "--sc", k.sc ? "true" : "false",
-            "--keystore", tempPath("bumble-keys.json").path, "--passkey-file", passkeyFile.path])
+        bumble = try PeerProcess(
+            script: "bumble_pairing.py",
+            arguments: [
+                "--transport", rc.transport, "--io", k.bumble, "--sc", k.sc ? "true" : "false",
+                "--keystore", tempPath("bumble-keys.json").path, "--passkey-file", passkeyFile.path,
+            ])
         defer { bumble?.stop() }
         let advertised = try await bumble!.waitFor("advertising")
         let bumbleAddress = try #require((advertised[0]["address"] as? String).flatMap { BluetoothAddress(string: $0) })
@@ -190,18 +212,24 @@ let allPairingCases: [PairingCase] = [
         let (host, rec) = try makeSecureHost(rc, io: k.ours, sc: k.sc, passkeyFile: passkeyFile, bumble: { box.peer })
         try await waitFor("power", seconds: 20) { host.loop.sync { host.powerState == .on } }
         try host.loop.sync {
-            _ = try host.addService(GATTServiceDefinition(uuid: BluetoothUUID(0xFFE0), characteristics: [
-                GATTCharacteristicDefinition(uuid: encryptedUUID, properties: [.read], permissions: [.readable, .readEncryptionRequired], value: [0x5E]),
-                GATTCharacteristicDefinition(uuid: authenticatedUUID, properties: [.read], permissions: [.readable, .readAuthenticationRequired], value: [0xA7]),
-            ]))
+            _ = try host.addService(
+                GATTServiceDefinition(
+                    uuid: BluetoothUUID(0xFFE0),
+                    characteristics: [
+                        GATTCharacteristicDefinition(uuid: encryptedUUID, properties: [.read], permissions: [.readable, .readEncryptionRequired], value: [0x5E]),
+                        GATTCharacteristicDefinition(uuid: authenticatedUUID, properties: [.read], permissions: [.readable, .readAuthenticationRequired], value: [0xA7]),
+                    ]))
             host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 4, 9, 0x4F, 0x43, 0x42]))
         }
         let ours = host.loop.sync { host.localAddress }
         let read = k.method == .justWorks ? encryptedUUID : authenticatedUUID
-        let bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
-            "--transport", rc.transport, "--io", k.bumble, "--sc", k.sc ? "true" : "false",
-            "--keystore", tempPath("bumble-keys.json").path, "--passkey-file", passkeyFile.path,
-            "--connect", ours.description, "--read", "0000\(read.uuidString)-0000-1000-8000-00805F9B34FB"])
+        let bumble = try PeerProcess(
+            script: "bumble_pairing.py",
+            arguments: [
+                "--transport", rc.transport, "--io", k.bumble, "--sc", k.sc ? "true" : "false",
+                "--keystore", tempPath("bumble-keys.json").path, "--passkey-file", passkeyFile.path,
+                "--connect", ours.description, "--read", "0000\(read.uuidString)-0000-1000-8000-00805F9B34FB",
+            ])
         box.peer = bumble
         defer { bumble.stop() }
         try await bumble.waitFor("done", seconds: 60)
@@ -224,8 +252,11 @@ let allPairingCases: [PairingCase] = [
         let config = tempPath("device.json")
         try Data("{\"name\": \"Bumble Pair\", \"address\": \"F0:F1:F2:F3:F4:F5\"}".utf8).write(to: config)
         nonisolated(unsafe) var bumble: PeerProcess?
-        bumble = try PeerProcess(script: "run_tool.py", arguments: [
-            "bumble-pair", "--io", "display", "--linger", "--keystore-file", tempPath("keys.json").path, config.path, rc.transport])
+        bumble = try PeerProcess(
+            script: "run_tool.py",
+            arguments: [
+                "bumble-pair", "--io", "display", "--linger", "--keystore-file", tempPath("keys.json").path, config.path, rc.transport,
+            ])
         defer { bumble?.stop() }
         // bumble-pair says nothing more once it advertises and waits.
         try await bumble!.waitFor("log", seconds: 30) { ($0["text"] as? String)?.contains("<<< connected") ?? false }
@@ -246,8 +277,11 @@ let allPairingCases: [PairingCase] = [
     @Test func blePairCommand() async throws {
         let rc = try RootCanal()
         defer { rc.stop() }
-        let bumble = try PeerProcess(script: "bumble_pairing.py", arguments: [
-            "--transport", rc.transport, "--io", "none", "--keystore", tempPath("bumble-keys.json").path])
+        let bumble = try PeerProcess(
+            script: "bumble_pairing.py",
+            arguments: [
+                "--transport", rc.transport, "--io", "none", "--keystore", tempPath("bumble-keys.json").path,
+            ])
         defer { bumble.stop() }
         let advertised = try await bumble.waitFor("advertising")
         let address = try #require(advertised[0]["address"] as? String)
@@ -282,8 +316,11 @@ let allPairingCases: [PairingCase] = [
         let ours = host.loop.sync { host.localAddress }
         let config = tempPath("device.json")
         try Data("{\"name\": \"Bumble Pair\", \"address\": \"F0:F1:F2:F3:F4:F5\"}".utf8).write(to: config)
-        let bumble = try PeerProcess(script: "run_tool.py", arguments: [
-            "bumble-pair", "--io", "none", "--keystore-file", tempPath("keys.json").path, config.path, rc.transport, ours.description])
+        let bumble = try PeerProcess(
+            script: "run_tool.py",
+            arguments: [
+                "bumble-pair", "--io", "none", "--keystore-file", tempPath("keys.json").path, config.path, rc.transport, ours.description,
+            ])
         defer { bumble.stop() }
         try await bumble.waitFor("log", seconds: 40) { ($0["text"] as? String)?.contains("Paired") ?? false }
         try await waitFor("our side paired") { !rec.paired.isEmpty }

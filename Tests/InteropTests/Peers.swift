@@ -164,8 +164,10 @@ final class RootCanal: @unchecked Sendable {
         let ports = try (0..<4).map { _ in try Interop.freePort() }
         hciPort = ports[0]
         process.executableURL = URL(fileURLWithPath: Interop.python)
-        process.arguments = Interop.guarded([try Interop.rootcanalBinary(), "--hci_port=\(ports[0])", "--test_port=\(ports[1])",
-                                             "--link_port=\(ports[2])", "--link_ble_port=\(ports[3])"])
+        process.arguments = Interop.guarded([
+            try Interop.rootcanalBinary(), "--hci_port=\(ports[0])", "--test_port=\(ports[1])",
+            "--link_port=\(ports[2])", "--link_ble_port=\(ports[3])",
+        ])
         process.standardInput = lifeline
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

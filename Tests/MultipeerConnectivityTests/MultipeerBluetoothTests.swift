@@ -26,8 +26,9 @@ final class BluetoothAirFixture: @unchecked Sendable {
             s.start()
             server = s
             let port = s.port
-            BluetoothPeerNode.configure(factory: { name in try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: port), name: name) },
-                                        sharing: .perPeer)
+            BluetoothPeerNode.configure(
+                factory: { name in try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: port), name: name) },
+                sharing: .perPeer)
         } else {
             server = nil
             BluetoothPeerNode.configure(factory: { name in try HostFactory.makeHost(on: air, name: name) }, sharing: .perPeer)

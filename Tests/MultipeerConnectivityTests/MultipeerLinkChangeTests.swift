@@ -28,7 +28,9 @@ final class LinkLab: @unchecked Sendable {
     let dir: URL
 
     init(ipv6: Bool = true) throws {
-        n = LinkLab.counter.withLock { LinkLab.next += 1; return LinkLab.next }
+        n = LinkLab.counter.withLock {
+            LinkLab.next += 1; return LinkLab.next
+        }
         let tag = "\(getpid() % 10000)m\(n)"
         a = "mcA\(tag)"; b = "mcB\(tag)"; va = "mA\(tag)"; vb = "mB\(tag)"
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-lab-\(tag)-\(UUID().uuidString)")
@@ -136,8 +138,9 @@ final class LabPeer: @unchecked Sendable {
     }
 }
 
-@Suite(.serialized, .enabled(if: LinkLab.available, "needs root, network namespaces and .build/debug/ble; Multipeer link-change tests skipped"),
-       .timeLimit(.minutes(4)))
+@Suite(
+    .serialized, .enabled(if: LinkLab.available, "needs root, network namespaces and .build/debug/ble; Multipeer link-change tests skipped"),
+    .timeLimit(.minutes(4)))
 struct MultipeerLinkChangeTests {
     let service = "lk" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
     /// MCSession's liveness timeout, and the longest it may take past it to notice (it checks every second).
@@ -156,7 +159,9 @@ struct MultipeerLinkChangeTests {
         let lostA = adv.waitFor("Brw: notConnected", since: down, seconds: 2)
         #expect(lostB != nil && lostA != nil, "browser:\n\(brw.output)\nadvertiser:\n\(adv.output)")
         if let lostB, let lostA {
-            print("MEASURED link down: browser reports the peer gone after \(Int(lostB.timeIntervalSince(down) * 1000)) ms, advertiser after \(Int(lostA.timeIntervalSince(down) * 1000)) ms")
+            print(
+                "MEASURED link down: browser reports the peer gone after \(Int(lostB.timeIntervalSince(down) * 1000)) ms, advertiser after \(Int(lostA.timeIntervalSince(down) * 1000)) ms"
+            )
             #expect(lostB.timeIntervalSince(down) <= Self.timeout + Self.slack && lostA.timeIntervalSince(down) <= Self.timeout + Self.slack)
         }
         let up = Date()

@@ -334,10 +334,14 @@ struct MultipeerNetworkTests {
         defer { a.disconnect(); b.disconnect() }
         let (da, db) = try connectionData(a, b)
         // Peer IDs cross the app's own channel archived, as Apple's flow says.
-        let bID = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self,
-                                                                     from: NSKeyedArchiver.archivedData(withRootObject: b.myPeerID, requiringSecureCoding: true)))
-        let aID = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self,
-                                                                     from: NSKeyedArchiver.archivedData(withRootObject: a.myPeerID, requiringSecureCoding: true)))
+        let bID = try #require(
+            try NSKeyedUnarchiver.unarchivedObject(
+                ofClass: MCPeerID.self,
+                from: NSKeyedArchiver.archivedData(withRootObject: b.myPeerID, requiringSecureCoding: true)))
+        let aID = try #require(
+            try NSKeyedUnarchiver.unarchivedObject(
+                ofClass: MCPeerID.self,
+                from: NSKeyedArchiver.archivedData(withRootObject: a.myPeerID, requiringSecureCoding: true)))
         a.connectPeer(bID, withNearbyConnectionData: db)
         b.connectPeer(aID, withNearbyConnectionData: da)
         try waitFor("connected") { a.connectedPeers == [bID] && b.connectedPeers == [aID] }
@@ -408,10 +412,18 @@ struct MultipeerDemoTests {
         let bytes = Data((0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         try bytes.write(to: photo)
         let service = "demo" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
-        let adv = try ChildProcess(ble, ["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello",
-                                         "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "30"])
-        let brw = try ChildProcess(ble, ["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi",
-                                         "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "30"])
+        let adv = try ChildProcess(
+            ble,
+            [
+                "mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello",
+                "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "30",
+            ])
+        let brw = try ChildProcess(
+            ble,
+            [
+                "mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi",
+                "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "30",
+            ])
         // Each exits on its own within its 30 s; a process still running after 45 s is a hang.
         let b = brw.finish(within: 45), a = adv.finish(within: 15)
         #expect(!a.timedOut && !b.timedOut, "hung: advertiser \(a.timedOut), browser \(b.timedOut)")
@@ -444,10 +456,18 @@ struct MultipeerDemoTests {
         var env = ProcessInfo.processInfo.environment
         env["BLE_TRANSPORT"] = "tcp-client:127.0.0.1:\(port)"
         let service = "bt" + String(UInt16.random(in: 0...UInt16.max), radix: 36)
-        let adv = try ChildProcess(ble, ["mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
-                                         "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "40"], environment: env)
-        let brw = try ChildProcess(ble, ["mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi", "--transport", "bluetooth",
-                                         "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "40"], environment: env)
+        let adv = try ChildProcess(
+            ble,
+            [
+                "mc", "advertise", "--name", "KenshinCui_Advertiser", "--service", service, "--say", "hello", "--transport", "bluetooth",
+                "--dir", dir.appendingPathComponent("in").path, "--expect", "2", "--duration", "40",
+            ], environment: env)
+        let brw = try ChildProcess(
+            ble,
+            [
+                "mc", "browse", "--name", "KenshinCui", "--service", service, "--say", "hi", "--transport", "bluetooth",
+                "--photo", photo.path, "--dir", dir.path, "--expect", "1", "--duration", "40",
+            ], environment: env)
         let b = brw.finish(within: 55), a = adv.finish(within: 15)
         #expect(!a.timedOut && !b.timedOut, "hung: advertiser \(a.timedOut), browser \(b.timedOut)")
         #expect(b.text.contains("KenshinCui_Advertiser: connected") && b.text.contains("KenshinCui_Advertiser says: hello"), "\(b.text)")

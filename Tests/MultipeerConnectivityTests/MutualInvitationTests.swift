@@ -70,10 +70,16 @@ extension MultipeerNetworkTests {
         #expect(expected.contains(acceptorStates), "\(answer), acceptor lower: \(acceptorHasLowerToken): \(acceptorStates)")
         #expect(other.states(of: acceptor) == [.connecting, .connected], "\(answer), acceptor lower: \(acceptorHasLowerToken)")
         #expect(acceptor.session.connectedPeers == [other.session.myPeerID] && other.session.connectedPeers == [acceptor.session.myPeerID])
-        #expect(acceptor.session.lock.withLock { acceptor.session.pendingInvites.isEmpty && acceptor.session.accepting.isEmpty
-                                                 && acceptor.session.movingToOurInvitation.isEmpty && acceptor.session.meshBeforeAccepting.isEmpty })
-        #expect(other.session.lock.withLock { other.session.pendingInvites.isEmpty && other.session.accepting.isEmpty
-                                              && other.session.movingToOurInvitation.isEmpty })
+        #expect(
+            acceptor.session.lock.withLock {
+                acceptor.session.pendingInvites.isEmpty && acceptor.session.accepting.isEmpty
+                    && acceptor.session.movingToOurInvitation.isEmpty && acceptor.session.meshBeforeAccepting.isEmpty
+            })
+        #expect(
+            other.session.lock.withLock {
+                other.session.pendingInvites.isEmpty && other.session.accepting.isEmpty
+                    && other.session.movingToOurInvitation.isEmpty
+            })
         // Both ends share a mesh (a third member could join either) and talk on the one link.
         #expect(acceptor.session.lock.withLock { acceptor.session.mesh } == other.session.lock.withLock { other.session.mesh })
         try acceptor.session.send(Data("from acceptor".utf8), toPeers: acceptor.session.connectedPeers, with: .reliable)

@@ -84,10 +84,10 @@ import PeerSession
         }
         let tooLong = PeerFrame.maximumPayload + 1
         let cases: [[UInt8]] = [
-            [9, 0, 0, 0] + le(tooLong),                       // a resource chunk too long, refused from its header
-            [9, 0, 1, 0, 16, 0, 0, 0, 1, 0, 0, 0],            // reserved octets set, the chunk not yet there
-            [7, 1, 0, 0, 2, 0, 0, 0, 1, 2],                   // data shorter than its id
-            [1, 0, 0, 0, 1, 0, 0, 0, 1],                      // hello cut short
+            [9, 0, 0, 0] + le(tooLong),   // a resource chunk too long, refused from its header
+            [9, 0, 1, 0, 16, 0, 0, 0, 1, 0, 0, 0],   // reserved octets set, the chunk not yet there
+            [7, 1, 0, 0, 2, 0, 0, 0, 1, 2],   // data shorter than its id
+            [1, 0, 0, 0, 1, 0, 0, 0, 1],   // hello cut short
         ]
         for bytes in cases {
             var reference = PeerFrameDecoder()
@@ -145,7 +145,10 @@ import PeerSession
                 // Sliced, the start of a chunk whose end never came was passed on; the reference holds it back.
                 if slicing, have.count == want.count + 1, case .resourceChunk = have.last! { have.removeLast() }
                 if have.count == want.count, slicing, case let .resourceChunk(id, w)? = want.last, case let .resourceChunk(id2, h)? = have.last,
-                   id == id2, h.count > w.count, Array(h.prefix(w.count)) == w { want[want.count - 1] = .resourceChunk(id: id, chunk: h) }
+                    id == id2, h.count > w.count, Array(h.prefix(w.count)) == w
+                {
+                    want[want.count - 1] = .resourceChunk(id: id, chunk: h)
+                }
                 #expect(have == want, "round \(round), slicing \(slicing)")
                 #expect(gotError == expectedError, "round \(round), slicing \(slicing)")
             }

@@ -28,7 +28,9 @@ final class SessionRecorder: NSObject, MCSessionDelegate, @unchecked Sendable {
     var acceptCertificates = true
     var onMainThread = false
     func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {
-        lock.withLock { states.append((peerID.displayName, state)); if Thread.isMainThread { onMainThread = true } }
+        lock.withLock {
+            states.append((peerID.displayName, state)); if Thread.isMainThread { onMainThread = true }
+        }
     }
     func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) { lock.withLock { messages.append((peerID.displayName, data)) } }
     func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {
@@ -58,11 +60,13 @@ final class SessionRecorder: NSObject, MCSessionDelegate, @unchecked Sendable {
 
 final class AdvertiserAnswer: NSObject, MCNearbyServiceAdvertiserDelegate, @unchecked Sendable {
     var session: MCSession?
-    var answer: Bool? = true    // nil: never answer
+    var answer: Bool? = true   // nil: never answer
     let lock = NSLock()
     var invitations: [(String, Data?)] = []
-    func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
-                    invitationHandler: @escaping (Bool, MCSession?) -> Void) {
+    func advertiser(
+        _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+        invitationHandler: @escaping (Bool, MCSession?) -> Void
+    ) {
         lock.withLock { invitations.append((peerID.displayName, context)) }
         guard let answer else { return }
         invitationHandler(answer, answer ? session : nil)
@@ -144,8 +148,10 @@ struct Pair {
     let found = BrowserRecorder()
     let serviceType: String
 
-    init(encryption: MCEncryptionPreference = .required, answer accept: Bool? = true, connect: Bool = true, context: Data? = nil,
-         timeout: TimeInterval = 10, transports: MCTransports = .network, findWithin: Double = 5) throws {
+    init(
+        encryption: MCEncryptionPreference = .required, answer accept: Bool? = true, connect: Bool = true, context: Data? = nil,
+        timeout: TimeInterval = 10, transports: MCTransports = .network, findWithin: Double = 5
+    ) throws {
         serviceType = "t" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
         a = MCSession(peer: MCPeerID(displayName: "A"), securityIdentity: nil, encryptionPreference: encryption, transports: transports)
         b = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: encryption, transports: transports)
@@ -181,7 +187,8 @@ struct Pair {
 /// This process's resident memory now, in MB (/proc/self/statm).
 func residentMegabytes() -> Int {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
-          let pages = text.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else { return 0 }
+        let pages = text.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+    else { return 0 }
     return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / (1 << 20)
 }
 
@@ -214,8 +221,10 @@ func sameContents(_ a: URL, _ b: URL) throws -> Bool {
 
 /// Writes byte `pattern(i)` for every i from `alreadySent` to `total` into `out` while reading `input`,
 /// until `total` bytes arrived or 30 s passed; returns what arrived.
-func pumpStream(_ out: OutputStream, into input: InputStream, total: Int, alreadySent: Int = 0, chunk: Int,
-                pattern: (Int) -> UInt8) -> [UInt8] {
+func pumpStream(
+    _ out: OutputStream, into input: InputStream, total: Int, alreadySent: Int = 0, chunk: Int,
+    pattern: (Int) -> UInt8
+) -> [UInt8] {
     var sent = alreadySent
     var received = [UInt8]()
     var buf = [UInt8](repeating: 0, count: 65_536)
@@ -229,7 +238,9 @@ func pumpStream(_ out: OutputStream, into input: InputStream, total: Int, alread
         if input.hasBytesAvailable {
             let n = input.read(&buf, maxLength: buf.count)
             if n > 0 { received += buf[0..<n] }
-        } else { usleep(500) }
+        } else {
+            usleep(500)
+        }
     }
     return received
 }

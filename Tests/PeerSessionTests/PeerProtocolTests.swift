@@ -12,10 +12,15 @@ let samples: [PeerMessage] = [
     .resourceStart(id: 1, size: 1 << 33, name: "photo.png"), .resourceChunk(id: 1, chunk: [0xFF]), .resourceEnd(id: 1),
     .resourceCancel(id: 1), .resourceAck(id: 1), .streamOpen(id: 2, name: "s"), .streamData(id: 2, chunk: [1]),
     .streamCredit(id: 2, octets: 65536), .streamClose(id: 2), .ping, .pong, .bye, .evict(token: 42),
-    .hello(version: 1, identity: PeerIdentity(token: 9, displayName: "B"), port: 0,
-           bluetooth: PeerBluetoothEndpoint(address: [1, 2, 3, 4, 5, 0xC6], isRandom: true, psm: 0x81)),
-    .members(mesh: 1, [PeerMember(identity: PeerIdentity(token: 5, displayName: "b"), host: "10.0.0.2", port: 7),
-                       PeerMember(identity: PeerIdentity(token: 5, displayName: "b"), host: "ble:C6:05:04:03:02:01/random", port: 0x81)]),
+    .hello(
+        version: 1, identity: PeerIdentity(token: 9, displayName: "B"), port: 0,
+        bluetooth: PeerBluetoothEndpoint(address: [1, 2, 3, 4, 5, 0xC6], isRandom: true, psm: 0x81)),
+    .members(
+        mesh: 1,
+        [
+            PeerMember(identity: PeerIdentity(token: 5, displayName: "b"), host: "10.0.0.2", port: 7),
+            PeerMember(identity: PeerIdentity(token: 5, displayName: "b"), host: "ble:C6:05:04:03:02:01/random", port: 0x81),
+        ]),
     .infoRequest, .info(["room": "1", "": "empty key"]), .info([:]),
 ]
 

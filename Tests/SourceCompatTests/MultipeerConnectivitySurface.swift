@@ -7,23 +7,29 @@ import MultipeerConnectivity
 // Rows 24–30: a session delegate implementing every requirement with Apple's spelling.
 final class AppSessionDelegate: NSObject, MCSessionDelegate {
     var states: [MCSessionState] = []
-    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {          // 25
+    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {   // 25
         states.append(state)
-        switch state {                                                                                      // 31–34
+        switch state {   // 31–34
         case .notConnected: break
         case .connecting: break
         case .connected: break
         @unknown default: break
         }
     }
-    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {}               // 26
-    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}  // 27
-    func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID,
-                 with progress: Progress) {}                                                                // 28
-    func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID,
-                 at localURL: URL?, withError error: Error?) {}                                             // 29
-    func session(_ session: MCSession, didReceiveCertificate certificate: [Any]?, fromPeer peerID: MCPeerID,
-                 certificateHandler: @escaping (Bool) -> Void) { certificateHandler(true) }                 // 30
+    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {}   // 26
+    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}   // 27
+    func session(
+        _ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID,
+        with progress: Progress
+    ) {}   // 28
+    func session(
+        _ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID,
+        at localURL: URL?, withError error: Error?
+    ) {}   // 29
+    func session(
+        _ session: MCSession, didReceiveCertificate certificate: [Any]?, fromPeer peerID: MCPeerID,
+        certificateHandler: @escaping (Bool) -> Void
+    ) { certificateHandler(true) }   // 30
 }
 
 // Rows 70–72.
@@ -32,8 +38,10 @@ final class AppAdvertiserDelegate: NSObject, MCNearbyServiceAdvertiserDelegate {
     private let lock = NSLock()
     private var error: Error?
     var notStarted: Error? { lock.withLock { error } }
-    func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
-                    invitationHandler: @escaping (Bool, MCSession?) -> Void) {
+    func advertiser(
+        _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
+        invitationHandler: @escaping (Bool, MCSession?) -> Void
+    ) {
         invitationHandler(true, session)
     }
     func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didNotStartAdvertisingPeer error: Error) { lock.withLock { self.error = error } }
@@ -59,48 +67,52 @@ final class AppAssistantDelegate: NSObject, MCAdvertiserAssistantDelegate {
 final class AppBrowserViewControllerDelegate: NSObject, MCBrowserViewControllerDelegate {
     func browserViewControllerDidFinish(_ browserViewController: MCBrowserViewController) {}
     func browserViewControllerWasCancelled(_ browserViewController: MCBrowserViewController) {}
-    func browserViewController(_ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,
-                               withDiscoveryInfo info: [String: String]?) -> Bool { true }
+    func browserViewController(
+        _ browserViewController: MCBrowserViewController, shouldPresentNearbyPeer peerID: MCPeerID,
+        withDiscoveryInfo info: [String: String]?
+    ) -> Bool { true }
 }
 
 enum MultipeerSurface {
     /// Rows 1–7: MCPeerID, its coding and copying.
     static func peerID() throws -> MCPeerID {
-        let me = MCPeerID(displayName: "KenshinCui")                                                        // 1, 2
-        let name: String = me.displayName                                                                   // 3
+        let me = MCPeerID(displayName: "KenshinCui")   // 1, 2
+        let name: String = me.displayName   // 3
         precondition(!name.isEmpty)
-        let archived = try NSKeyedArchiver.archivedData(withRootObject: me, requiringSecureCoding: MCPeerID.supportsSecureCoding)  // 5, 6
-        let back = try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self, from: archived)           // 4
-        let copy = me.copy() as! MCPeerID                                                                   // 7
+        let archived = try NSKeyedArchiver.archivedData(withRootObject: me, requiringSecureCoding: MCPeerID.supportsSecureCoding)   // 5, 6
+        let back = try NSKeyedUnarchiver.unarchivedObject(ofClass: MCPeerID.self, from: archived)   // 4
+        let copy = me.copy() as! MCPeerID   // 7
         precondition(back == me && copy == me)
         return me
     }
 
     /// Rows 8–23 (the calls that need no network), 35–61.
     static func session(_ me: MCPeerID, delegate: AppSessionDelegate) -> MCSession {
-        let session = MCSession(peer: me)                                                                   // 8, 9
-        let secured = MCSession(peer: me, securityIdentity: nil, encryptionPreference: .required)           // 10
-        session.delegate = delegate                                                                         // 11
-        let _: MCPeerID = session.myPeerID                                                                  // 12
-        let _: [Any]? = secured.securityIdentity                                                            // 13
-        let preference: MCEncryptionPreference = secured.encryptionPreference                               // 14, 38
-        switch preference {                                                                                 // 39–41
+        let session = MCSession(peer: me)   // 8, 9
+        let secured = MCSession(peer: me, securityIdentity: nil, encryptionPreference: .required)   // 10
+        session.delegate = delegate   // 11
+        let _: MCPeerID = session.myPeerID   // 12
+        let _: [Any]? = secured.securityIdentity   // 13
+        let preference: MCEncryptionPreference = secured.encryptionPreference   // 14, 38
+        switch preference {   // 39–41
         case .optional, .required, .none: break
         @unknown default: break
         }
-        let peers: [MCPeerID] = session.connectedPeers                                                      // 15
+        let peers: [MCPeerID] = session.connectedPeers   // 15
         do {
-            try session.send(Data("hi".utf8), toPeers: peers, with: .reliable)                              // 16, 35–37
+            try session.send(Data("hi".utf8), toPeers: peers, with: .reliable)   // 16, 35–37
             try session.send(Data(), toPeers: peers, with: .unreliable)
-        } catch let error as MCError {                                                                      // 45
-            let code: MCError.Code = error.code                                                             // 46
+        } catch let error as MCError {   // 45
+            let code: MCError.Code = error.code   // 46
             _ = code == .invalidParameter
         } catch {}
-        let _: Int = kMCSessionMinimumNumberOfPeers + kMCSessionMaximumNumberOfPeers                         // 42, 43
-        let _: String = MCErrorDomain + MCError.errorDomain                                                 // 44, 61
-        let codes: [MCError.Code] = [.unknown, .notConnected, .invalidParameter, .unsupported, .timedOut, .cancelled, .unavailable]  // 47–53
-        let shorthands: [MCError.Code] = [MCError.unknown, MCError.notConnected, MCError.invalidParameter, MCError.unsupported,
-                                          MCError.timedOut, MCError.cancelled, MCError.unavailable]         // 54–60
+        let _: Int = kMCSessionMinimumNumberOfPeers + kMCSessionMaximumNumberOfPeers   // 42, 43
+        let _: String = MCErrorDomain + MCError.errorDomain   // 44, 61
+        let codes: [MCError.Code] = [.unknown, .notConnected, .invalidParameter, .unsupported, .timedOut, .cancelled, .unavailable]   // 47–53
+        let shorthands: [MCError.Code] = [
+            MCError.unknown, MCError.notConnected, MCError.invalidParameter, MCError.unsupported,
+            MCError.timedOut, MCError.cancelled, MCError.unavailable,
+        ]   // 54–60
         precondition(codes == shorthands)
         return session
     }
@@ -112,14 +124,14 @@ enum MultipeerSurface {
         }
         progress?.cancel()
         session.sendResource(at: file, withName: "again", toPeer: peer, withCompletionHandler: nil)
-        let stream: OutputStream = try session.startStream(withName: "live", toPeer: peer)                  // 18
+        let stream: OutputStream = try session.startStream(withName: "live", toPeer: peer)   // 18
         stream.close()
-        session.nearbyConnectionData(forPeer: peer) { data, error in                                        // 20
+        session.nearbyConnectionData(forPeer: peer) { data, error in   // 20
             guard let data = data, error == nil else { return }
-            session.connectPeer(peer, withNearbyConnectionData: data)                                       // 22
+            session.connectPeer(peer, withNearbyConnectionData: data)   // 22
         }
-        session.cancelConnectPeer(peer)                                                                     // 23
-        session.disconnect()                                                                                // 19
+        session.cancelConnectPeer(peer)   // 23
+        session.disconnect()   // 19
     }
 
     /// Row 21: the async form.
@@ -128,40 +140,42 @@ enum MultipeerSurface {
     }
 
     /// Rows 62–69, 73–80, 85–92, 97–103.
-    static func discovery(_ session: MCSession, advertiserDelegate: AppAdvertiserDelegate, browserDelegate: AppBrowserDelegate,
-                          serviceType: String) -> (MCNearbyServiceAdvertiser, MCNearbyServiceBrowser, MCAdvertiserAssistant, MCBrowserViewController) {
-        let advertiser = MCNearbyServiceAdvertiser(peer: session.myPeerID, discoveryInfo: ["room": "1"], serviceType: serviceType)  // 62, 63
-        advertiser.delegate = advertiserDelegate                                                            // 64
-        let _: MCPeerID = advertiser.myPeerID                                                               // 65
-        let _: [String: String]? = advertiser.discoveryInfo                                                 // 66
-        let _: String = advertiser.serviceType                                                              // 67
-        advertiser.startAdvertisingPeer()                                                                   // 68
-        advertiser.stopAdvertisingPeer()                                                                    // 69
+    static func discovery(
+        _ session: MCSession, advertiserDelegate: AppAdvertiserDelegate, browserDelegate: AppBrowserDelegate,
+        serviceType: String
+    ) -> (MCNearbyServiceAdvertiser, MCNearbyServiceBrowser, MCAdvertiserAssistant, MCBrowserViewController) {
+        let advertiser = MCNearbyServiceAdvertiser(peer: session.myPeerID, discoveryInfo: ["room": "1"], serviceType: serviceType)   // 62, 63
+        advertiser.delegate = advertiserDelegate   // 64
+        let _: MCPeerID = advertiser.myPeerID   // 65
+        let _: [String: String]? = advertiser.discoveryInfo   // 66
+        let _: String = advertiser.serviceType   // 67
+        advertiser.startAdvertisingPeer()   // 68
+        advertiser.stopAdvertisingPeer()   // 69
 
-        let browser = MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: serviceType)             // 73, 74
-        browser.delegate = browserDelegate                                                                  // 75
-        let _: MCPeerID = browser.myPeerID                                                                  // 76
-        let _: String = browser.serviceType                                                                 // 77
-        browser.startBrowsingForPeers()                                                                     // 78
-        browser.stopBrowsingForPeers()                                                                      // 79
+        let browser = MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: serviceType)   // 73, 74
+        browser.delegate = browserDelegate   // 75
+        let _: MCPeerID = browser.myPeerID   // 76
+        let _: String = browser.serviceType   // 77
+        browser.startBrowsingForPeers()   // 78
+        browser.stopBrowsingForPeers()   // 79
 
-        let assistant = MCAdvertiserAssistant(serviceType: serviceType, discoveryInfo: nil, session: session)  // 85, 86
+        let assistant = MCAdvertiserAssistant(serviceType: serviceType, discoveryInfo: nil, session: session)   // 85, 86
         let assistantDelegate = AppAssistantDelegate()
-        assistant.delegate = assistantDelegate                                                              // 87
-        let _: MCSession = assistant.session                                                                // 88
-        let _: [String: String]? = assistant.discoveryInfo                                                  // 89
-        let _: String = assistant.serviceType                                                               // 90
-        assistant.start()                                                                                   // 91
-        assistant.stop()                                                                                    // 92
+        assistant.delegate = assistantDelegate   // 87
+        let _: MCSession = assistant.session   // 88
+        let _: [String: String]? = assistant.discoveryInfo   // 89
+        let _: String = assistant.serviceType   // 90
+        assistant.start()   // 91
+        assistant.stop()   // 92
 
-        let picker = MCBrowserViewController(serviceType: serviceType, session: session)                    // 97
-        let other = MCBrowserViewController(browser: browser, session: session)                             // 98
+        let picker = MCBrowserViewController(serviceType: serviceType, session: session)   // 97
+        let other = MCBrowserViewController(browser: browser, session: session)   // 98
         let pickerDelegate = AppBrowserViewControllerDelegate()
-        picker.delegate = pickerDelegate                                                                    // 99
-        let _: MCNearbyServiceBrowser? = other.browser                                                      // 100
-        let _: MCSession = picker.session                                                                   // 101
-        picker.minimumNumberOfPeers = kMCSessionMinimumNumberOfPeers                                        // 102
-        picker.maximumNumberOfPeers = kMCSessionMaximumNumberOfPeers                                        // 103
+        picker.delegate = pickerDelegate   // 99
+        let _: MCNearbyServiceBrowser? = other.browser   // 100
+        let _: MCSession = picker.session   // 101
+        picker.minimumNumberOfPeers = kMCSessionMinimumNumberOfPeers   // 102
+        picker.maximumNumberOfPeers = kMCSessionMaximumNumberOfPeers   // 103
         return (advertiser, browser, assistant, picker)
     }
 

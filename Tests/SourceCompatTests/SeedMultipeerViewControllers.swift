@@ -9,7 +9,7 @@ import MultipeerConnectivity
 class AdvertiserViewController: NSObject, MCSessionDelegate, MCAdvertiserAssistantDelegate {
     var session: MCSession!
     var advertiserAssistant: MCAdvertiserAssistant!
-    var photo: Data?                                        // @IBOutlet weak var photo: UIImageView!
+    var photo: Data?   // @IBOutlet weak var photo: UIImageView!
 
     func viewDidLoad() {
         // 创建节点,displayName是用于提供给周边设备查看和区分此服务的
@@ -23,7 +23,7 @@ class AdvertiserViewController: NSObject, MCSessionDelegate, MCAdvertiserAssista
 
     // MARK: - UI事件
     func advertiserClick() {
-        advertiserAssistant.start()                         // 开始广播
+        advertiserAssistant.start()   // 开始广播
     }
 
     // MARK: - MCSession代理方法
@@ -39,7 +39,7 @@ class AdvertiserViewController: NSObject, MCSessionDelegate, MCAdvertiserAssista
     // 接收数据
     func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {
         print("开始接收数据...")
-        photo = data                                        // UIImage(data:) → self.photo.image; UIImageWriteToSavedPhotosAlbum
+        photo = data   // UIImage(data:) → self.photo.image; UIImageWriteToSavedPhotosAlbum
     }
 
     func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}
@@ -66,8 +66,8 @@ class BrowserViewController: NSObject, MCSessionDelegate, MCBrowserViewControlle
     var photo: Data?
 
     func viewDidLoad() {
-        let peerID = MCPeerID(displayName: "KenshinCui")    // 创建节点
-        session = MCSession(peer: peerID)                   // 创建会话
+        let peerID = MCPeerID(displayName: "KenshinCui")   // 创建节点
+        session = MCSession(peer: peerID)   // 创建会话
         session.delegate = self
     }
 
@@ -75,16 +75,16 @@ class BrowserViewController: NSObject, MCSessionDelegate, MCBrowserViewControlle
     func browserClick() {
         browserController = MCBrowserViewController(serviceType: "cmj-stream", session: session)
         browserController.delegate = self
-        browserController.present()                         // self.present(browserController, animated: true, completion: nil)
+        browserController.present()   // self.present(browserController, animated: true, completion: nil)
     }
 
     // MARK: - MCBrowserViewController代理方法
     func browserViewControllerDidFinish(_ browserViewController: MCBrowserViewController) {
-        print("已选择")                                      // browserController.dismiss(animated: true, completion: nil)
+        print("已选择")   // browserController.dismiss(animated: true, completion: nil)
     }
 
     func browserViewControllerWasCancelled(_ browserViewController: MCBrowserViewController) {
-        print("取消浏览.")                                   // browserController.dismiss(animated: true, completion: nil)
+        print("取消浏览.")   // browserController.dismiss(animated: true, completion: nil)
     }
 
     // MARK: - MCSession代理方法
@@ -92,7 +92,7 @@ class BrowserViewController: NSObject, MCSessionDelegate, MCBrowserViewControlle
         print("didChangeState")
         switch state {
         case .connected:
-            print("连接成功.")                               // browserController.dismiss(animated: true, completion: nil)
+            print("连接成功.")   // browserController.dismiss(animated: true, completion: nil)
         case .connecting:
             print("正在连接...")
         default:

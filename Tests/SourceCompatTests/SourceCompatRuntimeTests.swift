@@ -25,8 +25,11 @@ import CoreBluetooth
         #expect(GameKitSurface.matches(GKSessionError(.declinedError)) == "30502")
         #expect(GameKitSurface.matches(NSError(domain: MCErrorDomain, code: 30508)) == "other")
         #expect(Set(GameKitSurface.allShorthands).count == 16)
-        #expect(GameKitSurface.allShorthands.map(\.rawValue) == [30500, 30501, 30502, 30503, 30504, 30505, 30506, 30507, 30508, 30509, 30510,
-                                                                 30201, 30202, 30203, 30204, 30205])
+        #expect(
+            GameKitSurface.allShorthands.map(\.rawValue) == [
+                30500, 30501, 30502, 30503, 30504, 30505, 30506, 30507, 30508, 30509, 30510,
+                30201, 30202, 30203, 30204, 30205,
+            ])
         let thrown: Error = GKSessionError(.timedOutError)
         #expect((thrown as? GKSessionError)?.code == .timedOutError)
         #expect((thrown as NSError).domain == GKSessionErrorDomain && (thrown as NSError).code == 30503)

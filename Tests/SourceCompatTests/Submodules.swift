@@ -36,7 +36,9 @@ import CoreBluetooth.CoreBluetoothDefines
 /// Types reached through submodule imports alone (this file imports no framework as a whole).
 enum ThroughSubmodules {
     static func names() -> [String] {
-        [String(describing: MCPeerID.self), String(describing: GKSession.self), String(describing: CBUUID.self),
-         MCPeerID(displayName: "sub").displayName, CBUUID(string: "180D").uuidString]
+        [
+            String(describing: MCPeerID.self), String(describing: GKSession.self), String(describing: CBUUID.self),
+            MCPeerID(displayName: "sub").displayName, CBUUID(string: "180D").uuidString,
+        ]
     }
 }

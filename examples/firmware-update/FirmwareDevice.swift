@@ -67,8 +67,10 @@ final class FirmwareDevice: NSObject, CBPeripheralManagerDelegate, StreamDelegat
         let data = CBMutableCharacteristic(type: UpdateService.data, properties: [.writeWithoutResponse], value: nil, permissions: [.writeable])
         var characteristics = [controlPoint!, data]
         if let psm {
-            characteristics.append(CBMutableCharacteristic(type: UpdateService.psm, properties: [.read],
-                                                           value: Data([UInt8(psm & 0xFF), UInt8(psm >> 8)]), permissions: [.readable]))
+            characteristics.append(
+                CBMutableCharacteristic(
+                    type: UpdateService.psm, properties: [.read],
+                    value: Data([UInt8(psm & 0xFF), UInt8(psm >> 8)]), permissions: [.readable]))
         }
         let service = CBMutableService(type: UpdateService.service, primary: true)
         service.characteristics = characteristics

@@ -10,9 +10,9 @@
 import GameKit
 
 class ViewController: NSObject, GKPeerPickerControllerDelegate {
-    var image: Data?                    // @IBOutlet weak var imageView: UIImageView! (照片显示视图)
-    var session: GKSession!             // 蓝牙连接会话
-    var album: URL?                     // where UIImageWriteToSavedPhotosAlbum would put received photos
+    var image: Data?   // @IBOutlet weak var imageView: UIImageView! (照片显示视图)
+    var session: GKSession!   // 蓝牙连接会话
+    var album: URL?   // where UIImageWriteToSavedPhotosAlbum would put received photos
 
     // MARK: - 控制器视图方法
     func viewDidLoad() {
@@ -31,7 +31,7 @@ class ViewController: NSObject, GKPeerPickerControllerDelegate {
     }
 
     func sendClick() {
-        let data = image    // UIImagePNGRepresentation(self.imageView.image)
+        let data = image   // UIImagePNGRepresentation(self.imageView.image)
         do {
             try session.sendData(toAllPeers: data, with: .reliable)
         } catch {
@@ -46,12 +46,12 @@ class ViewController: NSObject, GKPeerPickerControllerDelegate {
         print("已连接客户端设备:\(peerID).")
         // 设置数据接收处理句柄,相当于代理,一旦数据接收完成调用它的-receiveData:fromPeer:inSession:context:方法处理数据
         self.session.setDataReceiveHandler(self, withContext: nil)
-        picker.dismiss()    // 一旦连接成功关闭窗口
+        picker.dismiss()   // 一旦连接成功关闭窗口
     }
 
     // MARK: - 蓝牙数据接收方法
     func receiveData(_ data: Data, fromPeer peer: String, inSession session: GKSession, context: UnsafeMutableRawPointer?) {
-        image = data        // let image = UIImage(data: data); self.imageView.image = image
+        image = data   // let image = UIImage(data: data); self.imageView.image = image
         if let album { try? data.write(to: album) }   // UIImageWriteToSavedPhotosAlbum(image, nil, nil, nil)
         print("数据发送成功!")
     }

@@ -7,15 +7,17 @@ let package = Package(
     name: "HeartRateTesting",
     dependencies: [
         // OpenCoreBluetooth, two levels up (in your project: .package(url: "…/OpenCoreBluetooth", from: "…")).
-        .package(name: "OpenCoreBluetooth", path: "../.."),
+        .package(name: "OpenCoreBluetooth", path: "../..")
     ],
     targets: [
         .target(name: "HeartRateMonitor", dependencies: [.product(name: "CoreBluetooth", package: "OpenCoreBluetooth")]),
-        .testTarget(name: "HeartRateMonitorTests", dependencies: [
-            "HeartRateMonitor",
-            .product(name: "CoreBluetooth", package: "OpenCoreBluetooth"),
-            .product(name: "CoreBluetoothTesting", package: "OpenCoreBluetooth"),
-        ]),
+        .testTarget(
+            name: "HeartRateMonitorTests",
+            dependencies: [
+                "HeartRateMonitor",
+                .product(name: "CoreBluetooth", package: "OpenCoreBluetooth"),
+                .product(name: "CoreBluetoothTesting", package: "OpenCoreBluetooth"),
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

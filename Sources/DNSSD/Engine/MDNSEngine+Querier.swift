@@ -121,8 +121,9 @@ extension MDNSEngine {
                     askOnce(target, [.a, .aaaa], now: now, into: &questions)
                     continue
                 }
-                current[instance] = ResolvedService(instance: instance, txt: TXTRecord(rdataStrings: strings),
-                                                    host: target, port: port, addresses: addresses, interfaces: interfaces)
+                current[instance] = ResolvedService(
+                    instance: instance, txt: TXTRecord(rdataStrings: strings),
+                    host: target, port: port, addresses: addresses, interfaces: interfaces)
             }
             let id = browses[i].id
             for (name, service) in current.sorted(by: { $0.key < $1.key }) {

@@ -58,17 +58,19 @@ extension MDNSEngine {
 
     /// §8.1: a query for the instance name, type ANY, with the proposed records in the Authority section.
     func sendProbe(_ reg: Registration, first: Bool, out: inout [MDNSAction]) {
-        let msg = DNSMessage(header: .mdnsQuery,
-                             questions: [DNSQuestion(name: reg.instanceName, type: .any, unicastResponse: first)],
-                             authorities: reg.uniqueRecords(host: hostName))
+        let msg = DNSMessage(
+            header: .mdnsQuery,
+            questions: [DNSQuestion(name: reg.instanceName, type: .any, unicastResponse: first)],
+            authorities: reg.uniqueRecords(host: hostName))
         send(msg, to: .multicast, out: &out)
     }
 
     /// §8.3: an unsolicited response with every record, cache-flush set on the unique ones.
     mutating func announce(_ reg: Registration, now: MDNSInstant, out: inout [MDNSAction]) {
-        let msg = DNSMessage(header: .mdnsResponse,
-                             answers: reg.sharedRecords() + reg.uniqueRecords(host: hostName),
-                             additionals: hostRecords(ttl: MDNSTTL.hostRecord))
+        let msg = DNSMessage(
+            header: .mdnsResponse,
+            answers: reg.sharedRecords() + reg.uniqueRecords(host: hostName),
+            additionals: hostRecords(ttl: MDNSTTL.hostRecord))
         markMulticast(msg, now: now)
         send(msg, to: .multicast, out: &out)
     }
@@ -161,14 +163,16 @@ extension MDNSEngine {
             for i in answers.indices { answers[i].cacheFlush = false; answers[i].ttl = min(answers[i].ttl, 10) }
             var extra = additionals(for: answers, excluding: [])
             for i in extra.indices { extra[i].cacheFlush = false; extra[i].ttl = min(extra[i].ttl, 10) }
-            let reply = DNSMessage(header: DNSHeader(id: msg.header.id, flags: 0x8400), questions: msg.questions,
-                                   answers: answers, additionals: extra)
+            let reply = DNSMessage(
+                header: DNSHeader(id: msg.header.id, flags: 0x8400), questions: msg.questions,
+                answers: answers, additionals: extra)
             send(reply, to: .unicast(source), out: &out)
             return
         }
         if !unicast.isEmpty {
-            send(DNSMessage(header: .mdnsResponse, answers: unicast, additionals: additionals(for: unicast, excluding: msg.answers)),
-                 to: .unicast(source), out: &out)
+            send(
+                DNSMessage(header: .mdnsResponse, answers: unicast, additionals: additionals(for: unicast, excluding: msg.answers)),
+                to: .unicast(source), out: &out)
         }
         if !immediate.isEmpty {
             let reply = DNSMessage(header: .mdnsResponse, answers: immediate, additionals: additionals(for: immediate, excluding: msg.answers))

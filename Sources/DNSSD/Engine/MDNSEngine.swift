@@ -48,15 +48,19 @@ public struct MDNSEngine {
     // MARK: Inputs
 
     /// Starts probing for `<instanceName>.<serviceType>` (RFC 6762 §8.1). `serviceType` is e.g. `_foo._tcp.local.`.
-    public mutating func register(instanceName: String, serviceType: DNSName, port: UInt16, txt: TXTRecord,
-                                  now: MDNSInstant) -> (RegistrationID, [MDNSAction]) {
+    public mutating func register(
+        instanceName: String, serviceType: DNSName, port: UInt16, txt: TXTRecord,
+        now: MDNSInstant
+    ) -> (RegistrationID, [MDNSAction]) {
         var out: [MDNSAction] = []
         let id = RegistrationID(rawValue: nextID)
         nextID += 1
         let delay = Int64.random(in: 0...250, using: &rng)
-        registrations.append(Registration(id: id, requestedName: instanceName, reportedName: instanceName,
-                                          instanceLabel: instanceName, serviceType: serviceType, port: port, txt: txt,
-                                          state: .waitingToProbe(until: now + delay)))
+        registrations.append(
+            Registration(
+                id: id, requestedName: instanceName, reportedName: instanceName,
+                instanceLabel: instanceName, serviceType: serviceType, port: port, txt: txt,
+                state: .waitingToProbe(until: now + delay)))
         finish(&out, now: now)
         return (id, out)
     }
@@ -218,8 +222,10 @@ public struct MDNSEngine {
         guard records.count > 1 else {
             // One record alone too big: drop the additionals, else give up on it.
             if !extra.isEmpty {
-                send(DNSMessage(header: message.header, questions: message.questions, answers: message.answers,
-                                authorities: message.authorities), to: destination, out: &out)
+                send(
+                    DNSMessage(
+                        header: message.header, questions: message.questions, answers: message.answers,
+                        authorities: message.authorities), to: destination, out: &out)
             } else {
                 out.append(.log("mDNS: a single record exceeds \(MDNSEngine.maxPayload) bytes; not sent"))
             }
@@ -236,9 +242,12 @@ public struct MDNSEngine {
             (rs.filter { !inAuthority.contains(RecordKey($0)) }, rs.filter { inAuthority.contains(RecordKey($0)) })
         }
         let a = split(records), b = split(second)
-        send(DNSMessage(header: firstHeader, questions: message.questions, answers: a.answers, authorities: a.authorities),
-             to: destination, out: &out)
-        send(DNSMessage(header: message.header, questions: [], answers: b.answers,
-                        authorities: b.authorities, additionals: extra), to: destination, out: &out)
+        send(
+            DNSMessage(header: firstHeader, questions: message.questions, answers: a.answers, authorities: a.authorities),
+            to: destination, out: &out)
+        send(
+            DNSMessage(
+                header: message.header, questions: [], answers: b.answers,
+                authorities: b.authorities, additionals: extra), to: destination, out: &out)
     }
 }

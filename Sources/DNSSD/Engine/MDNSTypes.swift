@@ -33,7 +33,9 @@ public enum IPAddress: Hashable, Sendable, CustomStringConvertible {
                     while j < 8 && groups[j] == 0 { j += 1 }
                     if j - i > bestLen && j - i >= 2 { bestStart = i; bestLen = j - i }
                     i = j
-                } else { i += 1 }
+                } else {
+                    i += 1
+                }
             }
             func hex(_ r: ArraySlice<UInt16>) -> String { r.map { String($0, radix: 16) }.joined(separator: ":") }
             if bestStart < 0 { return hex(groups[...]) }
@@ -41,8 +43,18 @@ public enum IPAddress: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    var rdata: RData { switch self { case .v4(let b): return .a(b); case .v6(let b): return .aaaa(b) } }
-    var type: RRType { switch self { case .v4: return .a; case .v6: return .aaaa } }
+    var rdata: RData {
+        switch self {
+        case .v4(let b): return .a(b);
+        case .v6(let b): return .aaaa(b)
+        }
+    }
+    var type: RRType {
+        switch self {
+        case .v4: return .a;
+        case .v6: return .aaaa
+        }
+    }
 }
 
 /// Where a packet came from: address, UDP port, IPv6 scope, and the interface it arrived on (interface

@@ -51,8 +51,9 @@ struct RecordCache {
         }
         var record = rr
         record.cacheFlush = false
-        entries[key] = CacheEntry(record: record, received: now, expires: now + Int64(rr.ttl) * 1000,
-                                  stale: false, refreshesSent: 0, jitter: jitter, interface: interface)
+        entries[key] = CacheEntry(
+            record: record, received: now, expires: now + Int64(rr.ttl) * 1000,
+            stale: false, refreshesSent: 0, jitter: jitter, interface: interface)
         if entries.count > RecordCache.capacity, let victim = entries.min(by: { $0.value.expires < $1.value.expires })?.key {
             entries[victim] = nil
         }
@@ -62,8 +63,10 @@ struct RecordCache {
     /// received more than one second ago, expire in one second.
     mutating func flush(like rr: DNSRecord, now: MDNSInstant) {
         let keep = RecordKey(rr)
-        for (key, e) in entries where key != keep && e.record.type == rr.type && e.record.name == rr.name
-            && now - e.received > 1000 && !e.stale {
+        for (key, e) in entries
+        where key != keep && e.record.type == rr.type && e.record.name == rr.name
+            && now - e.received > 1000 && !e.stale
+        {
             var copy = e
             copy.expires = min(copy.expires, now + 1000)
             copy.stale = true

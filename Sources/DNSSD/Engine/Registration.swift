@@ -71,8 +71,9 @@ struct Registration {
     /// The unique records (probed and defended): SRV and TXT of the instance.
     func uniqueRecords(host: DNSName) -> [DNSRecord] {
         [
-            DNSRecord(name: instanceName, type: .srv, cacheFlush: true, ttl: MDNSTTL.hostRecord,
-                      rdata: .srv(priority: 0, weight: 0, port: port, target: host)),
+            DNSRecord(
+                name: instanceName, type: .srv, cacheFlush: true, ttl: MDNSTTL.hostRecord,
+                rdata: .srv(priority: 0, weight: 0, port: port, target: host)),
             DNSRecord(name: instanceName, type: .txt, cacheFlush: true, ttl: MDNSTTL.other, rdata: txt.rdata),
         ]
     }
@@ -91,8 +92,9 @@ struct Registration {
         var base = label
         var n = 2
         if label.hasSuffix(")"), let open = label.lastIndex(of: "("), open > label.startIndex,
-           label[label.index(before: open)] == " ",
-           let value = Int(label[label.index(after: open)..<label.index(before: label.endIndex)]), value >= 2 {
+            label[label.index(before: open)] == " ",
+            let value = Int(label[label.index(after: open)..<label.index(before: label.endIndex)]), value >= 2
+        {
             base = String(label[..<label.index(before: open)])
             n = value + 1
         }

@@ -286,7 +286,8 @@ extension DNSMessage {
         let answers = try records(an)
         let authorities = try records(ns)
         let additionals = try records(ar)
-        self.init(header: DNSHeader(id: id, flags: flags), questions: questions, answers: answers,
-                  authorities: authorities, additionals: additionals)
+        self.init(
+            header: DNSHeader(id: id, flags: flags), questions: questions, answers: answers,
+            authorities: authorities, additionals: additionals)
     }
 }

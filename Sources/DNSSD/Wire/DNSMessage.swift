@@ -42,10 +42,19 @@ public struct DNSHeader: Hashable, Sendable {
 
     public init(id: UInt16 = 0, flags: UInt16 = 0) { self.id = id; self.flags = flags }
 
-    public var isResponse: Bool { get { flags & 0x8000 != 0 } set { flags = newValue ? flags | 0x8000 : flags & ~0x8000 } }
+    public var isResponse: Bool {
+        get { flags & 0x8000 != 0 }
+        set { flags = newValue ? flags | 0x8000 : flags & ~0x8000 }
+    }
     public var opcode: UInt8 { UInt8((flags >> 11) & 0xF) }
-    public var isAuthoritative: Bool { get { flags & 0x0400 != 0 } set { flags = newValue ? flags | 0x0400 : flags & ~0x0400 } }
-    public var isTruncated: Bool { get { flags & 0x0200 != 0 } set { flags = newValue ? flags | 0x0200 : flags & ~0x0200 } }
+    public var isAuthoritative: Bool {
+        get { flags & 0x0400 != 0 }
+        set { flags = newValue ? flags | 0x0400 : flags & ~0x0400 }
+    }
+    public var isTruncated: Bool {
+        get { flags & 0x0200 != 0 }
+        set { flags = newValue ? flags | 0x0200 : flags & ~0x0200 }
+    }
     public var rcode: UInt8 { UInt8(flags & 0xF) }
 
     /// An mDNS response: QR and AA set, ID 0 (RFC 6762 §18.1–18.4).
@@ -113,8 +122,10 @@ public struct DNSMessage: Hashable, Sendable {
     public var authorities: [DNSRecord]
     public var additionals: [DNSRecord]
 
-    public init(header: DNSHeader, questions: [DNSQuestion] = [], answers: [DNSRecord] = [],
-                authorities: [DNSRecord] = [], additionals: [DNSRecord] = []) {
+    public init(
+        header: DNSHeader, questions: [DNSQuestion] = [], answers: [DNSRecord] = [],
+        authorities: [DNSRecord] = [], additionals: [DNSRecord] = []
+    ) {
         self.header = header; self.questions = questions; self.answers = answers
         self.authorities = authorities; self.additionals = additionals
     }

@@ -17,28 +17,65 @@ func seeds() -> [(String, [UInt8])] {
         ("mtu-request", .exchangeMTURequest(ATTExchangeMTURequest(clientRxMTU: 517))),
         ("mtu-response", .exchangeMTUResponse(ATTExchangeMTUResponse(serverRxMTU: 247))),
         ("find-information-request", .findInformationRequest(ATTFindInformationRequest(startingHandle: 1, endingHandle: 0xFFFF))),
-        ("find-information-response-16", .findInformationResponse(ATTFindInformationResponse(format: .uuid16, information: [
-            ATTHandleUUID(handle: 3, uuid: BluetoothUUID(0x2803)), ATTHandleUUID(handle: 4, uuid: BluetoothUUID(0x2A00))]))),
-        ("find-information-response-128", .findInformationResponse(ATTFindInformationResponse(format: .uuid128, information: [
-            ATTHandleUUID(handle: 0x10, uuid: nus)]))),
-        ("find-by-type-value-request", .findByTypeValueRequest(ATTFindByTypeValueRequest(startingHandle: 1, endingHandle: 0xFFFF, attributeType: 0x2800, attributeValue: [0x0D, 0x18]))),
-        ("find-by-type-value-response", .findByTypeValueResponse(ATTFindByTypeValueResponse(handlesInformationList: [
-            ATTHandlesInformation(foundAttributeHandle: 0x20, groupEndHandle: 0x2F)]))),
+        (
+            "find-information-response-16",
+            .findInformationResponse(
+                ATTFindInformationResponse(
+                    format: .uuid16,
+                    information: [
+                        ATTHandleUUID(handle: 3, uuid: BluetoothUUID(0x2803)), ATTHandleUUID(handle: 4, uuid: BluetoothUUID(0x2A00)),
+                    ]))
+        ),
+        (
+            "find-information-response-128",
+            .findInformationResponse(
+                ATTFindInformationResponse(
+                    format: .uuid128,
+                    information: [
+                        ATTHandleUUID(handle: 0x10, uuid: nus)
+                    ]))
+        ),
+        (
+            "find-by-type-value-request",
+            .findByTypeValueRequest(ATTFindByTypeValueRequest(startingHandle: 1, endingHandle: 0xFFFF, attributeType: 0x2800, attributeValue: [0x0D, 0x18]))
+        ),
+        (
+            "find-by-type-value-response",
+            .findByTypeValueResponse(
+                ATTFindByTypeValueResponse(handlesInformationList: [
+                    ATTHandlesInformation(foundAttributeHandle: 0x20, groupEndHandle: 0x2F)
+                ]))
+        ),
         ("read-by-type-request", .readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 0x10, attributeType: BluetoothUUID(0x2803)))),
         ("read-by-type-request-128", .readByTypeRequest(ATTReadByTypeRequest(startingHandle: 1, endingHandle: 0x10, attributeType: nus))),
-        ("read-by-type-response", .readByTypeResponse(ATTReadByTypeResponse(attributeDataList: [
-            ATTHandleValue(handle: 2, value: [0x02, 0x03, 0x00, 0x00, 0x2A]), ATTHandleValue(handle: 4, value: [0x02, 0x05, 0x00, 0x01, 0x2A])]))),
+        (
+            "read-by-type-response",
+            .readByTypeResponse(
+                ATTReadByTypeResponse(attributeDataList: [
+                    ATTHandleValue(handle: 2, value: [0x02, 0x03, 0x00, 0x00, 0x2A]), ATTHandleValue(handle: 4, value: [0x02, 0x05, 0x00, 0x01, 0x2A]),
+                ]))
+        ),
         ("read-request", .readRequest(ATTReadRequest(handle: 3))),
         ("read-response", .readResponse(ATTReadResponse(value: Array("Hello".utf8)))),
         ("read-blob-request", .readBlobRequest(ATTReadBlobRequest(handle: 3, offset: 22))),
         ("read-blob-response", .readBlobResponse(ATTReadBlobResponse(partValue: [1, 2, 3]))),
         ("read-multiple-request", .readMultipleRequest(ATTReadMultipleRequest(handles: [3, 5, 7]))),
         ("read-multiple-variable-request", .readMultipleVariableRequest(ATTReadMultipleVariableRequest(handles: [3, 5]))),
-        ("read-multiple-variable-response", .readMultipleVariableResponse(ATTReadMultipleVariableResponse(lengthValueTupleList: [
-            ATTLengthValue(value: [0xAA]), ATTLengthValue(value: []), ATTLengthValue(value: [1, 2, 3])]))),
+        (
+            "read-multiple-variable-response",
+            .readMultipleVariableResponse(
+                ATTReadMultipleVariableResponse(lengthValueTupleList: [
+                    ATTLengthValue(value: [0xAA]), ATTLengthValue(value: []), ATTLengthValue(value: [1, 2, 3]),
+                ]))
+        ),
         ("read-by-group-type-request", .readByGroupTypeRequest(ATTReadByGroupTypeRequest(startingHandle: 1, endingHandle: 0xFFFF, attributeGroupType: .primaryService))),
-        ("read-by-group-type-response", .readByGroupTypeResponse(ATTReadByGroupTypeResponse(attributeDataList: [
-            ATTGroupData(handle: 1, endGroupHandle: 5, value: [0x00, 0x18]), ATTGroupData(handle: 6, endGroupHandle: 9, value: [0x01, 0x18])]))),
+        (
+            "read-by-group-type-response",
+            .readByGroupTypeResponse(
+                ATTReadByGroupTypeResponse(attributeDataList: [
+                    ATTGroupData(handle: 1, endGroupHandle: 5, value: [0x00, 0x18]), ATTGroupData(handle: 6, endGroupHandle: 9, value: [0x01, 0x18]),
+                ]))
+        ),
         ("write-request", .writeRequest(ATTWriteRequest(handle: 9, value: [0x01, 0x00]))),
         ("write-response", .writeResponse(ATTWriteResponse())),
         ("write-command", .writeCommand(ATTWriteCommand(handle: 0x10, value: [9, 8, 7]))),
@@ -48,8 +85,13 @@ func seeds() -> [(String, [UInt8])] {
         ("notification", .handleValueNotification(ATTHandleValueNotification(handle: 0x15, value: [0x64]))),
         ("indication", .handleValueIndication(ATTHandleValueIndication(handle: 3, value: [0x01, 0x00, 0xFF, 0xFF]))),
         ("confirmation", .handleValueConfirmation(ATTHandleValueConfirmation())),
-        ("multiple-notification", .multipleHandleValueNotification(ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
-            ATTHandleValue(handle: 0x15, value: [1]), ATTHandleValue(handle: 0x17, value: [2, 3])]))),
+        (
+            "multiple-notification",
+            .multipleHandleValueNotification(
+                ATTMultipleHandleValueNotification(handleLengthValueTupleList: [
+                    ATTHandleValue(handle: 0x15, value: [1]), ATTHandleValue(handle: 0x17, value: [2, 3]),
+                ]))
+        ),
     ]
     return pdus.map { ($0.0, $0.1.encode()) }
 }

@@ -32,14 +32,15 @@ func fuzzOne(_ data: [UInt8]) {
 }
 
 func seeds() -> [(String, [UInt8])] {
-    let packed = AdvertisingPacker.pack(localName: "OpenCoreBluetooth heart rate monitor",
-                                        serviceUUIDs: [BluetoothUUID(0x180D), BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!])
+    let packed = AdvertisingPacker.pack(
+        localName: "OpenCoreBluetooth heart rate monitor",
+        serviceUUIDs: [BluetoothUUID(0x180D), BluetoothUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!])
     let rich = AdvertisingData([
         ADStructure(type: .flags, data: [0x06]),
-        ADStructure(type: ADType(0x0A), data: [0xF4]),                                     // TX power
-        ADStructure(type: ADType(0x16), data: [0x0F, 0x18, 0x64]),                         // service data, 16-bit
+        ADStructure(type: ADType(0x0A), data: [0xF4]),   // TX power
+        ADStructure(type: ADType(0x16), data: [0x0F, 0x18, 0x64]),   // service data, 16-bit
         ADStructure(type: .appearance, data: [0x41, 0x03]),
-        ADStructure(type: ADType(0x12), data: [0x06, 0x00, 0x0C, 0x00]),                   // connection interval range
+        ADStructure(type: ADType(0x12), data: [0x06, 0x00, 0x0C, 0x00]),   // connection interval range
         ADStructure(type: .manufacturerSpecificData, data: [0x4C, 0x00, 0x02, 0x15]),
     ])
     return [
@@ -48,7 +49,7 @@ func seeds() -> [(String, [UInt8])] {
         ("packed-scan-response", packed.scanResponseData),
         ("rich", rich.encode()),
         ("name-and-padding", [4, 9, 0x4F, 0x43, 0x42, 0, 0, 0]),
-        ("service-data-32-128", [7, 0x20, 1, 2, 3, 4, 0xAA, 0xBB, 18, 0x21] + Array(0 ..< 16) + [0x5A]),
+        ("service-data-32-128", [7, 0x20, 1, 2, 3, 4, 0xAA, 0xBB, 18, 0x21] + Array(0..<16) + [0x5A]),
     ]
 }
 

@@ -23,13 +23,19 @@ func seeds() throws -> [(String, [UInt8])] {
     var out: [(String, [UInt8])] = []
     let samples: [DBusMessage] = [
         .methodCall(destination: "org.bluez", path: "/org/bluez/hci0", interface: "org.bluez.Adapter1", member: "StartDiscovery"),
-        .signal(path: "/org/bluez/hci0/dev_00_11_22_33_44_55", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                body: [.string("org.bluez.Device1"),
-                       .stringVariantDictionary(["RSSI": .int16(-60), "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x4c), .variant(.bytes([1, 2])))])]),
-                       .array(.string, [])]),
-        .methodCall(destination: "org.bluez", path: "/org/bluez/hci0/dev_00_11_22_33_44_55/service0010/char0011",
-                    interface: "org.bluez.GattCharacteristic1", member: "WriteValue",
-                    body: [.bytes([1, 2, 3]), .stringVariantDictionary(["offset": .uint16(0), "type": .string("request")])]),
+        .signal(
+            path: "/org/bluez/hci0/dev_00_11_22_33_44_55", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+            body: [
+                .string("org.bluez.Device1"),
+                .stringVariantDictionary([
+                    "RSSI": .int16(-60), "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x4c), .variant(.bytes([1, 2])))]),
+                ]),
+                .array(.string, []),
+            ]),
+        .methodCall(
+            destination: "org.bluez", path: "/org/bluez/hci0/dev_00_11_22_33_44_55/service0010/char0011",
+            interface: "org.bluez.GattCharacteristic1", member: "WriteValue",
+            body: [.bytes([1, 2, 3]), .stringVariantDictionary(["offset": .uint16(0), "type": .string("request")])]),
     ]
     for (i, m) in samples.enumerated() { out.append(("message-\(i).bin", try m.encoded(serial: UInt32(i + 1)))) }
     return out

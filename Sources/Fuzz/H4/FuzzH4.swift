@@ -10,7 +10,7 @@ func packets(_ bytes: [UInt8], slice: Int) -> ([HCIPacket], Bool) {
     var i = 0
     while i < bytes.count {
         let end = min(bytes.count, i + slice)
-        framer.append(bytes[i ..< end])
+        framer.append(bytes[i..<end])
         i = end
         do {
             while let p = try framer.nextPacket() { out.append(p) }

@@ -29,14 +29,38 @@ func seeds() -> [(String, [UInt8])] {
         ("key-refresh", .encryptionKeyRefreshComplete(status: .success, handle: 0x40)),
         ("remote-version", .readRemoteVersionInformationComplete(status: .success, handle: 0x40, version: 0x0C, companyIdentifier: 0x05F1, subversion: 1)),
         ("hardware-error", .hardwareError(3)),
-        ("le-connection-complete", .le(.connectionComplete(LEConnectionComplete(status: .success, connectionHandle: 0x40, role: 0, peerAddressType: 1, peerAddress: peer,
-                                                                               connectionInterval: 0x28, peripheralLatency: 0, supervisionTimeout: 0x1F4, centralClockAccuracy: 0)))),
-        ("le-enhanced-connection-complete", .le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(status: .success, connectionHandle: 0x41, role: 1, peerAddressType: 0,
-                                                                            peerAddress: .zero, connectionInterval: 6, peripheralLatency: 0, supervisionTimeout: 100, centralClockAccuracy: 1)))),
-        ("le-advertising-report", .le(.advertisingReport([LEAdvertisingReport(eventType: .advInd, addressType: 1, address: peer, data: [2, 1, 6], rssi: -60),
-                                                          LEAdvertisingReport(eventType: .scanRsp, addressType: 0, address: .zero, data: [], rssi: 127)]))),
-        ("le-connection-update", .le(.connectionUpdateComplete(LEConnectionUpdateComplete(status: .success, connectionHandle: 0x40, connectionInterval: 12,
-                                                                                          peripheralLatency: 1, supervisionTimeout: 200)))),
+        (
+            "le-connection-complete",
+            .le(
+                .connectionComplete(
+                    LEConnectionComplete(
+                        status: .success, connectionHandle: 0x40, role: 0, peerAddressType: 1, peerAddress: peer,
+                        connectionInterval: 0x28, peripheralLatency: 0, supervisionTimeout: 0x1F4, centralClockAccuracy: 0)))
+        ),
+        (
+            "le-enhanced-connection-complete",
+            .le(
+                .enhancedConnectionComplete(
+                    LEEnhancedConnectionComplete(
+                        status: .success, connectionHandle: 0x41, role: 1, peerAddressType: 0,
+                        peerAddress: .zero, connectionInterval: 6, peripheralLatency: 0, supervisionTimeout: 100, centralClockAccuracy: 1)))
+        ),
+        (
+            "le-advertising-report",
+            .le(
+                .advertisingReport([
+                    LEAdvertisingReport(eventType: .advInd, addressType: 1, address: peer, data: [2, 1, 6], rssi: -60),
+                    LEAdvertisingReport(eventType: .scanRsp, addressType: 0, address: .zero, data: [], rssi: 127),
+                ]))
+        ),
+        (
+            "le-connection-update",
+            .le(
+                .connectionUpdateComplete(
+                    LEConnectionUpdateComplete(
+                        status: .success, connectionHandle: 0x40, connectionInterval: 12,
+                        peripheralLatency: 1, supervisionTimeout: 200)))
+        ),
         ("le-remote-features", .le(.readRemoteFeaturesComplete(status: .success, handle: 0x40, features: 0x21))),
         ("le-ltk-request", .le(.longTermKeyRequest(handle: 0x40, random: 0xAABB, ediv: 0x1234))),
         ("le-conn-param-request", .le(.remoteConnectionParameterRequest(handle: 0x40, intervalMin: 6, intervalMax: 12, maxLatency: 0, timeout: 100))),

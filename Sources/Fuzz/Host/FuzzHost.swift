@@ -67,9 +67,12 @@ func run(_ data: [UInt8], _ observe: (LEHost) -> Void) {
     loop.sync {
         host.centralDelegate = agent
         host.peripheralDelegate = agent
-        _ = try? host.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x180D), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.read, .write, .notify, .indicate], permissions: .readWrite, value: nil),
-        ]))
+        _ = try? host.addService(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x180D),
+                characteristics: [
+                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.read, .write, .notify, .indicate], permissions: .readWrite, value: nil)
+                ]))
         host.addPowerObserver { [unowned host] state in
             guard state == .on else { return }
             if flags & 1 != 0 { host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6, 3, 3, 0x0D, 0x18])) }
@@ -115,9 +118,12 @@ func seeds() throws -> [(String, [UInt8])] {
         peripheral.peripheralDelegate = agent
         central.powerOn()
         peripheral.powerOn()
-        return try peripheral.addService(GATTServiceDefinition(uuid: BluetoothUUID(0x180D), characteristics: [
-            GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.read, .write, .notify], permissions: .readWrite, value: nil),
-        ]))
+        return try peripheral.addService(
+            GATTServiceDefinition(
+                uuid: BluetoothUUID(0x180D),
+                characteristics: [
+                    GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.read, .write, .notify], permissions: .readWrite, value: nil)
+                ]))
     }
     air.loop.advance(by: .milliseconds(10))
     air.loop.sync {
@@ -126,7 +132,9 @@ func seeds() throws -> [(String, [UInt8])] {
     }
     air.loop.advance(by: .milliseconds(300))
     guard let target = links.seen else { throw CocoaError(.featureUnsupported) }
-    air.loop.sync { central.stopScanning(); central.connect(to: target) }
+    air.loop.sync {
+        central.stopScanning(); central.connect(to: target)
+    }
     air.loop.advance(by: .milliseconds(300))
     if let link = links.links.first {
         let value = handles.characteristics[0].value
@@ -144,7 +152,9 @@ func seeds() throws -> [(String, [UInt8])] {
         air.loop.sync { link.disconnect() }
         air.loop.advance(by: .seconds(1))
     }
-    air.loop.sync { central.powerOff(); peripheral.powerOff() }
+    air.loop.sync {
+        central.powerOff(); peripheral.powerOff()
+    }
     func stream(_ name: String) throws -> [UInt8] {
         try BTSnoopReader.read(path: dir.appendingPathComponent(name).path)
             .filter { $0.direction == .controllerToHost }
@@ -171,9 +181,11 @@ public func fuzzEntry(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePo
 #else
 @main struct Main {
     static func main() {
-        FuzzMain.run(name: "FuzzHost", test: { bytes in
-            if !fuzzOne(bytes) { print("FuzzHost: the host was not released after power-off (a reference cycle)") }
-        }, seeds: seeds)
+        FuzzMain.run(
+            name: "FuzzHost",
+            test: { bytes in
+                if !fuzzOne(bytes) { print("FuzzHost: the host was not released after power-off (a reference cycle)") }
+            }, seeds: seeds)
     }
 }
 #endif

@@ -74,8 +74,11 @@ func seeds() -> [(String, [UInt8])] {
         ("signal-param-update", frames(0x40, cid: 5, update, mps: 27)),
         ("signal-credit-request", frames(0x41, cid: 5, creditRequest, mps: 8)),
         ("signal-disconnect-reject-credits", frames(0x40, cid: 5, disconnect, mps: 27) + frames(0x40, cid: 5, reject, mps: 27) + frames(0x40, cid: 5, credits, mps: 27)),
-        ("two-handles-interleaved", acl(0x40, .firstFlushable, [20, 0, 4, 0, 1, 2]) + acl(0x41, .firstFlushable, [3, 0, 4, 0, 0x0A, 3, 0])
-            + acl(0x40, .continuing, Array(repeating: 9, count: 18))),
+        (
+            "two-handles-interleaved",
+            acl(0x40, .firstFlushable, [20, 0, 4, 0, 1, 2]) + acl(0x41, .firstFlushable, [3, 0, 4, 0, 0x0A, 3, 0])
+                + acl(0x40, .continuing, Array(repeating: 9, count: 18))
+        ),
         // Issue 16's sequence: a start fragment announcing 32 octets with 1 following, then a complete frame.
         ("incomplete-then-complete", acl(0x40, .firstFlushable, [32, 0, 4, 0, 0x0A]) + acl(0x40, .firstFlushable, [3, 0, 4, 0, 0x0A, 3, 0])),
         ("continuation-without-start", acl(0x40, .continuing, [1, 2, 3]) + frames(0x40, cid: 4, attRead, mps: 27)),

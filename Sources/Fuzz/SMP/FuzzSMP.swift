@@ -11,14 +11,20 @@ func fuzzOne(_ data: [UInt8]) {
 }
 
 func seeds() -> [(String, [UInt8])] {
-    let features = PairingFeatures(ioCapability: .keyboardDisplay, authRequirements: [.bonding, .mitm, .secureConnections],
-                                   initiatorKeys: [.encryptionKey, .identityKey], responderKeys: .le)
+    let features = PairingFeatures(
+        ioCapability: .keyboardDisplay, authRequirements: [.bonding, .mitm, .secureConnections],
+        initiatorKeys: [.encryptionKey, .identityKey], responderKeys: .le)
     let pdus: [(String, SMPPDU)] = [
         ("pairing-request", .pairingRequest(features)),
-        ("pairing-response", .pairingResponse(PairingFeatures(ioCapability: .noInputNoOutput, authRequirements: [.bonding],
-                                                              maximumKeySize: 7, initiatorKeys: [], responderKeys: [.encryptionKey]))),
-        ("pairing-confirm", .pairingConfirm(Array(0 ..< 16))),
-        ("pairing-random", .pairingRandom(Array(16 ..< 32))),
+        (
+            "pairing-response",
+            .pairingResponse(
+                PairingFeatures(
+                    ioCapability: .noInputNoOutput, authRequirements: [.bonding],
+                    maximumKeySize: 7, initiatorKeys: [], responderKeys: [.encryptionKey]))
+        ),
+        ("pairing-confirm", .pairingConfirm(Array(0..<16))),
+        ("pairing-random", .pairingRandom(Array(16..<32))),
         ("pairing-failed", .pairingFailed(PairingFailureReason(rawValue: 0x05))),
         ("encryption-information", .encryptionInformation(ltk: Array(repeating: 0x11, count: 16))),
         ("central-identification", .centralIdentification(ediv: 0x1234, rand: 0x0102_0304_0506_0708)),
@@ -26,7 +32,7 @@ func seeds() -> [(String, [UInt8])] {
         ("identity-address", .identityAddressInformation(BluetoothAddress(bytes: [1, 2, 3, 4, 5, 0xC6], type: .random))),
         ("signing-information", .signingInformation(csrk: Array(repeating: 0x33, count: 16))),
         ("security-request", .securityRequest([.bonding, .mitm])),
-        ("public-key", .pairingPublicKey(x: Array(0 ..< 32), y: Array(32 ..< 64))),
+        ("public-key", .pairingPublicKey(x: Array(0..<32), y: Array(32..<64))),
         ("dhkey-check", .pairingDHKeyCheck(Array(repeating: 0x44, count: 16))),
         ("keypress", .keypressNotification(2)),
     ]

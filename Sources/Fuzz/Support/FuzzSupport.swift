@@ -16,8 +16,10 @@ import FuzzDriver
 public enum FuzzMain {
     #if FUZZING
     /// Runs libFuzzer with the process's arguments and the target's entry point.
-    public static func libFuzzer(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>,
-                                 _ test: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt {
+    public static func libFuzzer(
+        _ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>,
+        _ test: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    ) -> CInt {
         var argc = argc
         var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = argv
         return LLVMFuzzerRunDriver(&argc, &argv, test)
@@ -33,7 +35,7 @@ public enum FuzzMain {
                 try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
                 let made = try seeds()
                 for (file, bytes) in made {
-                    test(bytes)    // every seed must pass through the target cleanly
+                    test(bytes)   // every seed must pass through the target cleanly
                     try Data(bytes).write(to: dir.appendingPathComponent(file))
                 }
                 print("\(name): wrote \(made.count) seeds to \(dir.path)")

@@ -46,13 +46,17 @@ import CoreBluetooth
         q.sync { m.scanForPeripherals(withServices: nil) }
         try await waitUntil("found") { q.sync { d.found != nil } }
         let p = try #require(q.sync { d.found })
-        q.sync { m.stopScan(); m.registerForConnectionEvents(options: [.peripheralUUIDs: [p.identifier]]); m.connect(p) }
+        q.sync {
+            m.stopScan(); m.registerForConnectionEvents(options: [.peripheralUUIDs: [p.identifier]]); m.connect(p)
+        }
         try await waitUntil("connected") { p.state == .connected }
         q.sync { m.cancelPeripheralConnection(p) }
         try await waitUntil("events") { q.sync { d.events.count } == 2 }
         #expect(q.sync { d.events.map(\.0) } == [.peerConnected, .peerDisconnected])
         // Unregistered (nil): no more events.
-        q.sync { m.registerForConnectionEvents(options: nil); m.connect(p) }
+        q.sync {
+            m.registerForConnectionEvents(options: nil); m.connect(p)
+        }
         try await waitUntil("connected again") { p.state == .connected }
         try await pause(nanoseconds: 50_000_000)
         #expect(q.sync { d.events.count } == 2)
@@ -84,7 +88,9 @@ import CoreBluetooth
         q.sync { m.scanForPeripherals(withServices: nil) }
         try await waitUntil("found") { q.sync { d.found != nil } }
         let p = try #require(q.sync { d.found })
-        q.sync { m.stopScan(); m.connect(p, options: [CBConnectPeripheralOptionEnableAutoReconnect: true]) }
+        q.sync {
+            m.stopScan(); m.connect(p, options: [CBConnectPeripheralOptionEnableAutoReconnect: true])
+        }
         try await waitUntil("connected") { q.sync { d.connects } == 1 }
         // The peripheral drops the link; it keeps advertising, so the system connects again. The delegate
         // queue is busy meanwhile, so the link is back before the app hears of the loss (a busy app, or a
@@ -156,7 +162,9 @@ import CoreBluetooth
         }
         let once = Once()
         p.delegate = once
-        cen.queue.sync { p.discoverServices(nil); p.discoverServices([CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")]) }
+        cen.queue.sync {
+            p.discoverServices(nil); p.discoverServices([CBUUID(string: "6E400001-B5A3-F393-E0A9-E50E24DCCA9E")])
+        }
         try await waitUntil("rediscovered") { cen.queue.sync { once.done } == 2 }
         let after = try #require(p.services)
         // The same objects, no duplicates, and their characteristics kept.

@@ -40,7 +40,11 @@ final class Scanner: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, @
 /// An advertiser with exactly these bytes.
 func advertiser(_ air: TestAir, name: String, data: [UInt8], scanResponse: [UInt8] = [], connectable: Bool = true) throws -> LEHost {
     let h = try air.host(name)
-    try waitBlocking { h.loop.sync { h.powerOn(); return true } }
+    try waitBlocking {
+        h.loop.sync {
+            h.powerOn(); return true
+        }
+    }
     try waitBlocking { h.loop.sync { h.powerState == .on } }
     h.loop.sync { h.startAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable, interval: 0x20)) }
     return h
@@ -67,8 +71,8 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
     @Test func filtersByServiceIncludingScanResponseAndSolicitations() async throws {
         let air = TestAir()
         _ = try advertiser(air, name: "a", data: ad("HR", [3, 3, 0x0D, 0x18]))
-        _ = try advertiser(air, name: "b", data: ad("BAT"), scanResponse: [3, 3, 0x0F, 0x18])          // 180F only in the scan response
-        _ = try advertiser(air, name: "c", data: ad("SOL", [3, 0x14, 0x0A, 0x18]))                  // soliciting 180A
+        _ = try advertiser(air, name: "b", data: ad("BAT"), scanResponse: [3, 3, 0x0F, 0x18])   // 180F only in the scan response
+        _ = try advertiser(air, name: "c", data: ad("SOL", [3, 0x14, 0x0A, 0x18]))   // soliciting 180A
         _ = try advertiser(air, name: "d", data: ad("NONE"), connectable: false)
         let s = try await startScanner(air)
         s.queue.sync { s.manager.scanForPeripherals(withServices: [CBUUID(string: "180F")]) }
@@ -77,15 +81,18 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         // A new scan replaces the filters; solicitations match through the option.
         s.queue.sync {
             s.discoveries.removeAll()
-            s.manager.scanForPeripherals(withServices: [CBUUID(string: "180D")],
-                                         options: [CBCentralManagerScanOptionSolicitedServiceUUIDsKey: [CBUUID(string: "180A")]])
+            s.manager.scanForPeripherals(
+                withServices: [CBUUID(string: "180D")],
+                options: [CBCentralManagerScanOptionSolicitedServiceUUIDsKey: [CBUUID(string: "180A")]])
         }
         try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { Set(s.names(of: s.discoveries)) } == ["HR", "SOL"])
         let sol = try #require(s.queue.sync { s.discoveries.first { $0.1[CBAdvertisementDataLocalNameKey] as? String == "SOL" } })
         #expect(sol.1[CBAdvertisementDataSolicitedServiceUUIDsKey] as? [CBUUID] == [CBUUID(string: "180A")])
         // nil: everything, with Apple's value types.
-        s.queue.sync { s.discoveries.removeAll(); s.manager.scanForPeripherals(withServices: nil) }
+        s.queue.sync {
+            s.discoveries.removeAll(); s.manager.scanForPeripherals(withServices: nil)
+        }
         try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { Set(s.names(of: s.discoveries)) } == ["HR", "BAT", "SOL", "NONE"])
         let none = try #require(s.queue.sync { s.discoveries.first { $0.1[CBAdvertisementDataLocalNameKey] as? String == "NONE" } })
@@ -111,7 +118,9 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         #expect(first.allSatisfy { $0.2.intValue < 0 && $0.2.intValue != 127 })
         #expect(first[0].0 === first[1].0)
         // With duplicates: every advertisement (20 ms interval: many in 300 ms).
-        s.queue.sync { s.discoveries.removeAll(); s.manager.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true]) }
+        s.queue.sync {
+            s.discoveries.removeAll(); s.manager.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
+        }
         try await pause(nanoseconds: 300_000_000)
         #expect(s.queue.sync { s.discoveries.count } > 6)
     }

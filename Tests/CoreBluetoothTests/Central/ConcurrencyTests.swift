@@ -66,7 +66,9 @@ import CoreBluetooth
         // The link drops: a pending operation fails with peripheralDisconnected and streams end.
         per.queue.sync { per.writes.removeAll() }
         let s3 = try await p.updates(of: chars[0])
-        let ended = Task { var n = 0; for await _ in s3 { n += 1 }; return n }
+        let ended = Task {
+            var n = 0; for await _ in s3 { n += 1 }; return n
+        }
         per.manager.leHostForTests.loop.sync {
             let h = per.manager.leHostForTests
             for (handle, _) in h.connections { h.disconnect(handle: handle) }

@@ -36,8 +36,11 @@ final class RecordingCentral: NSObject, CBCentralManagerDelegate, @unchecked Sen
         if keep, let n = advertisementData[CBAdvertisementDataLocalNameKey] as? String { byName[n] = p }
     }
     func centralManager(_ c: CBCentralManager, didConnect p: CBPeripheral) {
-        atConnect.append((p.maximumWriteValueLength(for: .withoutResponse),
-                          c.retrieveConnectedPeripherals(withServices: [watchedService]).map(\.identifier), p.services == nil))
+        atConnect.append(
+            (
+                p.maximumWriteValueLength(for: .withoutResponse),
+                c.retrieveConnectedPeripherals(withServices: [watchedService]).map(\.identifier), p.services == nil
+            ))
         connected.append(name(p))
     }
     func centralManager(_ c: CBCentralManager, didFailToConnect p: CBPeripheral, error: Error?) { failed.append((name(p), error)) }
@@ -235,8 +238,8 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         try await waitUntil("disconnected") { first!.queue.sync { first!.disconnected.count } == 1 }
         let file = dir.appendingPathComponent("devices-\(address.string.replacingOccurrences(of: ":", with: "")).json")
         try await waitUntil("cache written") {
-            ((try? String(contentsOf: file, encoding: .utf8)) ?? "").contains(id.uuidString) &&
-                ((try? String(contentsOf: file, encoding: .utf8)) ?? "").contains("OpenCoreBluetooth")
+            ((try? String(contentsOf: file, encoding: .utf8)) ?? "").contains(id.uuidString)
+                && ((try? String(contentsOf: file, encoding: .utf8)) ?? "").contains("OpenCoreBluetooth")
         }
         let mode = try FileManager.default.attributesOfItem(atPath: file.path)[.posixPermissions] as? Int
         #expect(mode == 0o600)
@@ -255,7 +258,9 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         #expect(q.name == "OpenCoreBluetooth")
         #expect(q.state == .disconnected)
         #expect(second.queue.sync { second.discovered } == 0)
-        second.queue.sync { second.byName["REMEMBERED"] = q; second.manager.connect(q) }
+        second.queue.sync {
+            second.byName["REMEMBERED"] = q; second.manager.connect(q)
+        }
         try await waitUntil("reconnected") { second.queue.sync { second.connected } == ["REMEMBERED"] }
         #expect(q.state == .connected)
     }
@@ -267,7 +272,9 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         defer { DeviceCache.flushAll(); try? FileManager.default.removeItem(at: dir) }
         let air = TestAir()
         let host = try HostFactory.makeHost(on: air.air, name: "flush", address: BluetoothAddress(bytes: [0x21, 0x22, 0x23, 0x24, 0x25, 0xC6]))
-        host.loop.sync { host.bondStoreDirectory = dir; host.powerOn() }
+        host.loop.sync {
+            host.bondStoreDirectory = dir; host.powerOn()
+        }
         try await waitUntil("on") { host.loop.sync { host.powerState == .on } }
         let cache = host.loop.sync { DeviceCache.of(host) }
         let id = cache.identifier(for: BluetoothAddress(bytes: [1, 2, 3, 4, 5, 6], type: .public))
@@ -297,9 +304,12 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
                     // Resolvable private addresses (top bits 0b01), a new one every time.
                     var bytes = (0..<6).map { _ in UInt8.random(in: 0...255, using: &rng) }
                     bytes[5] = (bytes[5] & 0x3F) | 0x40
-                    c.manager.host(host, didReceive: AdvertisingReport(kind: .connectableUndirected,
-                                                                       address: BluetoothAddress(bytes: bytes, type: .random),
-                                                                       data: ad("R\(batch)"), rssi: -60))
+                    c.manager.host(
+                        host,
+                        didReceive: AdvertisingReport(
+                            kind: .connectableUndirected,
+                            address: BluetoothAddress(bytes: bytes, type: .random),
+                            data: ad("R\(batch)"), rssi: -60))
                 }
             }
         }
@@ -322,7 +332,9 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         let inner = CBMutableService(type: CBUUID(string: "180A"), primary: false)
         let outer = CBMutableService(type: CBUUID(string: "1810"), primary: true)
         outer.includedServices = [inner]
-        per.queue.sync { per.manager.add(inner); per.manager.add(outer) }
+        per.queue.sync {
+            per.manager.add(inner); per.manager.add(outer)
+        }
         try await waitUntil("both answered") { per.log.count("added:") == 2 }
         #expect(per.log.all.filter { $0.hasPrefix("added:") } == ["added:180A:ok", "added:1810:ok"])
         // The parent's database entry includes the child.
@@ -347,7 +359,9 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         let d1 = D()
         var m1: CBPeripheralManager? = CBPeripheralManager(delegate: d1, queue: q, options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("r1"))
         try await waitUntil("on") { d1.log.contains("state:5") }
-        q.sync { m1!.startAdvertising([CBAdvertisementDataLocalNameKey: "R"]); m1!.stopAdvertising() }
+        q.sync {
+            m1!.startAdvertising([CBAdvertisementDataLocalNameKey: "R"]); m1!.stopAdvertising()
+        }
         q.sync { m1 = nil }
         let d2 = D()
         var m2: CBPeripheralManager? = CBPeripheralManager(delegate: d2, queue: q, options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("r2"))
@@ -372,16 +386,20 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
 @Suite struct DelegateSubclassTests {
     class Base: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
         func centralManagerDidUpdateState(_ central: CBCentralManager) {}
-        func centralManager(_ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
-                            advertisementData: [String: Any], rssi RSSI: NSNumber) {}
+        func centralManager(
+            _ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
+            advertisementData: [String: Any], rssi RSSI: NSNumber
+        ) {}
     }
     final class Sub: Base, @unchecked Sendable {
         let queue = DispatchQueue(label: "sub")
         var state: CBManagerState?
         var discovered = 0
         override func centralManagerDidUpdateState(_ central: CBCentralManager) { state = central.state }
-        override func centralManager(_ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
-                                     advertisementData: [String: Any], rssi RSSI: NSNumber) { discovered += 1 }
+        override func centralManager(
+            _ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
+            advertisementData: [String: Any], rssi RSSI: NSNumber
+        ) { discovered += 1 }
     }
 
     @Test func aSubclassOverrideOfADeclaredMethodIsCalled() async throws {

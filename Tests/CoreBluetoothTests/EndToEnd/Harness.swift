@@ -40,7 +40,9 @@ func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) as
 func within<T: Sendable>(_ what: String, seconds: Double = 30, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask { try await body() }
-        group.addTask { try await pause(nanoseconds: UInt64(seconds * 1_000_000_000)); return nil }
+        group.addTask {
+            try await pause(nanoseconds: UInt64(seconds * 1_000_000_000)); return nil
+        }
         defer { group.cancelAll() }
         guard let first = try await group.next(), let value = first else { throw TimedOut(what: what) }
         return value

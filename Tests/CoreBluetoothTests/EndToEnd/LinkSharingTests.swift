@@ -87,8 +87,12 @@ final class LinkUser: NSObject, CBPeripheralDelegate, @unchecked Sendable {
         #expect(centralLinks(host) == 1)
         // Each object discovers and reads on its own.
         let u1 = LinkUser(), u2 = LinkUser()
-        one.queue.sync { p1.delegate = u1; p1.discoverServices(nil) }
-        two.queue.sync { p2.delegate = u2; p2.discoverServices([CBUUID(string: "FFF0")]) }
+        one.queue.sync {
+            p1.delegate = u1; p1.discoverServices(nil)
+        }
+        two.queue.sync {
+            p2.delegate = u2; p2.discoverServices([CBUUID(string: "FFF0")])
+        }
         try await waitUntil("discovered") { one.queue.sync { u1.readable != nil } && two.queue.sync { u2.readable != nil } }
         one.queue.sync { p1.readValue(for: u1.readable!) }
         two.queue.sync { p2.readValue(for: u2.readable!) }
@@ -213,7 +217,9 @@ final class LinkUser: NSObject, CBPeripheralDelegate, @unchecked Sendable {
             two.queue.sync { two.manager.connect(p2) }
             try await waitUntil("both connected") { one!.queue.sync { one!.connected.count } == 1 && two.queue.sync { two.connected.count } == 1 }
             #expect(centralLinks(host) == 1)
-            two.queue.sync { p2.delegate = u2; p2.discoverServices(nil) }
+            two.queue.sync {
+                p2.delegate = u2; p2.discoverServices(nil)
+            }
             try await waitUntil("discovered") { two.queue.sync { u2.notifying != nil } }
             two.queue.sync { p2.setNotifyValue(true, for: u2.notifying!) }
             try await waitUntil("subscribed") { per.queue.sync { per.subscribed } == 1 }

@@ -41,8 +41,10 @@ struct CapturingLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        capture.add(.init(label: label, level: event.level, message: "\(event.message)",
-                          metadata: metadata.merging(event.metadata ?? [:]) { _, new in new }))
+        capture.add(
+            .init(
+                label: label, level: event.level, message: "\(event.message)",
+                metadata: metadata.merging(event.metadata ?? [:]) { _, new in new }))
     }
 }
 
@@ -85,8 +87,10 @@ enum CapturingBackend {
 
         // One label per layer, all under the package's prefix.
         let labels = Set(records.map(\.label))
-        for label in ["opencorebluetooth.hci", "opencorebluetooth.l2cap", "opencorebluetooth.att", "opencorebluetooth.gap",
-                      "opencorebluetooth.transport", "opencorebluetooth.corebluetooth"] {
+        for label in [
+            "opencorebluetooth.hci", "opencorebluetooth.l2cap", "opencorebluetooth.att", "opencorebluetooth.gap",
+            "opencorebluetooth.transport", "opencorebluetooth.corebluetooth",
+        ] {
             #expect(labels.contains(label), "nothing logged as \(label): \(labels.sorted())")
         }
         #expect(labels.allSatisfy { $0.hasPrefix("opencorebluetooth.") }, "\(labels.sorted())")

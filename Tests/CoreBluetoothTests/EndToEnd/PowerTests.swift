@@ -39,7 +39,9 @@ final class StateLog: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
         manager.scanForPeripherals(withServices: nil)
         #expect(!manager.isScanning)
         (host.transport as! VirtualController).powerOn()
-        do { try await waitUntil("on again") { log.queue.sync { log.states } == [.poweredOn, .poweredOff, .poweredOn] } } catch { Issue.record("states: \(log.queue.sync { log.states.map(\.rawValue) }) host: \(host.loop.sync { host.powerState })"); throw error }
+        do { try await waitUntil("on again") { log.queue.sync { log.states } == [.poweredOn, .poweredOff, .poweredOn] } } catch {
+            Issue.record("states: \(log.queue.sync { log.states.map(\.rawValue) }) host: \(host.loop.sync { host.powerState })"); throw error
+        }
         manager.scanForPeripherals(withServices: nil)
         #expect(manager.isScanning)
     }

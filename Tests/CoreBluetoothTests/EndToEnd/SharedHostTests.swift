@@ -60,8 +60,12 @@ import BLEVirtualRadio
             func peripheral(_ p: CBPeripheral, didUpdateValueFor c: CBCharacteristic, error: Error?) { value = c.value }
         }
         let ra = Reader(), rb = Reader()
-        centralA.queue.sync { pB.delegate = ra; pB.discoverServices([serviceB]) }
-        centralB.queue.sync { pA.delegate = rb; pA.discoverServices([serviceA]) }
+        centralA.queue.sync {
+            pB.delegate = ra; pB.discoverServices([serviceB])
+        }
+        centralB.queue.sync {
+            pA.delegate = rb; pA.discoverServices([serviceA])
+        }
         try await waitUntil("values") { centralA.queue.sync { ra.value } == Data([42]) && centralB.queue.sync { rb.value } == Data([42]) }
         _ = peripherals
     }
@@ -76,7 +80,7 @@ import BLEVirtualRadio
         let two = RecordingCentral()
         try await one!.start(on: host)
         try await two.start(on: host)
-        _ = try await one!.find(["SHARED"])            // find() stops one's scan when done
+        _ = try await one!.find(["SHARED"])   // find() stops one's scan when done
         two.queue.sync { two.manager.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true]) }
         one!.queue.sync { one!.manager.scanForPeripherals(withServices: nil) }
         one!.queue.sync { one!.manager.stopScan() }
@@ -116,7 +120,9 @@ import BLEVirtualRadio
         #expect(second.manager.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180F")]).isEmpty)
         // Connecting it shares the first manager's link, as iOS does for two apps (issue 21).
         let mine = try #require(seen.first)
-        second.queue.sync { second.byName["LINKED"] = mine; second.manager.connect(mine) }
+        second.queue.sync {
+            second.byName["LINKED"] = mine; second.manager.connect(mine)
+        }
         try await waitUntil("shared") { second.queue.sync { second.connected.count } == 1 }
         #expect(second.queue.sync { second.failed.isEmpty })
         #expect(p.state == .connected && mine.state == .connected)

@@ -107,8 +107,9 @@ final class L2CAPPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked S
     func peripheralManager(_ p: CBPeripheralManager, didPublishL2CAPChannel PSM: CBL2CAPPSM, error: Error?) {
         psm = PSM
         log.add("published:\(PSM):\(error == nil)")
-        let c = CBMutableCharacteristic(type: CBUUID(string: CBUUIDL2CAPPSMCharacteristicString), properties: [.read],
-                                        value: Data([UInt8(PSM & 0xFF), UInt8(PSM >> 8)]), permissions: [.readable])
+        let c = CBMutableCharacteristic(
+            type: CBUUID(string: CBUUIDL2CAPPSMCharacteristicString), properties: [.read],
+            value: Data([UInt8(PSM & 0xFF), UInt8(PSM >> 8)]), permissions: [.readable])
         let s = CBMutableService(type: CBUUID(string: "0000FEED-0000-1000-8000-00805F9B34FB"), primary: true)
         s.characteristics = [c]
         p.add(s)

@@ -128,7 +128,9 @@ func connectedPair(_ air: TestAir, name: String) async throws -> (TestPeripheral
         try await waitUntil("on") { per.log.contains("state:5") }
         let gap = CBMutableService(type: CBUUID(string: "1800"), primary: true)
         let cachedWritable = CBMutableService(type: CBUUID(string: "180F"), primary: true)
-        cachedWritable.characteristics = [CBMutableCharacteristic(type: CBUUID(string: "2A19"), properties: [.read, .write], value: Data([1]), permissions: [.readable, .writeable])]
+        cachedWritable.characteristics = [
+            CBMutableCharacteristic(type: CBUUID(string: "2A19"), properties: [.read, .write], value: Data([1]), permissions: [.readable, .writeable])
+        ]
         let inner = CBMutableService(type: CBUUID(string: "180A"), primary: false)
         let outer = CBMutableService(type: CBUUID(string: "1810"), primary: true)
         outer.includedServices = [inner]
@@ -144,7 +146,9 @@ func connectedPair(_ air: TestAir, name: String) async throws -> (TestPeripheral
         // Publish the included service first, then it works; publishing the same instance again does not.
         per.queue.sync { per.manager.add(inner) }
         try await waitUntil("inner") { per.log.contains("added:180A:ok") }
-        per.queue.sync { per.manager.add(outer); per.manager.add(inner) }
+        per.queue.sync {
+            per.manager.add(outer); per.manager.add(inner)
+        }
         try await waitUntil("outer") { per.log.contains("added:1810:ok") && per.log.count("added:180A") == 2 }
         #expect(per.log.all.filter { $0.hasPrefix("added:180A") } == ["added:180A:ok", "added:180A:\(CBError.Code.invalidParameters.rawValue)"])
         // Published services are immutable: changes are ignored.
@@ -308,22 +312,26 @@ final class RestoringPeripheral: NSObject, CBPeripheralManagerDelegate, @uncheck
         let air = TestAir()
         let id = "restore-\(UUID().uuidString.prefix(6))"
         let first = RestoringPeripheral()
-        var m1: CBPeripheralManager? = CBPeripheralManager(delegate: first, queue: first.queue,
-                                                           options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("first"))
+        var m1: CBPeripheralManager? = CBPeripheralManager(
+            delegate: first, queue: first.queue,
+            options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("first"))
         try await waitUntil("on") { first.log.contains("state:5") }
         #expect(!first.log.contains("willRestore"))   // nothing saved yet
         let s = CBMutableService(type: CBUUID(string: "180F"), primary: true)
         let level = CBMutableCharacteristic(type: CBUUID(string: "2A19"), properties: [.read], value: Data([77]), permissions: [.readable])
         level.descriptors = [CBMutableDescriptor(type: CBUUID(string: "2901"), value: "Battery")]
         s.characteristics = [level]
-        first.queue.sync { m1!.add(s); m1!.startAdvertising([CBAdvertisementDataLocalNameKey: "Restored"]) }
+        first.queue.sync {
+            m1!.add(s); m1!.startAdvertising([CBAdvertisementDataLocalNameKey: "Restored"])
+        }
         try await waitUntil("published") { first.log.contains("added") && first.log.contains("advertising") }
         first.queue.sync { m1 = nil }
 
         // A new manager (as after a relaunch) with the same identifier.
         let second = RestoringPeripheral()
-        let m2 = CBPeripheralManager(delegate: second, queue: second.queue,
-                                     options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("second"))
+        let m2 = CBPeripheralManager(
+            delegate: second, queue: second.queue,
+            options: [CBPeripheralManagerOptionRestoreIdentifierKey: id], host: try air.host("second"))
         try await waitUntil("restored") { second.log.contains("state:5") }
         #expect(second.log.all.prefix(2) == ["willRestore", "state:5"])
         let services = try #require(second.queue.sync { second.restored[CBPeripheralManagerRestoredStateServicesKey] } as? [CBMutableService])

@@ -33,11 +33,18 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
     func transportDidClose(error: (any Error)?) {}
 
     func connect(to address: BluetoothAddress) async throws {
-        controller.send(HCICommand.leCreateConnection(LECreateConnection(
-            leScanInterval: 0x10, leScanWindow: 0x10, initiatorFilterPolicy: 0, peerAddressType: 0, peerAddress: address, ownAddressType: 0,
-            connectionIntervalMin: 6, connectionIntervalMax: 6, maxLatency: 0, supervisionTimeout: 100, minCELength: 0, maxCELength: 0)).encode())
+        controller.send(
+            HCICommand.leCreateConnection(
+                LECreateConnection(
+                    leScanInterval: 0x10, leScanWindow: 0x10, initiatorFilterPolicy: 0, peerAddressType: 0, peerAddress: address, ownAddressType: 0,
+                    connectionIntervalMin: 6, connectionIntervalMax: 6, maxLatency: 0, supervisionTimeout: 100, minCELength: 0, maxCELength: 0)
+            ).encode())
         try await waitUntil("raw connection") {
-            lock.withLock { events.contains { if case .le(.connectionComplete(let c)) = $0, c.status == .success { handle = c.connectionHandle; return true }; return false } }
+            lock.withLock {
+                events.contains {
+                    if case .le(.connectionComplete(let c)) = $0, c.status == .success { handle = c.connectionHandle; return true }; return false
+                }
+            }
         }
     }
 

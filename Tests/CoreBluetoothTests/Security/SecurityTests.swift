@@ -57,7 +57,11 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         let (per, cen, _) = try await connectedPair(air, name: "secure-typo")
         per.manager.pairingAgent = BoardAgent(.displayOnly)
         cen.manager.pairingAgent = TypoAgent()
-        per.queue.sync { per.onRead = { p, r in r.value = Data([7]); p.respond(to: r, withResult: .success) } }
+        per.queue.sync {
+            per.onRead = { p, r in
+                r.value = Data([7]); p.respond(to: r, withResult: .success)
+            }
+        }
         let p = try #require(cen.peripheral)
         cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
         try await waitUntil("read error", seconds: 60) { cen.log.contains("readError:6E400005") }
@@ -98,7 +102,11 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         let showing = BoardAgent(.displayOnly), typing = BoardAgent(.keyboardOnly)
         per.manager.pairingAgent = showing
         cen.manager.pairingAgent = typing
-        per.queue.sync { per.onRead = { p, r in r.value = Data([7]); p.respond(to: r, withResult: .success) } }
+        per.queue.sync {
+            per.onRead = { p, r in
+                r.value = Data([7]); p.respond(to: r, withResult: .success)
+            }
+        }
         let p = try #require(cen.peripheral)
         cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
         try await waitUntil("secret value", seconds: 60) { cen.log.contains("value:6E400005") }
@@ -111,7 +119,11 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
     @Test func bondedPeripheralKeepsItsIdentifierAcrossPrivateAddresses() async throws {
         let air = TestAir()
         let (per, cen, _) = try await connectedPair(air, name: "private")
-        per.queue.sync { per.onRead = { p, r in r.value = Data([1]); p.respond(to: r, withResult: .success) } }
+        per.queue.sync {
+            per.onRead = { p, r in
+                r.value = Data([1]); p.respond(to: r, withResult: .success)
+            }
+        }
         let p = try #require(cen.peripheral)
         cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
         try await waitUntil("bonded") { cen.log.contains("value:6E400005") }
@@ -136,7 +148,9 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
                 }
                 return (seen, count)
             }
-            group.addTask { try? await pause(nanoseconds: 60_000_000_000); return nil }
+            group.addTask {
+                try? await pause(nanoseconds: 60_000_000_000); return nil
+            }
             var result: (Set<BluetoothAddress>, Int) = ([], 0)
             while let next = await group.next() {
                 if let next { result = next; group.cancelAll(); break }

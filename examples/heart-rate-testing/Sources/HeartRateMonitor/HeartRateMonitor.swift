@@ -81,8 +81,10 @@ public final class HeartRateMonitor: NSObject, CBCentralManagerDelegate, CBPerip
     /// Reads the Body Sensor Location again (the app's "refresh" button).
     public func refreshSensorLocation() {
         let work: @Sendable () -> Void = { [self] in
-            guard let sensor, let c = sensor.services?.first(where: { $0.uuid == heartRateServiceUUID })?
-                .characteristics?.first(where: { $0.uuid == bodySensorLocationUUID }) else { return }
+            guard let sensor,
+                let c = sensor.services?.first(where: { $0.uuid == heartRateServiceUUID })?
+                    .characteristics?.first(where: { $0.uuid == bodySensorLocationUUID })
+            else { return }
             sensor.readValue(for: c)
         }
         (queue ?? .main).async(execute: work)
@@ -104,8 +106,10 @@ public final class HeartRateMonitor: NSObject, CBCentralManagerDelegate, CBPerip
         }
     }
 
-    public func centralManager(_ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
-                               advertisementData: [String: Any], rssi RSSI: NSNumber) {
+    public func centralManager(
+        _ central: CBCentralManager, didDiscover peripheral: CBPeripheral,
+        advertisementData: [String: Any], rssi RSSI: NSNumber
+    ) {
         log("discovered \(peripheral.name ?? "?") \(RSSI)")
         guard lock.withLock({ sensor == nil }) else { return }
         lock.withLock { sensor = peripheral }

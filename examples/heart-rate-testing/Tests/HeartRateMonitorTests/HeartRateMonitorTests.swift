@@ -26,9 +26,13 @@ final class HeartRateMonitorTests: XCTestCase {
         service.characteristics = [measurement, location]
         let reads = self.reads
         return PeripheralSpec.simulatePeripheral(proximity: .near)
-            .advertising(advertisementData: [CBAdvertisementDataLocalNameKey: "Polar H10",
-                                             CBAdvertisementDataServiceUUIDsKey: [heartRateServiceUUID]],
-                         withInterval: 0.25)
+            .advertising(
+                advertisementData: [
+                    CBAdvertisementDataLocalNameKey: "Polar H10",
+                    CBAdvertisementDataServiceUUIDsKey: [heartRateServiceUUID],
+                ],
+                withInterval: 0.25
+            )
             .connectable(name: "Polar H10", services: [service], connectionInterval: 0.045, mtu: 23)
             .onRead { request in
                 guard request.characteristic == bodySensorLocationUUID else { return .error(.readNotPermitted) }
