@@ -32,15 +32,28 @@ public struct ACLPacket: Sendable, Equatable {
         return HCIPacket(type: .acl, bytes: b)
     }
 
+    /// The 4-octet header alone (handle with its flags, data total length), checked against what follows, so
+    /// that a reader can take the data without copying it first.
+    public struct Header: Sendable, Equatable {
+        public var handle: UInt16
+        public var boundary: ACLPacketBoundary
+        public var broadcast: UInt8
+        public var length: Int
+
+        public static func decode(_ b: [UInt8]) throws -> Header {
+            guard b.count >= 4 else { throw HCIDecodeError("ACL header truncated (\(b.count) bytes)") }
+            let first = UInt16(b[0]) | UInt16(b[1]) << 8
+            let length = Int(b[2]) | Int(b[3]) << 8
+            guard b.count - 4 == length else { throw HCIDecodeError("ACL length \(length) but \(b.count - 4) bytes follow") }
+            return Header(
+                handle: first & 0x0FFF, boundary: ACLPacketBoundary(rawValue: UInt8((first >> 12) & 0x3))!,
+                broadcast: UInt8(first >> 14), length: length)
+        }
+    }
+
     public static func decode(_ packet: HCIPacket) throws -> ACLPacket {
         guard packet.type == .acl else { throw HCIDecodeError("not an ACL packet") }
-        let b = packet.bytes
-        guard b.count >= 4 else { throw HCIDecodeError("ACL header truncated (\(b.count) bytes)") }
-        let first = UInt16(b[0]) | UInt16(b[1]) << 8
-        let length = Int(b[2]) | Int(b[3]) << 8
-        guard b.count - 4 == length else { throw HCIDecodeError("ACL length \(length) but \(b.count - 4) bytes follow") }
-        return ACLPacket(
-            handle: first & 0x0FFF, boundary: ACLPacketBoundary(rawValue: UInt8((first >> 12) & 0x3))!,
-            broadcast: UInt8(first >> 14), data: Array(b[4...]))
+        let h = try Header.decode(packet.bytes)
+        return ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(packet.bytes[4...]))
     }
 }

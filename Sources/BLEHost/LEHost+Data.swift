@@ -37,32 +37,20 @@ extension LEHost {
     /// case) is dispatched with one copy of its payload; fragments go through the connection's recombiner.
     func handleACL(_ packet: HCIPacket) {
         let b = packet.bytes
-        guard b.count >= 4 else { return log("dropping malformed ACL packet: header truncated (\(b.count) bytes)") }
-        let first = UInt16(b[0]) | UInt16(b[1]) << 8
-        let length = Int(b[2]) | Int(b[3]) << 8
-        guard b.count - 4 == length else { return log("dropping malformed ACL packet: length \(length) but \(b.count - 4) bytes follow") }
-        let connectionHandle = first & 0x0FFF
-        let boundary = ACLPacketBoundary(rawValue: UInt8((first >> 12) & 0x3))!
-        guard let c = connections[connectionHandle] else {
-            log("ACL for unknown handle 0x\(String(connectionHandle, radix: 16))")
+        let h: ACLPacket.Header
+        do { h = try ACLPacket.Header.decode(b) } catch { return log("dropping malformed ACL packet: \(error)") }
+        guard let c = connections[h.handle] else {
+            log("ACL for unknown handle 0x\(String(h.handle, radix: 16))")
             return
         }
-        if boundary != .continuing, length >= 4, c.recombiner.isIdle {
+        if h.boundary != .continuing, h.length >= 4, c.recombiner.isIdle {
             let frameLength = Int(b[4]) | Int(b[5]) << 8
-            if frameLength + 4 == length, frameLength <= c.recombiner.maximumFrameLength {
+            if frameLength + 4 == h.length, frameLength <= c.recombiner.maximumFrameLength {
                 let cid = L2CAPChannelID(rawValue: UInt16(b[6]) | UInt16(b[7]) << 8)
                 return dispatch(L2CAPFrame(channelID: cid, payload: Array(b[8...])), on: c)
             }
         }
-        handle(acl: ACLPacket(handle: connectionHandle, boundary: boundary, broadcast: UInt8(first >> 14), data: Array(b[4...])), on: c)
-    }
-
-    func handle(acl: ACLPacket) {
-        guard let c = connections[acl.handle] else {
-            loggers.hci.debug("ACL for an unknown connection handle", metadata: ["handle": "0x\(String(acl.handle, radix: 16))"])
-            return
-        }
-        handle(acl: acl, on: c)
+        handle(acl: ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(b[4...])), on: c)
     }
 
     func handle(acl: ACLPacket, on c: HostConnection) {
