@@ -23,6 +23,13 @@ public struct GATTClient: Sendable {
 
     public var hasOutstandingRequest: Bool { running != nil }
 
+    /// ATT_MTU is one value per bearer, for its client and its server role (Vol 3 Part F §3.4.2.2): when the
+    /// server role answered the peer's Exchange MTU Request, the client role sends and expects PDUs of the new
+    /// size too. An exchange of our own that the peer then refuses (an Error Response) leaves it as it is.
+    public mutating func bearerMTUChanged(to newMTU: UInt16) {
+        mtu = min(max(newMTU, ATTMTU.default), ATTMTU.maximum)
+    }
+
     /// Where a running procedure stands.
     enum Step: Sendable {
         case mtu(client: UInt16)
@@ -245,7 +252,10 @@ public struct GATTClient: Sendable {
             case let .exchangeMTUResponse(r):
                 mtu = max(ATTMTU.default, min(client, r.serverRxMTU))
                 return done(id, .mtu(mtu))
-            case let .errorResponse(e) where e.error == .requestNotSupported:
+            case .errorResponse:
+                // Refused (Request Not Supported, or any error from a server that took the peer's side of a
+                // crossing exchange as the only one): the bearer keeps the MTU it has, which the server role
+                // may already have raised.
                 return done(id, .mtu(mtu))
             default: return failure(id, pdu)
             }

@@ -136,7 +136,9 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
         }
     }
 
+    /// The bearer's ATT_MTU changed, through either role's exchange: both roles use it from now on.
     func mtuDidChange(_ m: UInt16) {
+        gattClient.bearerMTUChanged(to: m)
         guard m != attMTU else { return }
         attMTU = m
         host?.mtuChanged(on: self)

@@ -274,6 +274,50 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(t.gatt(.read(handle: 1)) == .failure(.disconnected))
     }
 
+    /// Both sides exchange the MTU at once, as BlueZ does against `ble gatt` (issue 27): ATT_MTU is one value per
+    /// bearer, so the exchange our server role answered raises it for our client role too.
+    @Test func crossingMTUExchangesAgreeOnOneBearerMTU() throws {
+        let t = try LinkedHosts()
+        let pc = try #require(t.p.connections.first)
+        var ours: UInt16?, theirs: UInt16?
+        t.air.loop.sync {
+            t.link.exchangeMTU(517) { ours = $0 }
+            pc.exchangeMTU(517) { theirs = $0 }
+        }
+        t.air.loop.advance(by: .seconds(1))
+        #expect(ours == 517 && theirs == 517)
+        #expect(t.link.attMTU == 517 && pc.attMTU == 517)
+        // A value longer than 23 octets comes back whole in one Read Response.
+        let long = t.handles.characteristics[2].value
+        #expect(t.gatt(.read(handle: long)) == .success(.value(t.longValue)))
+    }
+
+    /// The peer answers our Exchange MTU Request with an Error Response after its own exchange, which our server
+    /// role answered: the bearer keeps the MTU that exchange set (it once fell back to 23, and the peer's next
+    /// 30-octet Read By Type Response was refused as longer than ATT_MTU).
+    @Test func aRefusedMTUExchangeKeepsTheMTUThePeersExchangeSet() throws {
+        let t = try LinkedHosts()
+        let pc = try #require(t.p.connections.first)
+        var ours: UInt16?
+        t.air.loop.sync {
+            t.link.exchangeMTU(517) { ours = $0 }
+            t.peripheral.sendATT(.exchangeMTURequest(ATTExchangeMTURequest(clientRxMTU: 517)), on: pc)
+            t.peripheral.sendATT(
+                .errorResponse(ATTErrorResponse(requestOpcode: .exchangeMTURequest, handle: 0, error: .requestNotSupported)), on: pc)
+        }
+        t.air.loop.advance(by: .seconds(1))
+        #expect(ours == 517)
+        #expect(t.link.attMTU == 517)
+        let long = t.handles.characteristics[2].value
+        #expect(t.gatt(.read(handle: long)) == .success(.value(t.longValue)))
+        // Write Commands are sized by the bearer's MTU too: 500 octets go out as one.
+        let writable = t.handles.characteristics[3].value
+        let sent = t.air.loop.sync { t.link.writeWithoutResponse(handle: writable, value: [UInt8](repeating: 9, count: 500)) }
+        #expect(sent)
+        t.air.loop.advance(by: .milliseconds(100))
+        #expect(t.gatt(.read(handle: writable)) == .success(.value([UInt8](repeating: 9, count: 500))))
+    }
+
     @Test func pdusLongerThanTheMTUAreProtocolViolations() throws {
         let t = try LinkedHosts()
         // A Write Request of 100 octets at ATT_MTU 23 (97 octets of value): refused, nothing written.
