@@ -62,7 +62,9 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         switch e {
         case EBUSY:
             return "hci\(index) is in use by the kernel's Bluetooth stack (bluetoothd). Release it with "
-                + "`sudo systemctl stop bluetooth` and `sudo hciconfig hci\(index) down` (or `btmgmt --index \(index) power off`), then try again."
+                + "`sudo systemctl stop bluetooth` and `sudo hciconfig hci\(index) down` (or `btmgmt --index \(index) power off`), then try again. "
+                + "bluetoothd powers every adapter again as soon as it is let go: to keep it running but away from this one, "
+                + "set `AutoEnable=false` under [Policy] in /etc/bluetooth/main.conf."
         case EPERM, EACCES:
             return "hci\(index): permission denied. The HCI user channel needs CAP_NET_ADMIN: run as root or "
                 + "`sudo setcap cap_net_admin+ep <your binary>`."

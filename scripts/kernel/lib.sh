@@ -110,10 +110,22 @@ restore_controllers() {
     rfkill unblock bluetooth 2>/dev/null
 }
 
-# start_bluez [MAIN.CONF]: the system bus and bluetoothd (which powers every adapter it sees on), unless they
-# run already: the guest starts them once for every scenario (bluetoothd takes seconds to start here).
+# bluez_conf [LINES…]: a main.conf for bluetoothd (printed path) with AutoEnable off, plus LINES (e.g. a
+# "[General]" section). bluetoothd's default (AutoEnable=true) powers every adapter that appears, so it takes an
+# adapter back each time a `ble` process lets it go (the user channel closes and the kernel adds the index
+# again): the guest's bluetoothd powers only hci0, so that hci1 stays ours between commands with no race.
+# rule-busy.sh shows the default's behaviour and what AutoEnable=false changes.
+bluez_conf() {
+    local f
+    f=$(mktemp "$OCB_RUN/main.XXXXXX.conf")
+    { printf '[Policy]\nAutoEnable=false\n'; printf '%s\n' "$@"; } > "$f"
+    echo "$f"
+}
+
+# start_bluez [MAIN.CONF]: the system bus and bluetoothd, unless they run already (the guest starts them once for
+# every scenario); hci0 is powered through bluetoothd and waited for. Without MAIN.CONF, `bluez_conf`'s.
 start_bluez() {
-    local start=$SECONDS
+    local start=$SECONDS conf=${1:-}
     mkdir -p /run/dbus
     if ! kill -0 "$(cat "$OCB_RUN/dbus.pid" 2>/dev/null)" 2>/dev/null; then
         rm -f /run/dbus/system_bus_socket
@@ -125,21 +137,31 @@ start_bluez() {
         done
     fi
     if ! kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null; then
-        bluetoothd -n -d ${1:+-f "$1"} >> "$OCB_OUT/bluetoothd.log" 2>&1 &
+        [ -n "$conf" ] || conf=$(bluez_conf)
+        bluetoothd -n -d -f "$conf" >> "$OCB_OUT/bluetoothd.log" 2>&1 &
         echo $! > "$OCB_RUN/bluetoothd.pid"
     fi
-    until bluetoothctl list 2>/dev/null | grep -q '^Controller'; do
-        [ $((SECONDS - start)) -lt 30 ] || { log "bluetoothd shows no controller"; return 1; }
-        sleep 0.3
+    # bluetoothd has registered hci0 once its adapter object is on the bus.
+    until bluez_has_adapter 0; do
+        [ $((SECONDS - start)) -lt 40 ] || { log "bluetoothd shows no hci0"; return 1; }
+        sleep 0.2
     done
-    # bluetoothd powers every adapter it finds (AutoEnable): wait for that, so that a `release` after this
-    # is not undone by a power-on still on its way.
-    local i
-    for i in /sys/class/bluetooth/hci*; do
-        until hciconfig "${i##*/}" 2>/dev/null | grep -q "UP RUNNING"; do
-            [ $((SECONDS - start)) -lt 30 ] || { log "bluetoothd did not power ${i##*/}"; break; }
-            sleep 0.3
-        done
+    bluez_up 0 $((40 - (SECONDS - start)))
+}
+
+# bluez_has_adapter N: bluetoothd has an adapter object for hciN.
+bluez_has_adapter() {
+    dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci$1" org.freedesktop.DBus.Properties.Get \
+        string:org.bluez.Adapter1 string:Address > /dev/null 2>&1
+}
+
+# bluez_up N [SECONDS]: hciN powered on through bluetoothd and up (retried while bluetoothd is still busy with it).
+bluez_up() {
+    local start=$SECONDS limit=${2:-30}
+    until hciconfig "hci$1" 2>/dev/null | grep -q "UP RUNNING"; do
+        [ $((SECONDS - start)) -lt "$limit" ] || { log "bluetoothd did not power hci$1"; return 1; }
+        bluez_power "$1" true 2>/dev/null
+        sleep 0.2
     done
 }
 
@@ -165,7 +187,7 @@ reset_bluez() {
                 "objpath:/org/bluez/hci${idx##*hci}/dev_${dev//:/_}" > /dev/null 2>&1
         done
     done
-    bluez_power 0 true
+    bluez_up 0
 }
 
 # bluez_power N true|false: hciN powered on or off through bluetoothd (org.bluez.Adapter1.Powered).
@@ -174,7 +196,8 @@ bluez_power() {
         string:org.bluez.Adapter1 string:Powered "variant:boolean:$2" > /dev/null
 }
 
-# release N: takes hciN away from bluetoothd (powered off), so that the HCI user channel can bind it.
+# release N: takes hciN away from bluetoothd (powered off), so that the HCI user channel can bind it. With the
+# guest's AutoEnable=false, an adapter that no one powered is already down and stays so.
 release() { hciconfig "hci$1" down; }
 
 # btctl_start: a long-lived bluetoothctl fed through a FIFO (btctl COMMAND…); its output in $BTCTL_LOG.

@@ -2,9 +2,8 @@
 # `ble pair` finds it by name and bonds, receiving its identity key; after BlueZ's address changes (a power
 # cycle makes a new one), a second `ble pair` resolves the new address with that key and encrypts with the
 # bond, without pairing again.
-printf '[General]\nPrivacy = device\n' > "$OCB_RUN/privacy.conf"
 stop_bluez
-start_bluez "$OCB_RUN/privacy.conf" || fail "BlueZ (privacy) did not start"
+start_bluez "$(bluez_conf '[General]' 'Privacy = device')" || fail "BlueZ (privacy) did not start"
 release 1
 btctl_start
 btctl "select $(address 0)"
