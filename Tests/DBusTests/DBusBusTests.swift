@@ -39,10 +39,20 @@ final class PrivateBus {
         process.arguments = ["--config-file=\(configPath.path)", "--nofork", "--nopidfile", "--nosyslog"]
         process.standardOutput = FileHandle.nullDevice
         try process.run()
-        // The socket exists once the bus listens.
+        // Ready once the bus answers: its socket file appears at bind(), before listen(), so a client that
+        // connects in between is refused (seen in full runs). Connect, authenticate and say Hello until it works,
+        // for 20 s at most.
         let deadline = Date().addingTimeInterval(20)
-        while !FileManager.default.fileExists(atPath: socket) {
-            guard Date() < deadline, process.isRunning else { throw DBusError.badAddress("dbus-daemon did not start") }
+        while true {
+            if FileManager.default.fileExists(atPath: socket), let probe = try? DBusConnection(address: address, timeout: 2) {
+                probe.close()
+                break
+            }
+            guard Date() < deadline, process.isRunning else {
+                stop()
+                try? FileManager.default.removeItem(at: directory)
+                throw DBusError.badAddress("dbus-daemon did not answer on \(address) within 20 s")
+            }
             usleep(10_000)
         }
     }
