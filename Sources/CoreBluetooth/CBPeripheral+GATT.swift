@@ -10,6 +10,7 @@ extension CBPeripheral {
     // MARK: Discovery
 
     public func discoverServices(_ serviceUUIDs: [CBUUID]?) {
+        if let b = bluez { return b.discoverServices(self, serviceUUIDs) }
         let filter = serviceUUIDs.flatMap { $0.isEmpty ? nil : $0 }
         withConnection("discoverServices") { [self] c in
             let procedure: GATTClient.Procedure =
@@ -57,6 +58,7 @@ extension CBPeripheral {
 
     public func discoverIncludedServices(_ includedServiceUUIDs: [CBUUID]?, for service: CBService) {
         guard validate(service) else { return }
+        if let b = bluez { return b.discoverIncludedServices(self, includedServiceUUIDs, for: service) }
         let filter = includedServiceUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
         let (start, end) = (service.handle, service.endHandle)
         withConnection("discoverIncludedServices") { [self] c in
@@ -91,6 +93,7 @@ extension CBPeripheral {
 
     public func discoverCharacteristics(_ characteristicUUIDs: [CBUUID]?, for service: CBService) {
         guard validate(service) else { return }
+        if let b = bluez { return b.discoverCharacteristics(self, characteristicUUIDs, for: service) }
         let filter = characteristicUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
         let (start, end) = (service.handle, service.endHandle)
         withConnection("discoverCharacteristics") { [self] c in
@@ -117,6 +120,7 @@ extension CBPeripheral {
 
     public func discoverDescriptors(for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
+        if let b = bluez { return b.discoverDescriptors(self, for: characteristic) }
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
         withConnection("discoverDescriptors") { [self] c in
             let finish: (Result<[GATTRemoteDescriptor], GATTClient.Failure>) -> Void = { [self] r in
@@ -176,6 +180,7 @@ extension CBPeripheral {
 
     public func readValue(for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
+        if let b = bluez { return b.read(self, characteristic) }
         let handle = characteristic.valueHandle
         withConnection("readValue") { [self] c in
             c.gatt(.readLong(handle: handle)) { [self] r in
@@ -205,11 +210,13 @@ extension CBPeripheral {
                 return
             }
             markWriteWithoutResponsePending()
+            if let b = bluez { return b.write(self, data, characteristic, type: type) }
             withConnection("writeValue") { [self] c in
                 let room = c.writeWithoutResponse(handle: handle, value: Array(bytes.prefix(Int(c.attMTU) - 3)))
                 if room { readyToSendWriteWithoutResponse() }
             }
         default:
+            if let b = bluez { return b.write(self, data, characteristic, type: type) }
             withConnection("writeValue") { [self] c in
                 c.gatt(.write(handle: handle, value: bytes)) { [self] r in
                     let error: (any Error)? = { if case let .failure(f) = r { return self.cbError(f) } else { return nil } }()
@@ -227,6 +234,7 @@ extension CBPeripheral {
             deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: CBATTError(.requestNotSupported)) }
             return
         }
+        if let b = bluez { return b.setNotify(self, enabled, characteristic) }
         let value: [UInt8] = !enabled ? [0, 0] : props.contains(.notify) ? [1, 0] : [2, 0]
         let known = characteristic._descriptors?.first { $0.uuid.bluetoothUUID == .clientCharacteristicConfiguration }?.handle
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
@@ -325,6 +333,7 @@ extension CBPeripheral {
 
     public func readValue(for descriptor: CBDescriptor) {
         guard let ch = descriptor.characteristic, validate(ch) else { return }
+        if let b = bluez { return b.read(self, descriptor) }
         let handle = descriptor.handle
         withConnection("readValue") { [self] c in
             c.gatt(.readLong(handle: handle)) { [self] r in
@@ -349,6 +358,7 @@ extension CBPeripheral {
             deliver { $0.peripheral(self, didWriteValueFor: descriptor, error: CBATTError(.writeNotPermitted)) }
             return
         }
+        if let b = bluez { return b.write(self, data, descriptor) }
         let handle = descriptor.handle
         let bytes = [UInt8](data)
         withConnection("writeValue") { [self] c in
