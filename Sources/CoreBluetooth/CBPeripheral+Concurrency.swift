@@ -13,7 +13,7 @@ extension CBPeripheral {
         _ procedure: GATTClient.Procedure,
         _ apply: @escaping @Sendable (GATTClient.Outcome) throws -> T
     ) async throws -> T {
-        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         let q = queue
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<T, any Error>) in
             host.loop.execute { [self] in
@@ -100,7 +100,7 @@ extension CBPeripheral {
 
     /// Writes the link's configuration of a characteristic (SharedLink) and sets `isNotifying` to match.
     func configureNotifications(_ characteristic: CBCharacteristic, descriptor: UInt16, value: [UInt8]?) async throws {
-        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         let q = queue
         let valueHandle = characteristic.valueHandle
         try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Void, any Error>) in
@@ -119,7 +119,7 @@ extension CBPeripheral {
 
     /// Reads the RSSI of the link in dBm.
     public func currentRSSI() async throws -> Int {
-        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Int, any Error>) in
             host.loop.execute { [self] in
                 guard let c = connection else { return cont.resume(throwing: CBError(.notConnected)) }

@@ -222,7 +222,10 @@ final class BlueZCentral: @unchecked Sendable {
         case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
             guard m.body.count >= 2, let path = m.body[0].string else { return }
             let names = (m.body[1].arrayItems ?? []).compactMap(\.string)
-            if names.contains(BlueZObjectTree.deviceInterface) { linkLost(path) }
+            if names.contains(BlueZObjectTree.deviceInterface) {
+                linkLost(path)
+                forget(device: path)
+            }
             tree.remove(path: path, interfaces: names)
             if names.contains(BlueZObjectTree.adapterInterface) { updateState() }
         case ("org.freedesktop.DBus.Properties", "PropertiesChanged"):
@@ -319,6 +322,8 @@ final class BlueZCentral: @unchecked Sendable {
             guard !wanted.isDisjoint(with: offered) else { return }
         }
         if !s.allowDuplicates {
+            // Bounded as the native scan is: past the bound a device still around is reported once more.
+            if s.reported.count >= 4096 { s.reported.removeAll(keepingCapacity: true) }
             guard s.reported.insert(path).inserted else { return }
             scan = s
         }
@@ -336,6 +341,15 @@ final class BlueZCentral: @unchecked Sendable {
         peripherals[path] = p
         devicePaths[id] = path
         return p
+    }
+
+    /// A device BlueZ removed (temporary devices go some time after discovery stops): its path is forgotten unless
+    /// the app still holds its peripheral, so a long scan among rotating addresses does not grow memory.
+    private func forget(device path: String) {
+        guard peripherals[path] == nil, let props = tree[path, BlueZObjectTree.deviceInterface],
+            let address = BlueZAdvertisement.address(props)
+        else { return }
+        devicePaths[BlueZAdvertisement.identifier(for: address, adapter: options.adapter ?? "")] = nil
     }
 
     // MARK: Connections
@@ -754,4 +768,15 @@ private func merge(into p: CBPeripheral, _ found: [CBService]) {
     for s in found where !list.contains(where: { $0 === s }) { list.append(s) }
     list.sort { $0.handle < $1.handle }
     p.setServices(list)
+}
+
+extension CBPeripheral {
+    /// Why an async GATT call cannot run: not connected, or on the BlueZ backend, which serves the delegate API only
+    /// for now.
+    var asyncUnavailable: CBError {
+        guard bluez != nil, state == .connected else { return CBError(.notConnected) }
+        return CBError(.operationNotSupported, userInfo: [
+            NSLocalizedDescriptionKey: "The async GATT calls are not available on BLE_TRANSPORT=bluez yet; use the delegate methods",
+        ])
+    }
 }
