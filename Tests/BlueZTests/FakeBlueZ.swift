@@ -39,6 +39,11 @@ final class FakeBlueZ: @unchecked Sendable {
     private var log: [String] = []
     private var writes: [(path: String, value: [UInt8], type: String)] = []
     private var filter: [String: DBusValue]?
+    /// Applications registered with GattManager1 (path → owner and objects) and advertisements with
+    /// LEAdvertisingManager1 (path → properties), as BlueZ read them at registration.
+    private var apps: [String: (owner: String, objects: [String: [String: [String: DBusValue]]])] = [:]
+    private var adverts: [String: [String: DBusValue]] = [:]
+    private var appSignals: [(path: String, value: [UInt8])] = []
     var holdConnect = false
     var mtu: UInt16 = 247
     /// The GATT database every device shows once connected.
@@ -48,6 +53,17 @@ final class FakeBlueZ: @unchecked Sendable {
         connection = try DBusConnection(address: address)
         // The object manager is there before the name, as in bluetoothd.
         connection.export(path: "/") { [weak self] call in self?.handleRoot(call) }
+        // Value changes of registered applications' characteristics (bluetoothd watches them the same way).
+        connection.onSignal { [weak self] m in
+            guard let self, m.member == "PropertiesChanged", m.sender != self.connection.uniqueName, let path = m.path,
+                let v = m.body.count > 1 ? m.body[1].stringDictionary?["Value"]?.byteArray : nil
+            else { return }
+            self.lock.withLock { self.appSignals.append((path, v)) }
+        }
+        _ = try connection.callBlocking(
+            .methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "AddMatch", body: [.string("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'")]))
         let reply = try connection.callBlocking(
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -64,6 +80,36 @@ final class FakeBlueZ: @unchecked Sendable {
     var lastWrites: [(path: String, value: [UInt8], type: String)] { lock.withLock { writes } }
     var discoveryFilter: [String: DBusValue]? { lock.withLock { filter } }
     func property(_ path: String, _ interface: String, _ name: String) -> DBusValue? { lock.withLock { objects[path]?[interface]?[name] } }
+    var registeredApplications: [String: [String: [String: [String: DBusValue]]]] { lock.withLock { apps.mapValues(\.objects) } }
+    var advertisements: [String: [String: DBusValue]] { lock.withLock { adverts } }
+    /// Value changes the applications announced (what BlueZ would notify or indicate).
+    var notifiedValues: [(path: String, value: [UInt8])] { lock.withLock { appSignals } }
+
+    // MARK: Acting as BlueZ's GATT server toward a registered application (a remote central's requests)
+
+    /// The registered characteristic with this UUID: its application's owner and its path.
+    func applicationCharacteristic(_ uuid: String) -> (owner: String, path: String)? {
+        lock.withLock {
+            for (_, app) in apps {
+                for (path, ifaces) in app.objects where ifaces["org.bluez.GattCharacteristic1"]?["UUID"]?.string == uuid {
+                    return (app.owner, path)
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Calls a method of the application's characteristic, as bluetoothd does for a central's request.
+    func callApplication(_ uuid: String, _ member: String, _ body: [DBusValue]) async throws -> DBusMessage {
+        guard let (owner, path) = applicationCharacteristic(uuid) else { throw DBusError.invalidValue("no registered characteristic \(uuid)") }
+        return try await connection.call(.methodCall(destination: owner, path: path, interface: "org.bluez.GattCharacteristic1", member: member, body: body))
+    }
+
+    static func requestOptions(offset: UInt16 = 0, type: String? = nil) -> DBusValue {
+        var o: [String: DBusValue] = ["offset": .uint16(offset), "device": .objectPath("/org/bluez/hci0/dev_C0_FF_EE_00_00_09"), "mtu": .uint16(185)]
+        if let type { o["type"] = .string(type) }
+        return .stringVariantDictionary(o)
+    }
 
     /// The next call of `member` fails with this D-Bus error.
     func failNext(_ member: String, name: String, message: String) { lock.withLock { failures[member] = (name, message) } }
@@ -217,6 +263,18 @@ final class FakeBlueZ: @unchecked Sendable {
                 objects[path]?[call.interface!]?["Value"] = .bytes(value)
             }
             return call.reply()
+        case ("org.bluez.GattManager1", "RegisterApplication"):
+            return registerApplication(call)
+        case ("org.bluez.GattManager1", "UnregisterApplication"):
+            let app = call.body.first?.string ?? ""
+            guard lock.withLock({ apps.removeValue(forKey: app) }) != nil else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
+            return call.reply()
+        case ("org.bluez.LEAdvertisingManager1", "RegisterAdvertisement"):
+            return registerAdvertisement(call)
+        case ("org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement"):
+            let path = call.body.first?.string ?? ""
+            guard lock.withLock({ adverts.removeValue(forKey: path) }) != nil else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
+            return call.reply()
         case ("org.bluez.GattCharacteristic1", "StartNotify"):
             change(path, "org.bluez.GattCharacteristic1", ["Notifying": .boolean(true)])
             return call.reply()
@@ -243,6 +301,49 @@ final class FakeBlueZ: @unchecked Sendable {
     }
 
     private func hex(_ h: Int) -> String { String(format: "%04x", h) }
+
+    private func registerApplication(_ call: DBusMessage) -> DBusMessage? {
+        guard let app = call.body.first?.string, let owner = call.sender else {
+            return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
+        }
+        if lock.withLock({ apps[app] != nil }) { return call.errorReply(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
+        // As bluetoothd: read the application's objects, then answer.
+        connection.call(.methodCall(destination: owner, path: app, interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects")) { [weak self] r in
+            guard let self else { return }
+            guard case let .success(m) = r, case .dictionary(_, _, let entries) = m.body.first ?? .bytes([]) else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.Failed", message: "Failed to read application objects"))
+                return
+            }
+            var objects: [String: [String: [String: DBusValue]]] = [:]
+            for e in entries {
+                guard let p = e.key.string, case .dictionary(_, _, let ifaces) = e.value else { continue }
+                for i in ifaces { objects[p, default: [:]][i.key.string ?? ""] = (i.value.stringDictionary ?? [:]).mapValues(\.unwrapped) }
+            }
+            guard objects.values.contains(where: { $0["org.bluez.GattService1"] != nil }) else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.Failed", message: "No valid services found"))
+                return
+            }
+            self.lock.withLock { self.apps[app] = (owner, objects) }
+            _ = try? self.connection.send(call.reply())
+        }
+        return nil
+    }
+
+    private func registerAdvertisement(_ call: DBusMessage) -> DBusMessage? {
+        guard let path = call.body.first?.string, let owner = call.sender else {
+            return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
+        }
+        connection.call(.methodCall(destination: owner, path: path, interface: "org.freedesktop.DBus.Properties", member: "GetAll", body: [.string("org.bluez.LEAdvertisement1")])) { [weak self] r in
+            guard let self else { return }
+            guard case let .success(m) = r, let props = m.body.first?.stringDictionary?.mapValues(\.unwrapped), props["Type"] != nil else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call"))
+                return
+            }
+            self.lock.withLock { self.adverts[path] = props }
+            _ = try? self.connection.send(call.reply())
+        }
+        return nil
+    }
 
     private func addDatabase(under device: String) {
         var handle = 1

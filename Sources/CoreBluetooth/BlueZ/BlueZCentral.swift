@@ -57,13 +57,16 @@ final class BlueZCentral: @unchecked Sendable {
     let options: BlueZOptions
     let queue = DispatchQueue(label: "opencorebluetooth.bluez")
     private weak var manager: CBCentralManager?
+    /// Called on `queue` with each new state (the peripheral backend rides on a session of its own, made without a
+    /// central manager).
+    var onStateChange: (@Sendable (CBManagerState) -> Void)?
 
     // Queue-confined.
-    private var bus: DBusConnection?
+    private(set) var bus: DBusConnection?
     private var tree = BlueZObjectTree()
     private var bluezOnBus = false
-    private var adapterPath: String?
-    private var state: CBManagerState = .unknown
+    private(set) var adapterPath: String?
+    private(set) var state: CBManagerState = .unknown
     private var scan: Scan?
     private var discovering = false
     private var peripherals = WeakTable<String, CBPeripheral>()
@@ -106,7 +109,7 @@ final class BlueZCentral: @unchecked Sendable {
 
     // MARK: Bus and state
 
-    func start(_ m: CBCentralManager) {
+    func start(_ m: CBCentralManager?) {
         manager = m
         queue.async { [self] in
             let connection: DBusConnection
@@ -193,6 +196,7 @@ final class BlueZCentral: @unchecked Sendable {
         guard s != state else { return }
         state = s
         manager?.hostPowerChanged(s)
+        onStateChange?(s)
     }
 
     /// The adapter is off or gone: links, scans and GATT objects are forgotten; the manager resets its
@@ -750,7 +754,7 @@ final class BlueZCentral: @unchecked Sendable {
 
     // MARK: Calls
 
-    private func call(
+    func call(
         _ path: String, _ interface: String, _ member: String, _ body: [DBusValue] = [], timeout: Double = 25,
         _ done: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void
     ) {
