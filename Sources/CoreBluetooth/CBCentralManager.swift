@@ -468,13 +468,25 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Takes a new central link if this manager asked for it (several managers may share it).
     package func claim(_ connection: HostConnection) -> Claim {
-        let address = connection.peerAddress
+        var address = connection.peerAddress
+        if connectingPeripherals[address] == nil, let host = leHost {
+            // A bonded device that moved to a new private address while it was being connected: the host
+            // followed it (LEHost+PrivateConnect.swift); the connection was asked for at an address of the same identity.
+            let identity = host.identity(of: address)
+            if identity != address, let asked = connectingPeripherals.keys.first(where: { host.identity(of: $0) == identity }) {
+                address = asked
+            }
+        }
         let asked = connectingPeripherals.removeValue(forKey: address)?.value
         guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else { return .notMine }
         // Cancelled on the loop, or by the app before the loop heard of it (the state changes at the call). An
         // automatic reconnection may still read `.connected` here: its `.connecting` is set on the delegate
         // queue, with the didDisconnect before it.
         if cancelledConnects.remove(address) != nil || p.state == .disconnected || p.state == .disconnecting { return .cancelled(p) }
+        if address != connection.peerAddress {
+            p.deviceAddress = connection.peerAddress
+            peripheralsByAddress[connection.peerAddress] = p
+        }
         attach(p, to: connection)
         return .claimed
     }
