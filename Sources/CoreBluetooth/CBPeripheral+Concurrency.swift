@@ -19,10 +19,12 @@ extension CBPeripheral {
             host.loop.execute { [self] in
                 guard let c = connection, c.isOpen else { return cont.resume(throwing: CBError(.notConnected)) }
                 c.gatt(procedure) { r in
+                    // The error is made here, on the loop, where the link's pairing outcome is current.
+                    let error: (any Error)? = { if case let .failure(f) = r { return self.cbError(f) } else { return nil } }()
                     q.async {
                         switch r {
                         case let .success(o): cont.resume(with: Result { try apply(o) })
-                        case let .failure(f): cont.resume(throwing: self.cbError(f))
+                        case .failure: cont.resume(throwing: error ?? CBError(.unknown))
                         }
                     }
                 }
@@ -107,8 +109,9 @@ extension CBPeripheral {
             host.loop.execute { [self] in
                 guard let c = connection, c.isOpen else { return cont.resume(throwing: CBError(.notConnected)) }
                 SharedLink.of(c).configure(user: linkUserID, valueHandle: valueHandle, descriptor: descriptor, value: value) { f in
+                    let error = f.map { self.cbError($0) }   // on the loop, as above
                     q.async {
-                        if let f { return cont.resume(throwing: self.cbError(f)) }
+                        if let error { return cont.resume(throwing: error) }
                         characteristic._isNotifying = value != nil
                         cont.resume()
                     }

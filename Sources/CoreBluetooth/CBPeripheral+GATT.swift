@@ -25,7 +25,8 @@ extension CBPeripheral {
                     }
                     deliver({ $0.peripheral(self, didDiscoverServices: nil) }, prepare: { [self] in mergeServices(kept) })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverServices: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverServices: error) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverServices: CBError(.unknown)) }
                 }
@@ -81,7 +82,8 @@ extension CBPeripheral {
                             service._includedServices = list
                         })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: error) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: CBError(.unknown)) }
                 }
@@ -107,7 +109,8 @@ extension CBPeripheral {
                             mergeCharacteristics(found, into: service, filter: filter)
                         })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: error) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: CBError(.unknown)) }
                 }
@@ -131,7 +134,8 @@ extension CBPeripheral {
                             mergeDescriptors(found, into: characteristic)
                         })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: error) }
                 }
             }
             guard start <= end, start != 0 else { return finish(.success([])) }
@@ -186,7 +190,8 @@ extension CBPeripheral {
                         { $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) },
                         prepare: { characteristic._value = data })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: error) }
                 default:
                     deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: CBError(.unknown)) }
                 }
@@ -236,7 +241,8 @@ extension CBPeripheral {
             let write: (UInt16) -> Void = { [self] cccd in
                 SharedLink.of(c).configure(user: linkUserID, valueHandle: valueHandle, descriptor: cccd, value: enabled ? value : nil) { [self] f in
                     if let f {
-                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: self.cbError(f)) }
+                        let error = cbError(f)   // on the loop: the pairing error is the link's now
+                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: error) }
                     } else {
                         deliver(
                             { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
@@ -334,7 +340,8 @@ extension CBPeripheral {
                         { $0.peripheral(self, didUpdateValueFor: descriptor, error: nil) },
                         prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: error) }
                 default:
                     deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: CBError(.unknown)) }
                 }
@@ -377,6 +384,8 @@ extension CBPeripheral {
 extension CBPeripheral {
     /// The error for a failed procedure; when the stack paired for it and pairing failed, the reason is in
     /// `userInfo` (NSLocalizedFailureReasonErrorKey, and "OCBPairingFailureReason" with the SMP code).
+    /// Loop only, when the failure arrives: the link is loop-confined, and later (on the delegate queue) it may
+    /// be gone or pairing again, which lost the reason.
     func cbError(_ f: GATTClient.Failure) -> any Error {
         guard case let .att(code, _) = f, code == .insufficientAuthentication || code == .insufficientEncryption,
             let pairing = connection?.lastPairingError
