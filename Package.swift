@@ -65,7 +65,7 @@ let package = Package(
         // Apple-API façades: Apple's Swift names and semantics, delegates on the queue given.
         .target(name: "CoreBluetooth", dependencies: [
             "BLEHost", "BLEGATT", "BLEGAP", "BLESMP", "BLEL2CAP", "BLETransport", "BLEWire", "BoundStreams", "StackLog", logging,
-            "CoreBluetoothSubmodules",
+            "CoreBluetoothSubmodules", "DBus",
         ]),
         .target(name: "MultipeerConnectivity", dependencies: [
             "PeerSession", "PeerTransport", "PeerBluetooth", "DNSSDNIO", "DNSSD", "BoundStreams", "MultipeerConnectivitySubmodules",
@@ -85,6 +85,8 @@ let package = Package(
         // D-Bus: a pure wire codec and a UNIX-socket client (the BlueZ backend's way to bluetoothd).
         .target(name: "DBus"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
+        // The BlueZ backend of CoreBluetooth against a fake bluetoothd (org.bluez) on a private bus.
+        .testTarget(name: "BlueZTests", dependencies: ["CoreBluetooth", "DBus", "BLEWire", "TestSupport"]),
         .target(name: "PeerSession", dependencies: ["BLEWire"]),
         .target(name: "DNSSDNIO", dependencies: [
             "DNSSD", "StackLog", logging,
@@ -126,7 +128,7 @@ let package = Package(
                           swiftSettings: [.swiftLanguageMode(.v5)]),
 
         // Tests, mirroring the layers (Tests/TestSupport: what several test targets share, e.g. waiting without Task.sleep).
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["DBus"], path: "Tests/TestSupport"),
         .testTarget(name: "BLEWireTests", dependencies: ["BLEWire"]),
         .testTarget(name: "BLECryptoTests", dependencies: ["BLECrypto"]),
         .testTarget(name: "BoundStreamsTests", dependencies: ["BoundStreams"]),

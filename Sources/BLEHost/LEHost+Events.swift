@@ -49,6 +49,11 @@ extension LEHost {
                 peer: BluetoothAddress(bytes: e.peerAddress.bytes, type: AddressType(rawValue: e.peerAddressType) ?? .public),
                 interval: e.connectionInterval, latency: e.peripheralLatency, timeout: e.supervisionTimeout)
         case let .advertisingReport(reports):
+            if followedPrivateTarget != nil {
+                for r in reports where r.eventType.rawValue <= 1 {   // ADV_IND, ADV_DIRECT_IND: connectable
+                    followPrivateTarget(seenAt: BluetoothAddress(bytes: r.address.bytes, type: AddressType(rawValue: r.addressType) ?? .public))
+                }
+            }
             guard isScanning, let d = centralDelegate else { return }
             for r in reports {
                 guard let kind = AdvertisingReport.Kind(rawValue: r.eventType.rawValue) else { continue }

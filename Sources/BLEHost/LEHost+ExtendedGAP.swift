@@ -104,6 +104,11 @@ extension LEHost {
     /// Extended Advertising Reports (§7.7.65.13): data that spans several reports (Data_Status 1) is put back
     /// together per advertiser and set; at most 16 advertisers and 1,650 octets each are held at once.
     func handleExtendedReports(_ reports: [LEExtendedAdvertisingReport]) {
+        if followedPrivateTarget != nil {
+            for r in reports where r.eventType.contains(.connectable) {
+                followPrivateTarget(seenAt: BluetoothAddress(bytes: r.address.bytes, type: AddressType(rawValue: r.addressType) ?? .public))
+            }
+        }
         guard isScanning, let d = centralDelegate else { return }
         for r in reports {
             let key = "\(r.address.bytes)\(r.addressType)/\(r.advertisingSID)/\(r.eventType.contains(.scanResponse))"

@@ -33,7 +33,9 @@ extension LEHost {
         guard powerState == .on else { return completion(.notPoweredOn) }
         scanSettings = (active, filterDuplicates, interval, window)
         loggers.gap.debug("scanning", metadata: ["active": "\(active)", "filter-duplicates": "\(filterDuplicates)"])
-        let restart = isScanning
+        // The app's scan takes over from a scan for a private device being connected (its reports serve both).
+        let restart = isScanning || scanningForConnects
+        scanningForConnects = false
         isScanning = true
         if restart { command(scanEnableCommand(false)) }
         commandExpectingSuccess(scanParametersCommand(active: active, interval: interval, window: window)) { [self] e in
@@ -58,6 +60,7 @@ extension LEHost {
         loggers.gap.debug("scanning stopped")
         advertisingReassembly.removeAll()
         commandExpectingSuccess(scanEnableCommand(false), completion: completion)
+        updateConnectScan()
     }
 
     // MARK: Advertising
@@ -212,6 +215,7 @@ extension LEHost {
     }
 
     func startNextConnect() {
+        defer { updateConnectScan() }
         guard initiatingFor.isEmpty, !pendingConnects.isEmpty, powerState == .on else { return }
         if pendingConnects.count > 1 && filterAcceptListUsable {
             if filterAcceptListSize == nil {
@@ -261,7 +265,7 @@ extension LEHost {
             let address = pendingConnects.removeFirst()
             initiatingFor = [address]
             initiationGeneration &+= 1
-            createConnection(to: address)
+            createConnection(to: initiationAddress(for: address))
             scheduleConnectRotation()
         }
     }
@@ -373,7 +377,7 @@ extension LEHost {
             return a.bytes == b.bytes && a.type.isRandom == b.type.isRandom
         }
         if status == .success {
-            pendingConnects.insert(contentsOf: targets.filter { !same($0, peer) }, at: 0)
+            pendingConnects.insert(contentsOf: targets.filter { !same($0, peer) && !same(initiationAddress(for: $0), peer) }, at: 0)
             return []
         }
         if status == .unknownConnectionIdentifier && !appCancel && (rotated || regrouped) {

@@ -116,6 +116,13 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var connectCancelRequested = false
     /// The initiation is being cancelled to start again with the addresses pending now.
     var connectRegroupRequested = false
+    /// The address a pending connection to a bonded private device is initiated at: where it was last seen
+    /// (LEHost+PrivateConnect.swift), by the address the connection was asked for.
+    var privateTargetAddresses: [BluetoothAddress: BluetoothAddress] = [:]
+    /// The controller scans (passively) for such a device while the app does not scan.
+    var scanningForConnects = false
+    /// The address being initiated when it is that of a bonded device with an IRK (nil otherwise).
+    var followedPrivateTarget: BluetoothAddress?
     /// Whether the controller takes an accept list to wait for several devices at once; false once it failed.
     public internal(set) var filterAcceptListUsable = true
     /// How many devices the controller's accept list holds (LE Read Filter Accept List Size, read before the
@@ -298,6 +305,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         aclWaitingHead = 0
         aclInFlight.removeAll()
         isScanning = false
+        scanningForConnects = false
+        followedPrivateTarget = nil
+        privateTargetAddresses.removeAll()
         isAdvertising = false
         wantsAdvertising = nil
         // A new controller has no random address until the host sets one again.

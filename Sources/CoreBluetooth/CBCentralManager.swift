@@ -21,6 +21,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     package let queue: DispatchQueue
     package let leHost: LEHost?
+    /// The BlueZ backend, when BLE_TRANSPORT is `bluez[:hciN]` (then `leHost` is nil): the manager and its
+    /// peripherals hand their work to it instead of the host.
+    let bluez: BlueZCentral?
     private var storedIsScanning = false
 
     // Loop-confined. Peripherals are held weakly, pending and connected ones too: the app keeps those it
@@ -63,6 +66,10 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// real controller every manager of the process shares one host; on the virtual radio each manager is
     /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
+        if let bluez = BlueZOptions.fromEnvironment() {
+            self.init(delegate: delegate, queue: queue, options: options, bluez: bluez)
+            return
+        }
         let made = Result { try HostFactory.sharedHostFromEnvironment(name: "central") }
         self.init(delegate: delegate, queue: queue, made: made, restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String)
     }
@@ -72,12 +79,28 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         self.init(delegate: delegate, queue: queue, made: .success(host), restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String)
     }
 
-    private init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?) {
+    /// Creates a manager on bluetoothd's adapter through BlueZ's D-Bus API (what BLE_TRANSPORT=bluez[:hciN] chooses;
+    /// tests pass a private bus).
+    package convenience init(delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, bluez: BlueZOptions) {
+        self.init(
+            delegate: delegate, queue: queue, made: .failure(CBError(.unknown)),
+            restoreIdentifier: options?[CBCentralManagerOptionRestoreIdentifierKey] as? String, bluez: bluez)
+    }
+
+    private init(
+        delegate: (any CBCentralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?,
+        bluez: BlueZOptions? = nil
+    ) {
         self.queue = queue ?? .main
         self.restoreIdentifier = restoreIdentifier
-        self.leHost = try? made.get()
+        self.leHost = bluez == nil ? try? made.get() : nil
+        self.bluez = bluez.map { BlueZCentral(options: $0) }
         super.init()
         storedDelegate = delegate
+        if let backend = self.bluez {
+            backend.start(self)
+            return
+        }
         var failure: String?
         if case let .failure(e) = made { failure = "\(e)" }
         attach(failure: failure)
@@ -105,6 +128,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     deinit {
+        bluez?.close()
         if let host = leHost {
             // The host stays on while another manager uses it (HostHub).
             host.loop.execute { [host] in HostHub.of(host).managerGone() }
@@ -113,7 +137,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     // MARK: State
 
-    private func hostPowerChanged(_ newState: CBManagerState) {
+    func hostPowerChanged(_ newState: CBManagerState) {
         guard newState != .unknown else { return }
         if newState == .poweredOn, let host = leHost {
             let cache = DeviceCache.of(host)
@@ -169,7 +193,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Scans for peripherals advertising any of `serviceUUIDs` (nil: all). A new call replaces the filters.
     open func scanForPeripherals(withServices serviceUUIDs: [CBUUID]?, options: [String: Any]? = nil) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil || bluez != nil else { return }
         let allowDuplicates =
             (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? NSNumber)?.boolValue
             ?? (options?[CBCentralManagerScanOptionAllowDuplicatesKey] as? Bool) ?? false
@@ -181,7 +205,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             storedIsScanning = true; scanRecord = (serviceUUIDs, options)
         }
         saveRestorationState()
-        host.loop.execute { [self] in
+        if let bluez { return bluez.startScan(services: serviceUUIDs, allowDuplicates: allowDuplicates) }
+        leHost!.loop.execute { [self] in
             scan = state
             hub?.startScanning(for: self) { [weak self] e in
                 guard let self, e != nil else { return }
@@ -192,11 +217,13 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     open func stopScan() {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn() else { return }
         managerLock.withLock {
             storedIsScanning = false; scanRecord = nil
         }
         saveRestorationState()
+        if let bluez { return bluez.stopScan() }
+        guard let host = leHost else { return }
         host.loop.execute { [self] in
             scan = nil
             hub?.stopScanning(for: self)
@@ -208,9 +235,17 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         guard var s = scan else { return }
         guard let decision = s.accept(report) else { scan = s; return }
         scan = s
-        let p = peripheral(for: report.address)
-        let rssi = NSNumber(value: Int(report.rssi))
-        let box = UncheckedBox(decision.advertisement)
+        deliverDiscovery(peripheral(for: report.address), advertisement: decision.advertisement, rssi: NSNumber(value: Int(report.rssi)))
+    }
+
+    /// A scan failed below (the BlueZ backend): isScanning reads false again.
+    func scanFailed() {
+        managerLock.withLock { storedIsScanning = false; scanRecord = nil }
+    }
+
+    /// Announces a discovery on the delegate queue (both backends).
+    func deliverDiscovery(_ p: CBPeripheral, advertisement: [String: Any], rssi: NSNumber) {
+        let box = UncheckedBox(advertisement)
         let q = queue
         q.async { [self] in
             let advertisement = box.value
@@ -274,7 +309,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     }
 
     /// The live CBPeripheral with this identifier, or a new one at `address` (registered on the loop). Any thread.
-    private func existingOrNewPeripheral(identifier id: UUID, address: BluetoothAddress, name: String?) -> CBPeripheral {
+    func existingOrNewPeripheral(identifier id: UUID, address: BluetoothAddress, name: String?) -> CBPeripheral {
         let (p, made) = managerLock.withLock { () -> (CBPeripheral, Bool) in
             if let p = peripheralsByIdentifier[id] { return (p, false) }
             let p = CBPeripheral(manager: self, address: address, identifier: id)
@@ -343,7 +378,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// Connects; never times out. Ends in exactly one of didConnect or didFailToConnect (or didDisconnect
     /// with a nil error, when cancelled first).
     open func connect(_ peripheral: CBPeripheral, options: [String: Any]? = nil) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil || bluez != nil else { return }
         guard peripheral.manager === self else {
             CBLog.warning("\(peripheral) is not a valid peripheral for \(self)")
             return
@@ -361,6 +396,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
             ?? (options?[CBConnectPeripheralOptionEnableAutoReconnect] as? Bool) ?? false
         let delay = (options?[CBConnectPeripheralOptionStartDelayKey] as? NSNumber)?.doubleValue ?? 0
         let attempt = peripheral.beginConnectAttempt()
+        if let bluez { return bluez.connect(peripheral, attempt: attempt) }
+        let host = leHost!
         host.loop.execute { [self] in
             let start = { [self] in
                 guard peripheral.isCurrentConnectAttempt(attempt), peripheral.state == .connecting else { return }
@@ -380,12 +417,14 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// Disconnects or cancels a pending connection; didDisconnectPeripheral follows with a nil error. A
     /// pending connection reads `.disconnected` at once, as on iOS.
     open func cancelPeripheralConnection(_ peripheral: CBPeripheral) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil || bluez != nil else { return }
         let wasState = peripheral.state
         peripheral.autoReconnect = false
         guard wasState != .disconnected else { return }
         peripheral.setState(wasState == .connecting ? .disconnected : .disconnecting)
         peripheral.beginConnectAttempt()   // a start delay still running will not start
+        if let bluez { return bluez.cancel(peripheral) }
+        let host = leHost!
         host.loop.execute { [self] in
             let address = peripheral.deviceAddress
             if let c = peripheral.connection {
@@ -468,13 +507,25 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Takes a new central link if this manager asked for it (several managers may share it).
     package func claim(_ connection: HostConnection) -> Claim {
-        let address = connection.peerAddress
+        var address = connection.peerAddress
+        if connectingPeripherals[address] == nil, let host = leHost {
+            // A bonded device that moved to a new private address while it was being connected: the host
+            // followed it (LEHost+PrivateConnect.swift); the connection was asked for at an address of the same identity.
+            let identity = host.identity(of: address)
+            if identity != address, let asked = connectingPeripherals.keys.first(where: { host.identity(of: $0) == identity }) {
+                address = asked
+            }
+        }
         let asked = connectingPeripherals.removeValue(forKey: address)?.value
         guard let p = asked ?? peripheralsByAddress[address], asked != nil || p.autoReconnect else { return .notMine }
         // Cancelled on the loop, or by the app before the loop heard of it (the state changes at the call). An
         // automatic reconnection may still read `.connected` here: its `.connecting` is set on the delegate
         // queue, with the didDisconnect before it.
         if cancelledConnects.remove(address) != nil || p.state == .disconnected || p.state == .disconnecting { return .cancelled(p) }
+        if address != connection.peerAddress {
+            p.deviceAddress = connection.peerAddress
+            peripheralsByAddress[connection.peerAddress] = p
+        }
         attach(p, to: connection)
         return .claimed
     }
@@ -523,6 +574,11 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     /// The link is set up: hands the values the delegate queue reads over to it, then calls didConnect. Loop.
     private func announceConnected(_ p: CBPeripheral, on connection: HostConnection, mtu: UInt16, services: Set<CBUUID>) {
         p.announcedConnected = true
+        announceConnected(p, mtu: mtu, services: services)
+    }
+
+    /// Calls didConnect on the delegate queue (both backends).
+    func announceConnected(_ p: CBPeripheral, mtu: UInt16, services: Set<CBUUID>) {
         let q = queue
         q.async { [self] in
             guard p.state == .connecting else { return }   // cancelled meanwhile: didDisconnect follows
@@ -556,7 +612,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         announceFailure(p, CBError.from(hciStatus: status, connecting: true))
     }
 
-    private func announceFailure(_ p: CBPeripheral, _ e: CBError) {
+    func announceFailure(_ p: CBPeripheral, _ e: CBError) {
         let q = queue
         q.async { [self] in
             p.resetAfterDisconnect()
@@ -592,7 +648,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         }
     }
 
-    private func announceDisconnect(_ p: CBPeripheral, error: (any Error)?, isReconnecting: Bool = false) {
+    func announceDisconnect(_ p: CBPeripheral, error: (any Error)?, isReconnecting: Bool = false) {
         let q = queue
         q.async { [self] in
             p.resetAfterDisconnect()

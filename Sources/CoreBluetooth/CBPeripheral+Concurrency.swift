@@ -13,16 +13,18 @@ extension CBPeripheral {
         _ procedure: GATTClient.Procedure,
         _ apply: @escaping @Sendable (GATTClient.Outcome) throws -> T
     ) async throws -> T {
-        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         let q = queue
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<T, any Error>) in
             host.loop.execute { [self] in
                 guard let c = connection, c.isOpen else { return cont.resume(throwing: CBError(.notConnected)) }
                 c.gatt(procedure) { r in
+                    // The error is made here, on the loop, where the link's pairing outcome is current.
+                    let error: (any Error)? = { if case let .failure(f) = r { return self.cbError(f) } else { return nil } }()
                     q.async {
                         switch r {
                         case let .success(o): cont.resume(with: Result { try apply(o) })
-                        case let .failure(f): cont.resume(throwing: self.cbError(f))
+                        case .failure: cont.resume(throwing: error ?? CBError(.unknown))
                         }
                     }
                 }
@@ -100,15 +102,16 @@ extension CBPeripheral {
 
     /// Writes the link's configuration of a characteristic (SharedLink) and sets `isNotifying` to match.
     func configureNotifications(_ characteristic: CBCharacteristic, descriptor: UInt16, value: [UInt8]?) async throws {
-        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         let q = queue
         let valueHandle = characteristic.valueHandle
         try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Void, any Error>) in
             host.loop.execute { [self] in
                 guard let c = connection, c.isOpen else { return cont.resume(throwing: CBError(.notConnected)) }
                 SharedLink.of(c).configure(user: linkUserID, valueHandle: valueHandle, descriptor: descriptor, value: value) { f in
+                    let error = f.map { self.cbError($0) }   // on the loop, as above
                     q.async {
-                        if let f { return cont.resume(throwing: self.cbError(f)) }
+                        if let error { return cont.resume(throwing: error) }
                         characteristic._isNotifying = value != nil
                         cont.resume()
                     }
@@ -119,7 +122,7 @@ extension CBPeripheral {
 
     /// Reads the RSSI of the link in dBm.
     public func currentRSSI() async throws -> Int {
-        guard state == .connected, let host = manager?.leHostForTests else { throw CBError(.notConnected) }
+        guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Int, any Error>) in
             host.loop.execute { [self] in
                 guard let c = connection else { return cont.resume(throwing: CBError(.notConnected)) }

@@ -10,6 +10,7 @@ extension CBPeripheral {
     // MARK: Discovery
 
     public func discoverServices(_ serviceUUIDs: [CBUUID]?) {
+        if let b = bluez { return b.discoverServices(self, serviceUUIDs) }
         let filter = serviceUUIDs.flatMap { $0.isEmpty ? nil : $0 }
         withConnection("discoverServices") { [self] c in
             let procedure: GATTClient.Procedure =
@@ -25,7 +26,8 @@ extension CBPeripheral {
                     }
                     deliver({ $0.peripheral(self, didDiscoverServices: nil) }, prepare: { [self] in mergeServices(kept) })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverServices: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverServices: error) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverServices: CBError(.unknown)) }
                 }
@@ -57,6 +59,7 @@ extension CBPeripheral {
 
     public func discoverIncludedServices(_ includedServiceUUIDs: [CBUUID]?, for service: CBService) {
         guard validate(service) else { return }
+        if let b = bluez { return b.discoverIncludedServices(self, includedServiceUUIDs, for: service) }
         let filter = includedServiceUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
         let (start, end) = (service.handle, service.endHandle)
         withConnection("discoverIncludedServices") { [self] c in
@@ -81,7 +84,8 @@ extension CBPeripheral {
                             service._includedServices = list
                         })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: error) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: CBError(.unknown)) }
                 }
@@ -91,6 +95,7 @@ extension CBPeripheral {
 
     public func discoverCharacteristics(_ characteristicUUIDs: [CBUUID]?, for service: CBService) {
         guard validate(service) else { return }
+        if let b = bluez { return b.discoverCharacteristics(self, characteristicUUIDs, for: service) }
         let filter = characteristicUUIDs.flatMap { $0.isEmpty ? nil : Set($0) }
         let (start, end) = (service.handle, service.endHandle)
         withConnection("discoverCharacteristics") { [self] c in
@@ -107,7 +112,8 @@ extension CBPeripheral {
                             mergeCharacteristics(found, into: service, filter: filter)
                         })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: error) }
                 default:
                     deliver { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: CBError(.unknown)) }
                 }
@@ -117,6 +123,7 @@ extension CBPeripheral {
 
     public func discoverDescriptors(for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
+        if let b = bluez { return b.discoverDescriptors(self, for: characteristic) }
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
         withConnection("discoverDescriptors") { [self] c in
             let finish: (Result<[GATTRemoteDescriptor], GATTClient.Failure>) -> Void = { [self] r in
@@ -131,7 +138,8 @@ extension CBPeripheral {
                             mergeDescriptors(found, into: characteristic)
                         })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: error) }
                 }
             }
             guard start <= end, start != 0 else { return finish(.success([])) }
@@ -176,6 +184,7 @@ extension CBPeripheral {
 
     public func readValue(for characteristic: CBCharacteristic) {
         guard validate(characteristic) else { return }
+        if let b = bluez { return b.read(self, characteristic) }
         let handle = characteristic.valueHandle
         withConnection("readValue") { [self] c in
             c.gatt(.readLong(handle: handle)) { [self] r in
@@ -186,7 +195,8 @@ extension CBPeripheral {
                         { $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) },
                         prepare: { characteristic._value = data })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: error) }
                 default:
                     deliver { $0.peripheral(self, didUpdateValueFor: characteristic, error: CBError(.unknown)) }
                 }
@@ -205,11 +215,13 @@ extension CBPeripheral {
                 return
             }
             markWriteWithoutResponsePending()
+            if let b = bluez { return b.write(self, data, characteristic, type: type) }
             withConnection("writeValue") { [self] c in
                 let room = c.writeWithoutResponse(handle: handle, value: Array(bytes.prefix(Int(c.attMTU) - 3)))
                 if room { readyToSendWriteWithoutResponse() }
             }
         default:
+            if let b = bluez { return b.write(self, data, characteristic, type: type) }
             withConnection("writeValue") { [self] c in
                 c.gatt(.write(handle: handle, value: bytes)) { [self] r in
                     let error: (any Error)? = { if case let .failure(f) = r { return self.cbError(f) } else { return nil } }()
@@ -227,6 +239,7 @@ extension CBPeripheral {
             deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: CBATTError(.requestNotSupported)) }
             return
         }
+        if let b = bluez { return b.setNotify(self, enabled, characteristic) }
         let value: [UInt8] = !enabled ? [0, 0] : props.contains(.notify) ? [1, 0] : [2, 0]
         let known = characteristic._descriptors?.first { $0.uuid.bluetoothUUID == .clientCharacteristicConfiguration }?.handle
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
@@ -236,7 +249,8 @@ extension CBPeripheral {
             let write: (UInt16) -> Void = { [self] cccd in
                 SharedLink.of(c).configure(user: linkUserID, valueHandle: valueHandle, descriptor: cccd, value: enabled ? value : nil) { [self] f in
                     if let f {
-                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: self.cbError(f)) }
+                        let error = cbError(f)   // on the loop: the pairing error is the link's now
+                        deliver { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: error) }
                     } else {
                         deliver(
                             { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: nil) },
@@ -325,6 +339,7 @@ extension CBPeripheral {
 
     public func readValue(for descriptor: CBDescriptor) {
         guard let ch = descriptor.characteristic, validate(ch) else { return }
+        if let b = bluez { return b.read(self, descriptor) }
         let handle = descriptor.handle
         withConnection("readValue") { [self] c in
             c.gatt(.readLong(handle: handle)) { [self] r in
@@ -334,7 +349,8 @@ extension CBPeripheral {
                         { $0.peripheral(self, didUpdateValueFor: descriptor, error: nil) },
                         prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
                 case let .failure(f):
-                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: self.cbError(f)) }
+                    let error = cbError(f)   // on the loop: the pairing error is the link's now
+                    deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: error) }
                 default:
                     deliver { $0.peripheral(self, didUpdateValueFor: descriptor, error: CBError(.unknown)) }
                 }
@@ -349,6 +365,7 @@ extension CBPeripheral {
             deliver { $0.peripheral(self, didWriteValueFor: descriptor, error: CBATTError(.writeNotPermitted)) }
             return
         }
+        if let b = bluez { return b.write(self, data, descriptor) }
         let handle = descriptor.handle
         let bytes = [UInt8](data)
         withConnection("writeValue") { [self] c in
@@ -377,6 +394,8 @@ extension CBPeripheral {
 extension CBPeripheral {
     /// The error for a failed procedure; when the stack paired for it and pairing failed, the reason is in
     /// `userInfo` (NSLocalizedFailureReasonErrorKey, and "OCBPairingFailureReason" with the SMP code).
+    /// Loop only, when the failure arrives: the link is loop-confined, and later (on the delegate queue) it may
+    /// be gone or pairing again, which lost the reason.
     func cbError(_ f: GATTClient.Failure) -> any Error {
         guard case let .att(code, _) = f, code == .insufficientAuthentication || code == .insufficientEncryption,
             let pairing = connection?.lastPairingError

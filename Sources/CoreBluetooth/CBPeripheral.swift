@@ -131,6 +131,9 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     var queue: DispatchQueue { manager?.queue ?? .main }
 
+    /// The BlueZ backend this peripheral's manager runs on, if any.
+    var bluez: BlueZCentral? { manager?.bluez }
+
     /// Runs `body` on the host loop with the live connection, or drops the call (with Apple's warning).
     func withConnection(_ what: String, _ body: @escaping @Sendable (HostConnection) -> Void) {
         guard let host = manager?.leHost else { return }
@@ -179,6 +182,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     // MARK: RSSI
 
     open func readRSSI() {
+        if let b = bluez { return b.readRSSI(self) }
         withConnection("readRSSI") { [self] c in
             c.readRSSI { [self] r in
                 switch r {

@@ -21,6 +21,8 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     package let queue: DispatchQueue
     package let leHost: LEHost?
+    /// The BlueZ backend, when BLE_TRANSPORT is `bluez[:hciN]` (then `leHost` is nil).
+    let bluez: BlueZPeripheral?
     private var storedIsAdvertising = false
     /// State restoration (CBPeripheralManagerOptionRestoreIdentifierKey): what is published and advertised
     /// is saved, and a manager created later with the same identifier gets it back.
@@ -52,6 +54,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// real controller every manager of the process shares one host; on the virtual radio each manager is
     /// a device of its own (pass one host to several managers to put them on one device).
     public convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]?) {
+        if let bluez = BlueZOptions.fromEnvironment() {
+            self.init(delegate: delegate, queue: queue, options: options, bluez: bluez)
+            return
+        }
         let made = Result { try HostFactory.sharedHostFromEnvironment(name: "peripheral") }
         self.init(
             delegate: delegate, queue: queue, made: made,
@@ -65,12 +71,28 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String)
     }
 
-    private init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?) {
+    /// Creates a manager whose database and advertisement bluetoothd serves, through BlueZ's D-Bus API (what
+    /// BLE_TRANSPORT=bluez[:hciN] chooses; tests pass a private bus).
+    package convenience init(delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, options: [String: Any]? = nil, bluez: BlueZOptions) {
+        self.init(
+            delegate: delegate, queue: queue, made: .failure(CBError(.unknown)),
+            restoreIdentifier: options?[CBPeripheralManagerOptionRestoreIdentifierKey] as? String, bluez: bluez)
+    }
+
+    private init(
+        delegate: (any CBPeripheralManagerDelegate)?, queue: DispatchQueue?, made: Result<LEHost, any Error>, restoreIdentifier: String?,
+        bluez: BlueZOptions? = nil
+    ) {
         self.queue = queue ?? .main
         self.restoreIdentifier = restoreIdentifier
-        self.leHost = try? made.get()
+        self.leHost = bluez == nil ? try? made.get() : nil
+        self.bluez = bluez.map { BlueZPeripheral(options: $0) }
         super.init()
         storedDelegate = delegate
+        if let backend = self.bluez {
+            backend.start(self)
+            return
+        }
         var failure: String?
         if case let .failure(e) = made { failure = "\(e)" }
         attach(failure: failure)
@@ -85,13 +107,14 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     deinit {
+        bluez?.close()
         if let host = leHost {
             // The host stays on while another manager uses it (HostHub).
             host.loop.execute { [host] in HostHub.of(host).managerGone() }
         }
     }
 
-    private func hostPowerChanged(_ newState: CBManagerState) {
+    func hostPowerChanged(_ newState: CBManagerState) {
         guard newState != .unknown else { return }
         if newState != .poweredOn { serviceHandlesOnLoop.removeAll() }
         queue.async { [self] in
@@ -149,7 +172,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Advertises; only the local name and service UUIDs are honoured, packed as iOS packs them.
     open func startAdvertising(_ advertisementData: [String: Any]?) {
-        guard !misusedOutsidePoweredOn(), leHost != nil else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil || bluez != nil else { return }
         let name = advertisementData?[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (advertisementData?[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         if isAdvertising {
@@ -163,9 +186,14 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Starts advertising the honoured keys; `announce` calls didStartAdvertising.
     func advertise(_ data: [String: Any], announce: Bool) {
-        guard let host = leHost else { return }
         let name = data[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (data[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
+        if let bluez {
+            managerLock.withLock { storedIsAdvertising = true; advertisedData = data }
+            saveRestorationState()
+            return bluez.startAdvertising(name: name, services: uuids)
+        }
+        guard let host = leHost else { return }
         let packed = AdvertisingPacker.pack(localName: name, serviceUUIDs: uuids.map(\.bluetoothUUID))
         managerLock.withLock {
             storedIsAdvertising = true; advertisedData = data
@@ -182,11 +210,13 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     open func stopAdvertising() {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn(), leHost != nil || bluez != nil else { return }
         managerLock.withLock {
             storedIsAdvertising = false; advertisedData = nil
         }
         saveRestorationState()
+        if let bluez { return bluez.stopAdvertising() }
+        guard let host = leHost else { return }
         host.loop.execute { host.stopAdvertising() }
     }
 
@@ -205,6 +235,11 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         host.loop.execute { host.requestConnectionParameters(handle: handle, minInterval: lo, maxInterval: hi, latency: 0, timeout: 500) }
     }
 
+    /// The BlueZ backend's advertisement ended (refused, or released by bluetoothd).
+    func advertisingEnded() {
+        managerLock.withLock { storedIsAdvertising = false }
+    }
+
     // MARK: Services
 
     open func add(_ service: CBMutableService) {
@@ -219,6 +254,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Puts a service in the local database; `announce` calls didAdd.
     func publish(_ service: CBMutableService, announce: Bool) {
+        if let bluez {
+            service.isPublished = true
+            return bluez.add(service)
+        }
         guard let host = leHost else { return }
         let included = (service.includedServices ?? []).map { ObjectIdentifier($0) }
         let chars = (service.characteristics ?? []).compactMap { $0 as? CBMutableCharacteristic }
@@ -298,7 +337,12 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     }
 
     open func remove(_ service: CBMutableService) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn() else { return }
+        if let bluez {
+            service.isPublished = false
+            return bluez.remove(service)
+        }
+        guard let host = leHost else { return }
         guard let entry = managerLock.withLock({ publishedServices.removeValue(forKey: ObjectIdentifier(service)) }) else { return }
         managerLock.withLock {
             characteristicsByValueHandle = characteristicsByValueHandle.filter { !entry.range.contains($0.key) }
@@ -315,6 +359,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     open func removeAllServices() {
         guard !misusedOutsidePoweredOn() else { return }
+        if let bluez { return bluez.removeAll() }
         let all = managerLock.withLock { publishedServices.values.sorted { $0.range.lowerBound > $1.range.lowerBound }.map(\.service) }
         for s in all { remove(s) }
     }
@@ -400,6 +445,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
 
     /// Answers a read, or a batch of writes (pass the first request of the batch), exactly once.
     open func respond(to request: CBATTRequest, withResult result: CBATTError.Code) {
+        if let bluez { return bluez.respond(to: request, withResult: result) }
         guard let host = leHost else { return }
         guard let pending = managerLock.withLock({ pendingRequests.removeValue(forKey: ObjectIdentifier(request)) }) else {
             CBLog.warning("respond(to:withResult:) for \(request), which is not waiting for an answer")
@@ -437,7 +483,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     /// `peripheralManagerIsReady(toUpdateSubscribers:)` follows when there is room again.
     @discardableResult
     open func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic, onSubscribedCentrals centrals: [CBCentral]?) -> Bool {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return false }
+        guard !misusedOutsidePoweredOn() else { return false }
+        if let bluez { return bluez.updateValue(value, for: characteristic) }
+        guard let host = leHost else { return false }
         let handle = characteristic.valueHandle
         guard handle != 0 else { return false }
         let handles: [UInt16]? = centrals.map { wanted in

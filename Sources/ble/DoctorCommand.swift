@@ -193,7 +193,7 @@ struct DoctorSystem {
                 lines.append(
                     DoctorLine(
                         text: "up, held by the kernel stack (bluetoothd is running)",
-                        fix: "sudo systemctl stop bluetooth; sudo btmgmt --index \(index) power off (the HCI user channel needs the adapter down)"))
+                        fix: "keep it shared with BLE_TRANSPORT=bluez:\(name), or for the HCI user channel: sudo systemctl stop bluetooth; sudo btmgmt --index \(index) power off (it needs the adapter down)"))
             case (true?, true):
                 lines.append(DoctorLine(text: "up (the kernel stack has it)", fix: "sudo btmgmt --index \(index) power off, or sudo hciconfig \(name) down"))
             case (false?, _):
@@ -236,6 +236,13 @@ struct DoctorSystem {
         out.append("")
         out.append(Terminal.bold("Kernel stack"))
         out.append("  bluetoothd: " + (daemons.isEmpty ? "not running" : "running (pid \(daemons.map(String.init).joined(separator: ", ")))"))
+        // Which backend fits (issue 28): with bluetoothd running, sharing the adapter with the system keeps the
+        // keyboard, mouse and headphones working; without it, the user channel gives our stack the whole controller.
+        out.append(
+            "  backend that fits: "
+                + (daemons.isEmpty
+                    ? "hci-socket:N (no bluetoothd: the adapter is free for the HCI user channel and our own host)"
+                    : "bluez (BLE_TRANSPORT=bluez or bluez:hciN: Core Bluetooth through bluetoothd, which keeps the adapter for the system's devices; central role today). hci-socket:N needs the adapter to itself"))
         out.append("")
         out.append(Terminal.bold("Permissions"))
         out += permissionLines().flatMap { $0.render(indent: "  ") }

@@ -96,8 +96,11 @@ enum Controller {
             "(the default virtual radio is inside this process: to reach a device served by another process, run `ble radio` and set BLE_TRANSPORT=tcp-client:127.0.0.1:6402 in both)"
     }
 
-    /// False for the in-process virtual radio, which is always there.
-    static var needsCheck: Bool { (try? spec()) != .virtual }
+    /// Whether a controller of our own is to be opened first (not on the virtual radio, nor on BlueZ, where
+    /// bluetoothd keeps the adapter and the Core Bluetooth managers reach it over D-Bus).
+    static var needsCheck: Bool {
+        (try? spec()) != .virtual && ProcessInfo.processInfo.environment["BLE_TRANSPORT"]?.hasPrefix("bluez") != true
+    }
 
     /// Powers the host off on its loop (links are dropped, the transport closed).
     static func close(_ host: LEHost) {

@@ -8,61 +8,6 @@ import TestSupport
 import Testing
 @testable import DBus
 
-final class PrivateBus {
-    let directory: URL
-    let process: Process
-    let address: String
-
-    init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("ocb-dbus-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let socket = directory.appendingPathComponent("bus").path
-        address = "unix:path=\(socket)"
-        let config = """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>\(address)</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """
-        let configPath = directory.appendingPathComponent("bus.conf")
-        try config.write(to: configPath, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(configPath.path)", "--nofork", "--nopidfile", "--nosyslog"]
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        // The socket exists once the bus listens.
-        let deadline = Date().addingTimeInterval(20)
-        while !FileManager.default.fileExists(atPath: socket) {
-            guard Date() < deadline, process.isRunning else { throw DBusError.badAddress("dbus-daemon did not start") }
-            usleep(10_000)
-        }
-    }
-
-    /// SIGKILL (dbus-daemon does not exit on SIGTERM), then polls: Process.waitUntilExit can wait for good inside
-    /// the test runner.
-    func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGKILL)
-        for _ in 0..<500 where process.isRunning { usleep(10_000) }
-    }
-
-    deinit {
-        stop()
-        try? FileManager.default.removeItem(at: directory)
-    }
-
-    static var available: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon") }
-}
-
 private func bus(_ name: String) -> DBusMessage {
     .methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: name)
 }

@@ -127,7 +127,10 @@ final class Child: @unchecked Sendable {
         process.standardError = pipe
         pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
             let data = handle.availableData
-            guard let self, !data.isEmpty else { handle.readabilityHandler = nil; return }
+            guard let self else { handle.readabilityHandler = nil; return }
+            // Empty means end of file only once the child has gone: a read can come back empty early, and
+            // removing the handler then lost everything the child printed afterwards.
+            guard !data.isEmpty else { if !self.process.isRunning { handle.readabilityHandler = nil }; return }
             let now = DispatchTime.now()
             self.lock.withLock {
                 self.buffer.append(data)
@@ -159,6 +162,18 @@ final class Child: @unchecked Sendable {
             Thread.sleep(forTimeInterval: 0.005)
         }
         return nil
+    }
+
+    /// The child's own time of the first line containing `text`: the milliseconds its lines start with
+    /// (dnssd-tool counts them from its start), so that a slow start on a busy machine is not counted.
+    func toolMilliseconds(of text: String) -> Int? {
+        lines(containing: text).first.flatMap { $0.split(separator: " ").first.flatMap { Int($0) } }
+    }
+
+    /// Whether a line containing `text` comes within `milliseconds` of the child's start by its own clock. The
+    /// wall-clock wait is longer (30 s at least): a child spawned on a busy machine can take seconds to start.
+    func waitFor(_ text: String, withinOwnMilliseconds milliseconds: Int) -> Bool {
+        waitFor(text, timeout: max(30, Double(milliseconds) / 1000)) != nil && (toolMilliseconds(of: text) ?? .max) < milliseconds
     }
 
     /// The lines that contain `text`.

@@ -85,6 +85,7 @@ struct FakeMachine {
         #expect(hci1.contains("rfkill: not blocked"))
         #expect(hci1.contains("firmware: Intel, \(m.firmware)/intel present"))
         #expect(lines.contains("bluetoothd: running (pid 412)"))
+        #expect(lines.contains { $0.hasPrefix("backend that fits: bluez (BLE_TRANSPORT=bluez or bluez:hciN") })
         #expect(lines.contains("HCI user channel (hci-socket:N): not allowed (no CAP_NET_ADMIN)"))
         #expect(lines.contains { $0.hasPrefix("→ run as root, or sudo setcap cap_net_admin+ep ") })
         #expect(lines.contains { $0.hasPrefix("\(m.dev)/ttyACM0 (group ") })
@@ -100,6 +101,7 @@ struct FakeMachine {
         let (_, out) = try runDoctor(m.arguments + ["--no-controller"], transport: nil)
         #expect(out.contains("Adapters (\(m.sysfs)/class/bluetooth)\n  none\n    → plug in a USB dongle"))
         #expect(out.contains("bluetoothd: not running"))
+        #expect(out.contains("backend that fits: hci-socket:N (no bluetoothd"))
     }
 
     /// On rootcanal: what the controller reports, and the features it enables.

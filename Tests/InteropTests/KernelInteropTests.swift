@@ -18,7 +18,7 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
         "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish",
         // The rows still open last: a failed L2CAP run has left the guest's BlueZ unable to take hci1 back,
@@ -100,6 +100,9 @@ struct KernelInteropTests {
 
     @Test("ble gatt and ble read against BlueZ's own GATT server")
     func weReadBlueZServer() throws { try KernelGuest.expectPassed("gatt-bluez-server") }
+
+    @Test("a Core Bluetooth central on BLE_TRANSPORT=bluez, through bluetoothd, runs the seeds' heart-rate flow against our peripheral on hci-socket:1")
+    func coreBluetoothCentralOnBlueZ() throws { try KernelGuest.expectPassed("cb-central-bluez") }
 
     // MARK: Pairing
 

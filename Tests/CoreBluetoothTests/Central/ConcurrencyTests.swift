@@ -5,8 +5,8 @@ import Testing
 import TestSupport
 import CoreBluetooth
 
-// Three minutes: every suite of the package shares two cooperative threads with this one, and its many awaits each
-// wait for one; each await with no bound of its own has its own 30 s bound below.
+// Three minutes: every suite of the package runs beside this one; every await has a 30 s bound of its own below
+// (`within`), so a lost event fails by name (a full run at load 19 once exceeded the three minutes without one).
 @Suite(.serialized, .timeLimit(.minutes(3))) struct ConcurrencyTests {
     @Test func asyncCentralFlow() async throws {
         let air = TestAir()
@@ -17,7 +17,7 @@ import CoreBluetooth
         let central = CBCentralManager(delegate: nil, queue: DispatchQueue(label: "async.central"), options: nil, host: try air.host("central"))
         // Two listeners at once see the same events.
         let listenerA = central.events, listenerB = central.events
-        try await central.waitUntilPoweredOn()
+        try await within("powered on") { try await central.waitUntilPoweredOn() }
         let found = try await within("a discovery") { () -> CBDiscovery? in
             // The stream lives in here only: dropping it stops the scan.
             for await d in central.discoveries(withServices: [CBUUID(string: "180D")]) { return d }
@@ -37,20 +37,20 @@ import CoreBluetooth
             #expect(sawConnected)
         }
 
-        let services = try await p.services([CBUUID(string: "180D")])
+        let services = try await within("services") { try await p.services([CBUUID(string: "180D")]) }
         #expect(services.map(\.uuid) == [CBUUID(string: "180D")])
-        let chars = try await p.characteristics(for: services[0])
+        let chars = try await within("characteristics") { try await p.characteristics(for: services[0]) }
         #expect(chars.map(\.uuid.uuidString) == ["2A37", "2A38", "2A39"])
-        #expect(try await p.value(for: chars[1]) == Data([0x01]))
-        try await p.write(Data([0x01]), to: chars[2])
+        #expect(try await within("a read") { try await p.value(for: chars[1]) } == Data([0x01]))
+        try await within("a write") { try await p.write(Data([0x01]), to: chars[2]) }
         #expect(per.queue.sync { per.writes.count } == 1)
-        let descriptors = try await p.descriptors(for: chars[0])
+        let descriptors = try await within("descriptors") { try await p.descriptors(for: chars[0]) }
         #expect(descriptors.map(\.uuid.uuidString) == ["2902", "2901"])
-        #expect(try await p.currentRSSI() < 0)
+        #expect(try await within("RSSI") { try await p.currentRSSI() } < 0)
 
         // Two streams of the same characteristic both get every value.
-        let s1 = try await p.updates(of: chars[0])
-        let s2 = try await p.updates(of: chars[0])
+        let s1 = try await within("the first subscription") { try await p.updates(of: chars[0]) }
+        let s2 = try await within("the second subscription") { try await p.updates(of: chars[0]) }
         try await waitUntil("subscribed") { per.log.contains("subscribe:2A37") }
         for b in UInt8(60)..<UInt8(63) { _ = per.queue.sync { per.manager.updateValue(Data([0, b]), for: per.measurement, onSubscribedCentrals: nil) } }
         func three(_ s: AsyncStream<Data>, _ name: String) async throws -> [Data] {
@@ -65,7 +65,7 @@ import CoreBluetooth
 
         // The link drops: a pending operation fails with peripheralDisconnected and streams end.
         per.queue.sync { per.writes.removeAll() }
-        let s3 = try await p.updates(of: chars[0])
+        let s3 = try await within("the third subscription") { try await p.updates(of: chars[0]) }
         let ended = Task {
             var n = 0; for await _ in s3 { n += 1 }; return n
         }
@@ -74,7 +74,7 @@ import CoreBluetooth
             for (handle, _) in h.connections { h.disconnect(handle: handle) }
         }
         _ = try await within("the stream's end after the link dropped") { await ended.value }
-        await #expect(throws: CBError.self) { try await p.value(for: chars[1]) }
+        await #expect(throws: CBError.self) { try await within("a read after the drop") { try await p.value(for: chars[1]) } }
         #expect(p.state == .disconnected)
     }
 }

@@ -37,15 +37,50 @@ func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) as
 
 /// Runs `body`, failing with TimedOut(`what`) if it has not finished after `seconds` (it is then cancelled):
 /// for awaits that have no bound of their own (streams, connections), so a lost event fails the test by name.
+/// The timeout does not wait for `body` to end: an await that ignores cancellation (a GATT call's continuation)
+/// is left behind instead of holding the test, as a task group would, since it waits for all its children.
 func within<T: Sendable>(_ what: String, seconds: Double = 30, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await pause(nanoseconds: UInt64(seconds * 1_000_000_000)); return nil
+    let outcome = FirstOutcome<T>()
+    return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+        outcome.set(continuation)
+        let task = Task {
+            do { outcome.finish(.success(try await body())) } catch { outcome.finish(.failure(error)) }
         }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else { throw TimedOut(what: what) }
-        return value
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(seconds * 1_000_000_000))) {
+            if outcome.finish(.failure(TimedOut(what: what))) { task.cancel() }
+        }
+    }
+}
+
+/// The first of several outcomes resumes a continuation; the others are dropped.
+private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var early: Result<T, any Error>?
+    private var done = false
+
+    func set(_ c: CheckedContinuation<T, any Error>) {
+        let result: Result<T, any Error>? = lock.withLock {
+            if let early { return early }
+            continuation = c
+            return nil
+        }
+        if let result { c.resume(with: result) }
+    }
+
+    /// Returns true when this outcome was the first.
+    @discardableResult
+    func finish(_ r: Result<T, any Error>) -> Bool {
+        let c: CheckedContinuation<T, any Error>?? = lock.withLock {
+            if done { return .none }
+            done = true
+            if let continuation { self.continuation = nil; return .some(continuation) }
+            early = r
+            return .some(nil)
+        }
+        guard case let .some(target) = c else { return false }
+        target?.resume(with: r)
+        return true
     }
 }
 

@@ -17,6 +17,7 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
     private let lock = NSLock()
     private var events: [HCIEvent] = []
     private var att: [[UInt8]] = []
+    private var other: [[UInt8]] = []
     var handle: UInt16 = 0
 
     init(air: VirtualAir) throws {
@@ -28,7 +29,10 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
     func transport(didReceive packet: HCIPacket) {
         lock.lock(); defer { lock.unlock() }
         if packet.type == .event, let e = try? HCIEvent.decode(packet) { events.append(e) }
-        if packet.type == .acl, let a = try? ACLPacket.decode(packet), a.data.count >= 4 { att.append(Array(a.data[4...])) }
+        // ATT is L2CAP channel 4; frames on the others (signalling, SMP) are not answers.
+        if packet.type == .acl, let a = try? ACLPacket.decode(packet), a.data.count >= 4 {
+            if a.data[2] == 0x04 && a.data[3] == 0x00 { att.append(Array(a.data[4...])) } else { other.append(Array(a.data)) }
+        }
     }
     func transportDidClose(error: (any Error)?) {}
 
@@ -49,8 +53,9 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
     }
 
     /// Sends an ATT PDU (bytes as written by hand) and waits for one answer, or returns nil after `seconds`
-    /// (generous: other suites run in this process at the same time).
-    func request(_ pdu: [UInt8], seconds: Double = 30) async throws -> [UInt8]? {
+    /// (generous: other suites run in this process at the same time), recording what came instead as an issue
+    /// unless the request `mayGoUnanswered`.
+    func request(_ pdu: [UInt8], seconds: Double = 30, mayGoUnanswered: Bool = false) async throws -> [UInt8]? {
         let before = lock.withLock { att.count }
         var frame: [UInt8] = [UInt8(pdu.count & 0xFF), UInt8(pdu.count >> 8), 0x04, 0x00]
         frame += pdu
@@ -60,6 +65,10 @@ final class RawATTClient: HCITransportSink, @unchecked Sendable {
             if let r = lock.withLock({ att.count > before ? att[before] : nil }) { return r }
             try await pause(nanoseconds: 2_000_000)
         }
+        // What came instead, for the failure (a full run under load once saw no answer at all).
+        guard !mayGoUnanswered else { return nil }
+        let seen = lock.withLock { "handle \(handle); ATT \(att); other L2CAP \(other); last events \(events.suffix(6))" }
+        Issue.record("no answer to \(pdu) within \(seconds) s: \(seen)")
         return nil
     }
 }
@@ -176,7 +185,7 @@ final class OffsetPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked 
     @Test func anUnansweredReadDoesNotWedgeTheServer() async throws {
         let (per, raw, air) = try await setUp()
         per.queue.sync { per.ignoreReads = true }
-        #expect(try await raw.request([0x0A, 0x0C, 0x00], seconds: 0.5) == nil)
+        #expect(try await raw.request([0x0A, 0x0C, 0x00], seconds: 0.5, mayGoUnanswered: true) == nil)
         // Another client is served meanwhile.
         let other = try RawATTClient(air: air)
         let host = per.manager.leHostForTests

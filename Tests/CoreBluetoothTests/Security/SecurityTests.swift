@@ -163,8 +163,11 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         // Two different private addresses, one CBPeripheral.
         #expect(seen.count >= 2, "\(discoveries) discoveries; peripheral advertising \(state.0), wants to \(state.1), at \(String(describing: state.2))")
         #expect(seen.allSatisfy { $0.randomKind == .resolvablePrivate })
-        // And it reconnects at its current address, encrypting with the bond.
-        try await cen.manager.connectAndWait(p)
+        // And it reconnects at its current address, encrypting with the bond: asked for a second after the scan
+        // stopped, three rotations later, at an address the peripheral no longer uses. (A direct connection to
+        // the last address seen waited forever: seen twice under load, every time with this pause.)
+        try await pause(nanoseconds: 1_000_000_000)
+        try await within("reconnected", seconds: 30) { try await cen.manager.connectAndWait(p) }
         try await waitUntil("rediscovered") { cen.log.count("characteristics:6E400001") >= 2 }
         cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
         try await waitUntil("second value") { cen.log.count("value:6E400005") >= 2 }

@@ -1,0 +1,786 @@
+// The central role on BlueZ (BLE_TRANSPORT=bluez or bluez:hciN): a CBCentralManager whose controller belongs to
+// bluetoothd, reached over the system bus with our DBus module, so the keyboard, the mouse and the headphones keep
+// working while a Core Bluetooth program runs. The façade keeps its API, its model objects and its delivery rules;
+// only the work below it changes: where the native path drives LEHost, the manager and its peripherals hand the
+// call to this object (chosen at the manager's init), which maps it onto BlueZ's D-Bus API (doc/org.bluez.*.rst):
+//
+//   state                      Adapter1.Powered of the adapter, and the object manager: an adapter that appears
+//                              or disappears (or bluetoothd leaving the bus) moves the manager between .poweredOn,
+//                              .poweredOff and .unsupported
+//   scanForPeripherals         Adapter1.SetDiscoveryFilter {Transport: le, DuplicateData, UUIDs} + StartDiscovery
+//   didDiscover                Device1's properties (Name, UUIDs, ServiceData, ManufacturerData, TxPower, RSSI) as
+//                              they are added or change, in the native path's dictionary keys
+//   connect / cancel           Device1.Connect / Disconnect; didConnect once ServicesResolved, as the native path
+//                              announces it once the primary services are known
+//   discover…                  the GattService1 / GattCharacteristic1 / GattDescriptor1 objects under the device
+//   readValue / writeValue     ReadValue / WriteValue {type: request | command} (BlueZ does long reads and writes)
+//   setNotifyValue             StartNotify / StopNotify; PropertiesChanged Value → didUpdateValueFor
+//   maximumWriteValueLength    GattCharacteristic1.MTU
+//   errors                     BlueZErrors: org.bluez.Error.* → CBError / CBATTError, BlueZ's text in the description
+//
+// Threading: everything here runs on `queue`, a serial queue of the backend's own, which is also the D-Bus
+// connection's handler queue: replies and signals arrive on it. Calls from the app hop onto it at once; results
+// reach the app through the manager's and the peripheral's usual delivery on the delegate queue. Nothing waits on
+// the bus: connecting to it happens on `queue` too, after the manager's init has returned.
+import Foundation
+import BLEWire
+import DBus
+
+/// Where the BlueZ backend finds bluetoothd.
+package struct BlueZOptions: Sendable, Equatable {
+    /// The bus bluetoothd is on (the system bus: DBUS_SYSTEM_BUS_ADDRESS or /run/dbus/system_bus_socket).
+    package var busAddress: String
+    /// The adapter ("hci0"); nil: the first one BlueZ lists.
+    package var adapter: String?
+
+    package init(busAddress: String = DBusConnection.systemBusAddress, adapter: String? = nil) {
+        self.busAddress = busAddress
+        self.adapter = adapter
+    }
+
+    /// `bluez` or `bluez:hciN` in BLE_TRANSPORT; nil for any other transport.
+    package static func fromEnvironment() -> BlueZOptions? {
+        guard let v = ProcessInfo.processInfo.environment["BLE_TRANSPORT"] else { return nil }
+        return parse(v)
+    }
+
+    package static func parse(_ spec: String) -> BlueZOptions? {
+        if spec == "bluez" { return BlueZOptions() }
+        guard spec.hasPrefix("bluez:") else { return nil }
+        let name = String(spec.dropFirst(6))
+        guard name.hasPrefix("hci"), Int(name.dropFirst(3)) != nil else { return nil }
+        return BlueZOptions(adapter: name)
+    }
+}
+
+final class BlueZCentral: @unchecked Sendable {
+    let options: BlueZOptions
+    let queue = DispatchQueue(label: "opencorebluetooth.bluez")
+    private weak var manager: CBCentralManager?
+    /// Called on `queue` with each new state (the peripheral backend rides on a session of its own, made without a
+    /// central manager).
+    var onStateChange: (@Sendable (CBManagerState) -> Void)?
+
+    // Queue-confined.
+    private(set) var bus: DBusConnection?
+    private var tree = BlueZObjectTree()
+    private var bluezOnBus = false
+    private(set) var adapterPath: String?
+    private(set) var state: CBManagerState = .unknown
+    private var scan: Scan?
+    private var discovering = false
+    private var peripherals = WeakTable<String, CBPeripheral>()
+    private var devicePaths: [UUID: String] = [:]
+    private var links: [String: Link] = [:]
+    private var gatt: [String: GATTObjects] = [:]
+    private var closed = false
+
+    private struct Scan {
+        var services: Set<CBUUID>?
+        var allowDuplicates: Bool
+        var reported: Set<String> = []
+    }
+
+    private struct Link {
+        weak var peripheral: CBPeripheral?
+        var phase: Phase
+        var replied = false
+        var disconnectReason: String?
+        enum Phase { case connecting, connected }
+    }
+
+    /// The CB objects made for a device's GATT objects, by path and back.
+    private struct GATTObjects {
+        var services: [String: CBService] = [:]
+        var characteristics: [String: CBCharacteristic] = [:]
+        var descriptors: [String: CBDescriptor] = [:]
+        var paths: [ObjectIdentifier: String] = [:]
+        var notifying: Set<String> = []
+        /// Reads in flight per characteristic, and the value changes that came meanwhile (BlueZ also announces
+        /// a value it read as a change of Value: that echo must not look like a notification).
+        var readsInFlight: [String: Int] = [:]
+        var heldDuringRead: [String: [[UInt8]]] = [:]
+        var readEcho: [String: [UInt8]] = [:]
+    }
+
+    static let maximumHeldValues = 256
+
+    init(options: BlueZOptions) { self.options = options }
+
+    // MARK: Bus and state
+
+    func start(_ m: CBCentralManager?) {
+        manager = m
+        queue.async { [self] in
+            let connection: DBusConnection
+            do {
+                connection = try DBusConnection(address: options.busAddress, queue: queue, timeout: 5)
+            } catch {
+                CBLog.warning("BlueZ backend: cannot reach the system bus at \(options.busAddress): \(error)")
+                return setState(.unsupported)
+            }
+            guard !closed else { return connection.close() }
+            bus = connection
+            connection.onSignal { [weak self] s in self?.signal(s) }
+            connection.onDisconnect { [weak self] e in self?.busLost(e) }
+            for rule in [
+                "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.ObjectManager'",
+                "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'",
+                "type='signal',sender='org.bluez',interface='org.bluez.Device1',member='Disconnected'",
+                "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.bluez'",
+            ] {
+                connection.call(
+                    .methodCall(
+                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                        member: "AddMatch", body: [.string(rule)])
+                ) { r in if case let .failure(e) = r { CBLog.warning("BlueZ backend: AddMatch failed: \(e)") } }
+            }
+            loadObjects()
+        }
+    }
+
+    func close() {
+        queue.async { [self] in
+            closed = true
+            // BlueZ ends a client's discovery session and notification sessions when it leaves the bus.
+            bus?.close()
+            bus = nil
+        }
+    }
+
+    private func loadObjects() {
+        call("/", "org.freedesktop.DBus.ObjectManager", "GetManagedObjects") { [self] r in
+            switch r {
+            case let .success(m):
+                bluezOnBus = true
+                tree.load(managedObjects: m.body.first ?? .bytes([]))
+            case let .failure(e):
+                bluezOnBus = false
+                tree.clear()
+                CBLog.warning("BlueZ backend: bluetoothd does not answer on the bus (\(e)); is it running?")
+            }
+            updateState()
+        }
+    }
+
+    private func busLost(_ e: DBusError) {
+        guard !closed else { return }
+        CBLog.warning("BlueZ backend: the system bus connection ended: \(e)")
+        bus = nil
+        bluezOnBus = false
+        tree.clear()
+        updateState()
+    }
+
+    /// The adapter the manager uses: the one named, else the first BlueZ lists.
+    private func chooseAdapter() -> String? {
+        let adapters = tree.paths(with: BlueZObjectTree.adapterInterface)
+        if let name = options.adapter { return adapters.first { $0.hasSuffix("/" + name) } }
+        return adapters.first
+    }
+
+    private func updateState() {
+        let path = bluezOnBus ? chooseAdapter() : nil
+        let new: CBManagerState
+        if let path {
+            new = tree[path, BlueZObjectTree.adapterInterface]?["Powered"]?.bool == true ? .poweredOn : .poweredOff
+        } else {
+            new = .unsupported
+        }
+        if path != adapterPath || new != .poweredOn { dropLinks() }
+        adapterPath = path
+        setState(new)
+    }
+
+    private func setState(_ s: CBManagerState) {
+        guard s != state else { return }
+        state = s
+        manager?.hostPowerChanged(s)
+        onStateChange?(s)
+    }
+
+    /// The adapter is off or gone: links, scans and GATT objects are forgotten; the manager resets its
+    /// peripherals without didDisconnect, as on iOS.
+    private func dropLinks() {
+        links.removeAll()
+        gatt.removeAll()
+        scan = nil
+        discovering = false
+    }
+
+    // MARK: Signals
+
+    private func signal(_ m: DBusMessage) {
+        switch (m.interface, m.member) {
+        case ("org.freedesktop.DBus.ObjectManager", "InterfacesAdded"):
+            guard m.body.count >= 2, let path = m.body[0].string else { return }
+            // bluetoothd is there after all (it answered our first question before it had its objects).
+            if !bluezOnBus { return loadObjects() }
+            tree.add(path: path, interfaces: m.body[1])
+            if path.split(separator: "/").count <= 3 { updateState() }
+            if tree[path, BlueZObjectTree.deviceInterface] != nil,
+                m.body[1].stringDictionary?[BlueZObjectTree.deviceInterface] != nil
+            {
+                deviceSeen(path, keys: Set(tree[path, BlueZObjectTree.deviceInterface]!.keys))
+            }
+        case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
+            guard m.body.count >= 2, let path = m.body[0].string else { return }
+            let names = (m.body[1].arrayItems ?? []).compactMap(\.string)
+            if names.contains(BlueZObjectTree.deviceInterface) {
+                linkLost(path)
+                forget(device: path)
+            }
+            tree.remove(path: path, interfaces: names)
+            if names.contains(BlueZObjectTree.adapterInterface) { updateState() }
+        case ("org.freedesktop.DBus.Properties", "PropertiesChanged"):
+            guard let path = m.path, m.body.count >= 2, let interface = m.body[0].string else { return }
+            let invalidated = (m.body.count > 2 ? m.body[2].arrayItems ?? [] : []).compactMap(\.string)
+            tree.change(path: path, interface: interface, changed: m.body[1], invalidated: invalidated)
+            let changed = m.body[1].stringDictionary ?? [:]
+            switch interface {
+            case BlueZObjectTree.adapterInterface:
+                updateState()
+            case BlueZObjectTree.deviceInterface:
+                if changed["Connected"]?.bool == false { linkLost(path) }
+                if changed["ServicesResolved"]?.bool == true { servicesResolved(path) }
+                deviceSeen(path, keys: Set(changed.keys))
+            case BlueZObjectTree.characteristicInterface:
+                if let v = changed["Value"]?.byteArray { valueChanged(path, v) }
+                if let mtu = changed["MTU"]?.integer { mtuChanged(path, mtu) }
+            default:
+                break
+            }
+        case ("org.bluez.Device1", "Disconnected"):
+            // BlueZ 5.70+: the reason comes just before Connected turns false.
+            guard let path = m.path, let reason = m.body.first?.string else { return }
+            links[path]?.disconnectReason = reason
+        case ("org.freedesktop.DBus", "NameOwnerChanged"):
+            guard m.body.count >= 3, m.body[0].string == "org.bluez" else { return }
+            if m.body[2].string?.isEmpty ?? true {
+                CBLog.warning("BlueZ backend: bluetoothd left the bus")
+                bluezOnBus = false
+                for path in Array(links.keys) { linkLost(path) }
+                tree.clear()
+                updateState()
+            } else {
+                loadObjects()
+            }
+        default:
+            break
+        }
+    }
+
+    // MARK: Scanning
+
+    func startScan(services: [CBUUID]?, allowDuplicates: Bool) {
+        queue.async { [self] in
+            guard state == .poweredOn, let adapter = adapterPath else { return scanFailed("the adapter is not powered on") }
+            let wanted = services.flatMap { $0.isEmpty ? nil : Set($0) }
+            scan = Scan(services: wanted, allowDuplicates: allowDuplicates)
+            var filter: [String: DBusValue] = ["Transport": .string("le"), "DuplicateData": .boolean(allowDuplicates)]
+            if let wanted {
+                filter["UUIDs"] = .array(.string, wanted.map { .string($0.bluetoothUUID.uuid128String.lowercased()) }.sorted { $0.string! < $1.string! })
+            }
+            call(adapter, BlueZObjectTree.adapterInterface, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) { [self] r in
+                if case let .failure(e) = r { CBLog.warning("BlueZ backend: SetDiscoveryFilter failed: \(e)") }
+            }
+            guard !discovering else { return }
+            discovering = true
+            call(adapter, BlueZObjectTree.adapterInterface, "StartDiscovery") { [self] r in
+                guard case let .failure(e) = r else { return }
+                if case let .remote(name, _) = e, name == "org.bluez.Error.InProgress" { return }
+                discovering = false
+                scanFailed("StartDiscovery failed: \(e)")
+            }
+        }
+    }
+
+    func stopScan() {
+        queue.async { [self] in
+            scan = nil
+            guard discovering, let adapter = adapterPath else { return }
+            discovering = false
+            call(adapter, BlueZObjectTree.adapterInterface, "StopDiscovery") { r in
+                if case let .failure(e) = r { CBLog.warning("BlueZ backend: StopDiscovery failed: \(e)") }
+            }
+        }
+    }
+
+    private func scanFailed(_ why: String) {
+        CBLog.warning("BlueZ backend: cannot scan: \(why)")
+        scan = nil
+        manager?.scanFailed()
+    }
+
+    /// A device was added or its advertised properties changed: a discovery, if the scan wants it.
+    private func deviceSeen(_ path: String, keys: Set<String>) {
+        guard var s = scan, let adapter = adapterPath, path.hasPrefix(adapter + "/"),
+            let props = tree[path, BlueZObjectTree.deviceInterface], let rssi = props["RSSI"]?.integer
+        else { return }
+        // Seen on the air now: BlueZ sets RSSI (and the advertised data) as advertisements arrive.
+        guard !keys.isDisjoint(with: ["RSSI", "ManufacturerData", "ServiceData", "TxPower", "Name", "UUIDs"]) else { return }
+        let advertisement = BlueZAdvertisement.dictionary(props)
+        if let wanted = s.services {
+            let offered = Set((advertisement[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? [])
+                .union(((advertisement[CBAdvertisementDataServiceDataKey] as? [CBUUID: Data]) ?? [:]).keys)
+            guard !wanted.isDisjoint(with: offered) else { return }
+        }
+        if !s.allowDuplicates {
+            // Bounded as the native scan is: past the bound a device still around is reported once more.
+            if s.reported.count >= 4096 { s.reported.removeAll(keepingCapacity: true) }
+            guard s.reported.insert(path).inserted else { return }
+            scan = s
+        }
+        guard let p = peripheral(forDevice: path), let m = manager else { return }
+        m.deliverDiscovery(p, advertisement: advertisement, rssi: NSNumber(value: Int(rssi)))
+    }
+
+    private func peripheral(forDevice path: String) -> CBPeripheral? {
+        if let p = peripherals[path] { return p }
+        guard let m = manager, let props = tree[path, BlueZObjectTree.deviceInterface],
+            let address = BlueZAdvertisement.address(props)
+        else { return nil }
+        let id = BlueZAdvertisement.identifier(for: address, adapter: options.adapter ?? "")
+        let p = m.existingOrNewPeripheral(identifier: id, address: address, name: props["Name"]?.string)
+        peripherals[path] = p
+        devicePaths[id] = path
+        return p
+    }
+
+    /// A device BlueZ removed (temporary devices go some time after discovery stops): its path is forgotten unless
+    /// the app still holds its peripheral, so a long scan among rotating addresses does not grow memory.
+    private func forget(device path: String) {
+        guard peripherals[path] == nil, let props = tree[path, BlueZObjectTree.deviceInterface],
+            let address = BlueZAdvertisement.address(props)
+        else { return }
+        devicePaths[BlueZAdvertisement.identifier(for: address, adapter: options.adapter ?? "")] = nil
+    }
+
+    // MARK: Connections
+
+    func connect(_ p: CBPeripheral, attempt: UInt64) {
+        queue.async { [self] in
+            guard p.isCurrentConnectAttempt(attempt), p.state == .connecting else { return }
+            guard let path = devicePaths[p.identifier], tree[path, BlueZObjectTree.deviceInterface] != nil else {
+                manager?.announceFailure(p, CBError(.unknownDevice, userInfo: [NSLocalizedDescriptionKey: "BlueZ does not know this device (discover it first)"]))
+                return
+            }
+            links[path] = Link(peripheral: p, phase: .connecting)
+            call(path, BlueZObjectTree.deviceInterface, "Connect", timeout: 120) { [self] r in
+                guard let link = links[path], link.peripheral === p, link.phase == .connecting, !link.replied else { return }
+                switch r {
+                case .success:
+                    links[path]!.replied = true
+                    servicesResolved(path)
+                case let .failure(e):
+                    if case let .remote(name, _) = e, name == "org.bluez.Error.AlreadyConnected" {
+                        links[path]!.replied = true
+                        return servicesResolved(path)
+                    }
+                    links[path] = nil
+                    manager?.announceFailure(p, BlueZErrors.connectError(e))
+                }
+            }
+        }
+    }
+
+    /// didConnect once Connect has answered and BlueZ has resolved the services (it may say so before or after
+    /// the answer).
+    private func servicesResolved(_ path: String) {
+        guard let link = links[path], link.phase == .connecting, link.replied, let p = link.peripheral,
+            let props = tree[path, BlueZObjectTree.deviceInterface], props["Connected"]?.bool == true,
+            props["ServicesResolved"]?.bool == true
+        else { return }
+        links[path]!.phase = .connected
+        let services = tree.paths(with: BlueZObjectTree.serviceInterface, where: "Device", is: path).compactMap {
+            tree[$0, BlueZObjectTree.serviceInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID)
+        }
+        manager?.announceConnected(p, mtu: linkMTU(path), services: Set(services))
+    }
+
+    /// The ATT MTU BlueZ reports on the device's characteristics (23 until it says).
+    private func linkMTU(_ device: String) -> UInt16 {
+        var mtu: Int64 = 23
+        for c in tree.paths(with: BlueZObjectTree.characteristicInterface) where c.hasPrefix(device + "/") {
+            if let m = tree[c, BlueZObjectTree.characteristicInterface]?["MTU"]?.integer { mtu = max(mtu, m) }
+        }
+        return UInt16(clamping: mtu)
+    }
+
+    private func mtuChanged(_ characteristic: String, _ mtu: Int64) {
+        guard let (device, _) = owner(of: characteristic), links[device]?.phase == .connected,
+            let p = links[device]?.peripheral
+        else { return }
+        let value = UInt16(clamping: mtu)
+        p.queue.async { p.setMTU(value) }
+    }
+
+    func cancel(_ p: CBPeripheral) {
+        queue.async { [self] in
+            guard let path = devicePaths[p.identifier], let link = links[path], link.peripheral === p else {
+                return manager?.announceDisconnect(p, error: nil) ?? ()
+            }
+            links[path] = nil
+            gatt[path] = nil
+            // Disconnect also cancels a connection in progress; its answer comes once the link is down.
+            call(path, BlueZObjectTree.deviceInterface, "Disconnect") { [self] r in
+                if case let .failure(e) = r { CBLog.warning("BlueZ backend: Disconnect failed: \(e)") }
+                manager?.announceDisconnect(p, error: nil)
+            }
+        }
+    }
+
+    /// The link went down (Connected false, the device or bluetoothd gone) without a cancel of ours.
+    private func linkLost(_ path: String) {
+        guard let link = links.removeValue(forKey: path) else { return }
+        gatt[path] = nil
+        guard let p = link.peripheral else { return }
+        // bluetoothd drops every link (Connected false, or the device objects removed) just before it says the
+        // adapter is off or gone. As on iOS, Bluetooth going away is announced by the state alone, without
+        // didDisconnect: a loss is announced only if the adapter is still on a moment later.
+        queue.asyncAfter(deadline: .now() + Self.powerOffGrace) { [self] in
+            guard state == .poweredOn, let m = manager else { return }
+            announceLoss(p, link, to: m)
+        }
+    }
+
+    /// How long a lost link waits to tell a link loss from the adapter going off.
+    static let powerOffGrace = 0.15
+
+    private func announceLoss(_ p: CBPeripheral, _ link: Link, to m: CBCentralManager) {
+        let reason = link.disconnectReason.map { " (BlueZ: \($0))" } ?? ""
+        if link.phase == .connected {
+            let code: CBError.Code = link.disconnectReason == "org.bluez.Reason.Timeout" ? .connectionTimeout : .peripheralDisconnected
+            m.announceDisconnect(p, error: CBError(code, userInfo: [NSLocalizedDescriptionKey: CBError(code).localizedDescription + reason]))
+        } else {
+            m.announceFailure(p, CBError(.connectionFailed, userInfo: [NSLocalizedDescriptionKey: CBError(.connectionFailed).localizedDescription + reason]))
+        }
+    }
+
+    // MARK: GATT client
+
+    /// The device path of a connected peripheral, or nil (after Apple's warning) when it is not connected.
+    private func connectedDevice(_ p: CBPeripheral, _ what: String) -> String? {
+        guard let path = devicePaths[p.identifier], links[path]?.phase == .connected, links[path]?.peripheral === p else {
+            CBLog.misuse("\(p) can only accept commands while in the connected state (\(what))")
+            return nil
+        }
+        return path
+    }
+
+    /// The device and the GATT object path of one of a peripheral's attributes.
+    private func path(of attribute: AnyObject, on p: CBPeripheral) -> (device: String, path: String)? {
+        guard let device = devicePaths[p.identifier], let path = gatt[device]?.paths[ObjectIdentifier(attribute)] else { return nil }
+        return (device, path)
+    }
+
+    private func owner(of path: String) -> (device: String, GATTObjects)? {
+        for (device, objects) in gatt where path.hasPrefix(device + "/") { return (device, objects) }
+        return nil
+    }
+
+    func discoverServices(_ p: CBPeripheral, _ uuids: [CBUUID]?) {
+        let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
+        queue.async { [self] in
+            guard let device = connectedDevice(p, "discoverServices") else { return }
+            var objects = gatt[device] ?? GATTObjects()
+            let paths = tree.paths(with: BlueZObjectTree.serviceInterface, where: "Device", is: device)
+            var found: [CBService] = []
+            for (i, path) in paths.enumerated() {
+                guard let props = tree[path, BlueZObjectTree.serviceInterface],
+                    let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), props["Primary"]?.bool != false,
+                    filter?.contains(uuid) ?? true
+                else { continue }
+                let s = objects.services[path] ?? {
+                    let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : 0xFFFF
+                    let s = CBService(uuid: uuid, isPrimary: true, handle: BlueZObjectTree.handle(of: path), endHandle: end, peripheral: p)
+                    objects.services[path] = s
+                    objects.paths[ObjectIdentifier(s)] = path
+                    return s
+                }()
+                found.append(s)
+            }
+            gatt[device] = objects
+            let kept = found
+            guard kept.count <= CBPeripheral.maximumServices else {
+                return p.deliver { $0.peripheral(p, didDiscoverServices: CBPeripheral.tooLarge("services", kept.count)) }
+            }
+            p.deliver({ $0.peripheral(p, didDiscoverServices: nil) }, prepare: { merge(into: p, kept) })
+        }
+    }
+
+    func discoverIncludedServices(_ p: CBPeripheral, _ uuids: [CBUUID]?, for service: CBService) {
+        let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
+        queue.async { [self] in
+            guard connectedDevice(p, "discoverIncludedServices") != nil, let (device, path) = path(of: service, on: p) else { return }
+            var objects = gatt[device] ?? GATTObjects()
+            var found: [CBService] = []
+            for inc in (tree[path, BlueZObjectTree.serviceInterface]?["Includes"]?.arrayItems ?? []).compactMap(\.string) {
+                guard let uuid = tree[inc, BlueZObjectTree.serviceInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID),
+                    filter?.contains(uuid) ?? true
+                else { continue }
+                let s = objects.services[inc] ?? {
+                    let primary = tree[inc, BlueZObjectTree.serviceInterface]?["Primary"]?.bool ?? false
+                    let s = CBService(uuid: uuid, isPrimary: primary, handle: BlueZObjectTree.handle(of: inc), endHandle: 0xFFFF, peripheral: p)
+                    objects.services[inc] = s
+                    objects.paths[ObjectIdentifier(s)] = inc
+                    return s
+                }()
+                found.append(s)
+            }
+            gatt[device] = objects
+            let kept = found
+            p.deliver(
+                { $0.peripheral(p, didDiscoverIncludedServicesFor: service, error: nil) },
+                prepare: {
+                    var list = service._includedServices ?? []
+                    for s in kept where !list.contains(where: { $0 === s }) { list.append(s) }
+                    service._includedServices = list
+                })
+        }
+    }
+
+    func discoverCharacteristics(_ p: CBPeripheral, _ uuids: [CBUUID]?, for service: CBService) {
+        let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
+        queue.async { [self] in
+            guard connectedDevice(p, "discoverCharacteristics") != nil, let (device, servicePath) = path(of: service, on: p) else { return }
+            var objects = gatt[device]!
+            let paths = tree.paths(with: BlueZObjectTree.characteristicInterface, where: "Service", is: servicePath)
+            guard paths.count <= CBPeripheral.maximumCharacteristicsPerService else {
+                return p.deliver { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: CBPeripheral.tooLarge("characteristics", paths.count)) }
+            }
+            var found: [CBCharacteristic] = []
+            for (i, path) in paths.enumerated() {
+                guard let props = tree[path, BlueZObjectTree.characteristicInterface],
+                    let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), filter?.contains(uuid) ?? true
+                else { continue }
+                let c = objects.characteristics[path] ?? {
+                    let h = BlueZObjectTree.handle(of: path)
+                    let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : service.endHandle
+                    let flags = (props["Flags"]?.arrayItems ?? []).compactMap(\.string)
+                    let c = CBCharacteristic(
+                        uuid: uuid, properties: BlueZAdvertisement.properties(flags: flags), service: service,
+                        handle: h, valueHandle: h &+ 1, endHandle: end)
+                    objects.characteristics[path] = c
+                    objects.paths[ObjectIdentifier(c)] = path
+                    return c
+                }()
+                found.append(c)
+            }
+            gatt[device] = objects
+            let kept = found
+            p.deliver(
+                { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: nil) },
+                prepare: {
+                    var list = service._characteristics ?? []
+                    for c in kept where !list.contains(where: { $0 === c }) { list.append(c) }
+                    list.sort { $0.handle < $1.handle }
+                    service._characteristics = list
+                })
+        }
+    }
+
+    func discoverDescriptors(_ p: CBPeripheral, for characteristic: CBCharacteristic) {
+        queue.async { [self] in
+            guard connectedDevice(p, "discoverDescriptors") != nil, let (device, charPath) = path(of: characteristic, on: p) else { return }
+            var objects = gatt[device]!
+            let paths = tree.paths(with: BlueZObjectTree.descriptorInterface, where: "Characteristic", is: charPath)
+            guard paths.count <= CBPeripheral.maximumDescriptorsPerCharacteristic else {
+                return p.deliver { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: CBPeripheral.tooLarge("descriptors", paths.count)) }
+            }
+            var found: [CBDescriptor] = []
+            for path in paths {
+                guard let uuid = tree[path, BlueZObjectTree.descriptorInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID) else { continue }
+                let d = objects.descriptors[path] ?? {
+                    let d = CBDescriptor(uuid: uuid, characteristic: characteristic, handle: BlueZObjectTree.handle(of: path))
+                    objects.descriptors[path] = d
+                    objects.paths[ObjectIdentifier(d)] = path
+                    return d
+                }()
+                found.append(d)
+            }
+            gatt[device] = objects
+            let kept = found
+            p.deliver(
+                { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: nil) },
+                prepare: {
+                    var list = characteristic._descriptors ?? []
+                    for d in kept where !list.contains(where: { $0 === d }) { list.append(d) }
+                    list.sort { $0.handle < $1.handle }
+                    characteristic._descriptors = list
+                })
+        }
+    }
+
+    func read(_ p: CBPeripheral, _ characteristic: CBCharacteristic) {
+        queue.async { [self] in
+            guard connectedDevice(p, "readValue") != nil, let (device, path) = path(of: characteristic, on: p) else { return }
+            gatt[device]?.readsInFlight[path, default: 0] += 1
+            call(path, BlueZObjectTree.characteristicInterface, "ReadValue", [.stringVariantDictionary([:])]) { [self] r in
+                var held: [[UInt8]] = []
+                if gatt[device] != nil {
+                    gatt[device]!.readsInFlight[path, default: 1] -= 1
+                    held = gatt[device]!.heldDuringRead.removeValue(forKey: path) ?? []
+                }
+                switch r {
+                case let .success(m):
+                    let value = m.body.first?.byteArray ?? []
+                    // BlueZ's echo of what it read, as a change of Value, is not a notification.
+                    if let i = held.firstIndex(of: value) { held.remove(at: i) } else { gatt[device]?.readEcho[path] = value }
+                    let data = Data(value)
+                    p.deliver({ $0.peripheral(p, didUpdateValueFor: characteristic, error: nil) }, prepare: { characteristic._value = data })
+                case let .failure(e):
+                    p.deliver { $0.peripheral(p, didUpdateValueFor: characteristic, error: BlueZErrors.cbError(e, during: .read)) }
+                }
+                for v in held { deliverNotification(device, path, v) }
+            }
+        }
+    }
+
+    func write(_ p: CBPeripheral, _ data: Data, _ characteristic: CBCharacteristic, type: CBCharacteristicWriteType) {
+        let bytes = [UInt8](data)
+        queue.async { [self] in
+            guard connectedDevice(p, "writeValue") != nil, let (_, path) = path(of: characteristic, on: p) else { return }
+            if type == .withoutResponse {
+                let room = p.maximumWriteValueLength(for: .withoutResponse)
+                call(path, BlueZObjectTree.characteristicInterface, "WriteValue",
+                     [.bytes(Array(bytes.prefix(room))), .stringVariantDictionary(["type": .string("command")])]) { r in
+                    if case let .failure(e) = r { CBLog.warning("BlueZ backend: write without response failed: \(e)") }
+                    p.readyToSendWriteWithoutResponse()
+                }
+            } else {
+                call(path, BlueZObjectTree.characteristicInterface, "WriteValue",
+                     [.bytes(bytes), .stringVariantDictionary(["type": .string("request")])]) { r in
+                    let error: (any Error)? = if case let .failure(e) = r { BlueZErrors.cbError(e, during: .write) } else { nil }
+                    p.deliver { $0.peripheral(p, didWriteValueFor: characteristic, error: error) }
+                }
+            }
+        }
+    }
+
+    func setNotify(_ p: CBPeripheral, _ enabled: Bool, _ characteristic: CBCharacteristic) {
+        queue.async { [self] in
+            guard connectedDevice(p, "setNotifyValue") != nil, let (device, path) = path(of: characteristic, on: p) else { return }
+            call(path, BlueZObjectTree.characteristicInterface, enabled ? "StartNotify" : "StopNotify") { [self] r in
+                var failure: (any Error)?
+                if case let .failure(e) = r {
+                    // Already in the state asked for (a second StartNotify, a StopNotify without a session) is success.
+                    let already: Bool = if case let .remote(name, message) = e {
+                        name == "org.bluez.Error.InProgress" || (!enabled && message.lowercased().contains("no notify session"))
+                    } else { false }
+                    if !already { failure = BlueZErrors.cbError(e, during: .notify) }
+                }
+                if let failure {
+                    return p.deliver { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: failure) }
+                }
+                if enabled { gatt[device]?.notifying.insert(path) } else { gatt[device]?.notifying.remove(path) }
+                p.deliver(
+                    { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: nil) },
+                    prepare: { characteristic._isNotifying = enabled })
+            }
+        }
+    }
+
+    /// PropertiesChanged Value on a characteristic: a notification or indication when the app subscribed.
+    private func valueChanged(_ path: String, _ value: [UInt8]) {
+        guard let (device, objects) = owner(of: path), objects.characteristics[path] != nil else { return }
+        if objects.readsInFlight[path, default: 0] > 0 {
+            var held = objects.heldDuringRead[path] ?? []
+            if held.count < Self.maximumHeldValues { held.append(value) }
+            gatt[device]!.heldDuringRead[path] = held
+            return
+        }
+        if objects.readEcho[path] == value {
+            gatt[device]!.readEcho[path] = nil
+            return
+        }
+        gatt[device]!.readEcho[path] = nil
+        deliverNotification(device, path, value)
+    }
+
+    private func deliverNotification(_ device: String, _ path: String, _ value: [UInt8]) {
+        guard let objects = gatt[device], objects.notifying.contains(path), let c = objects.characteristics[path],
+            let p = links[device]?.peripheral
+        else { return }
+        let data = Data(value)
+        p.valueListeners.yield(data, handle: c.valueHandle)
+        p.deliver({ $0.peripheral(p, didUpdateValueFor: c, error: nil) }, prepare: { c._value = data })
+    }
+
+    func read(_ p: CBPeripheral, _ descriptor: CBDescriptor) {
+        queue.async { [self] in
+            guard connectedDevice(p, "readValue") != nil, let (_, path) = path(of: descriptor, on: p) else { return }
+            call(path, BlueZObjectTree.descriptorInterface, "ReadValue", [.stringVariantDictionary([:])]) { r in
+                switch r {
+                case let .success(m):
+                    let v = m.body.first?.byteArray ?? []
+                    p.deliver(
+                        { $0.peripheral(p, didUpdateValueFor: descriptor, error: nil) },
+                        prepare: { descriptor._value = CBDescriptor.typedValue(v, for: descriptor.uuid) })
+                case let .failure(e):
+                    p.deliver { $0.peripheral(p, didUpdateValueFor: descriptor, error: BlueZErrors.cbError(e, during: .read)) }
+                }
+            }
+        }
+    }
+
+    func write(_ p: CBPeripheral, _ data: Data, _ descriptor: CBDescriptor) {
+        let bytes = [UInt8](data)
+        queue.async { [self] in
+            guard connectedDevice(p, "writeValue") != nil, let (_, path) = path(of: descriptor, on: p) else { return }
+            call(path, BlueZObjectTree.descriptorInterface, "WriteValue", [.bytes(bytes), .stringVariantDictionary([:])]) { r in
+                let error: (any Error)? = if case let .failure(e) = r { BlueZErrors.cbError(e, during: .write) } else { nil }
+                p.deliver { $0.peripheral(p, didWriteValueFor: descriptor, error: error) }
+            }
+        }
+    }
+
+    /// BlueZ reports a device's RSSI only while discovering (Device1.RSSI); outside that, the last one is gone.
+    func readRSSI(_ p: CBPeripheral) {
+        queue.async { [self] in
+            guard let device = connectedDevice(p, "readRSSI") else { return }
+            if let v = tree[device, BlueZObjectTree.deviceInterface]?["RSSI"]?.integer {
+                let n = NSNumber(value: Int(v))
+                p.deliver { $0.peripheral(p, didReadRSSI: n, error: nil) }
+            } else {
+                p.deliver {
+                    $0.peripheral(p, didReadRSSI: NSNumber(value: 127), error: CBError(.operationNotSupported, userInfo: [
+                        NSLocalizedDescriptionKey: "BlueZ reports a connected device's RSSI only while it is discovering",
+                    ]))
+                }
+            }
+        }
+    }
+
+    // MARK: Calls
+
+    func call(
+        _ path: String, _ interface: String, _ member: String, _ body: [DBusValue] = [], timeout: Double = 25,
+        _ done: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void
+    ) {
+        guard let bus else { return queue.async { done(.failure(.disconnected("no connection to the system bus"))) } }
+        bus.call(.methodCall(destination: "org.bluez", path: path, interface: interface, member: member, body: body), timeout: timeout, reply: done)
+    }
+
+    /// The state the backend has reached (for tests).
+    var stateForTests: CBManagerState { queue.sync { state } }
+}
+
+/// Merges found services into a peripheral's list (delegate queue), keeping the objects it has.
+private func merge(into p: CBPeripheral, _ found: [CBService]) {
+    var list = p.services ?? []
+    for s in found where !list.contains(where: { $0 === s }) { list.append(s) }
+    list.sort { $0.handle < $1.handle }
+    p.setServices(list)
+}
+
+extension CBPeripheral {
+    /// Why an async GATT call cannot run: not connected, or on the BlueZ backend, which serves the delegate API only
+    /// for now.
+    var asyncUnavailable: CBError {
+        guard bluez != nil, state == .connected else { return CBError(.notConnected) }
+        return CBError(.operationNotSupported, userInfo: [
+            NSLocalizedDescriptionKey: "The async GATT calls are not available on BLE_TRANSPORT=bluez yet; use the delegate methods",
+        ])
+    }
+}

@@ -1,0 +1,419 @@
+// The Core Bluetooth façade on the BlueZ backend, against a fake bluetoothd (FakeBlueZ) on a private bus: each
+// mapping of issue 28 — manager state from Adapter1.Powered and the object manager, discovery with its filter and
+// advertisement dictionary, connect and cancel, the GATT client, errors — and the adapter going away mid-operation.
+import Foundation
+import Testing
+import TestSupport
+import DBus
+@testable import CoreBluetooth
+
+private let heartRate = "0000180d-0000-1000-8000-00805f9b34fb"
+private let measurement = "00002a37-0000-1000-8000-00805f9b34fb"
+private let control = "00002a39-0000-1000-8000-00805f9b34fb"
+private let userDescription = "00002901-0000-1000-8000-00805f9b34fb"
+
+/// Records what the app hears, in order, on the delegate queue.
+final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var log: [String] = []
+    private var found: [CBPeripheral] = []
+    private var adverts: [[String: Any]] = []
+    private var errors: [String: any Error] = [:]
+    var events: [String] { lock.withLock { log } }
+    var discovered: [CBPeripheral] { lock.withLock { found } }
+    var advertisements: [[String: Any]] { lock.withLock { adverts } }
+    func error(_ key: String) -> (any Error)? { lock.withLock { errors[key] } }
+    private func note(_ s: String, _ e: (any Error)? = nil) {
+        lock.withLock {
+            log.append(s)
+            if let e { errors[s] = e }
+        }
+    }
+
+    func centralManagerDidUpdateState(_ central: CBCentralManager) { note("state \(central.state.rawValue)") }
+    func centralManager(_ central: CBCentralManager, didDiscover peripheral: CBPeripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {
+        lock.withLock {
+            found.append(peripheral)
+            adverts.append(advertisementData)
+        }
+        note("discover \(peripheral.name ?? "?") \(RSSI)")
+    }
+    func centralManager(_ central: CBCentralManager, didConnect peripheral: CBPeripheral) { note("connect") }
+    func centralManager(_ central: CBCentralManager, didFailToConnect peripheral: CBPeripheral, error: (any Error)?) { note("fail", error) }
+    func centralManager(_ central: CBCentralManager, didDisconnectPeripheral peripheral: CBPeripheral, error: (any Error)?) {
+        note(error == nil ? "disconnect" : "disconnect error", error)
+    }
+    func peripheral(_ peripheral: CBPeripheral, didDiscoverServices error: (any Error)?) { note("services \(peripheral.services?.count ?? -1)", error) }
+    func peripheral(_ peripheral: CBPeripheral, didDiscoverCharacteristicsFor service: CBService, error: (any Error)?) {
+        note("characteristics \(service.characteristics?.count ?? -1)", error)
+    }
+    func peripheral(_ peripheral: CBPeripheral, didDiscoverDescriptorsFor characteristic: CBCharacteristic, error: (any Error)?) {
+        note("descriptors \(characteristic.descriptors?.count ?? -1)", error)
+    }
+    func peripheral(_ peripheral: CBPeripheral, didUpdateValueFor characteristic: CBCharacteristic, error: (any Error)?) {
+        note(error == nil ? "value \([UInt8](characteristic.value ?? Data()))" : "value error", error)
+    }
+    func peripheral(_ peripheral: CBPeripheral, didWriteValueFor characteristic: CBCharacteristic, error: (any Error)?) {
+        note(error == nil ? "wrote" : "write error", error)
+    }
+    func peripheral(_ peripheral: CBPeripheral, didUpdateNotificationStateFor characteristic: CBCharacteristic, error: (any Error)?) {
+        note("notifying \(characteristic.isNotifying)", error)
+    }
+    func peripheral(_ peripheral: CBPeripheral, didUpdateValueFor descriptor: CBDescriptor, error: (any Error)?) {
+        note("descriptor \(descriptor.value.map { "\($0)" } ?? "nil")", error)
+    }
+
+    /// Waits (10 s at most) until `predicate` holds for the events so far.
+    func wait(_ what: String, _ predicate: ([String]) -> Bool) async throws {
+        for _ in 0..<1000 {
+            if predicate(events) { return }
+            try await pause(nanoseconds: 10_000_000)
+        }
+        Issue.record("timed out waiting for \(what); events: \(events)")
+        throw CancellationError()
+    }
+
+    func wait(for event: String) async throws { try await wait(event) { $0.contains(event) } }
+    func count(_ event: String) -> Int { events.filter { $0 == event }.count }
+}
+
+/// A bus, a fake bluetoothd on it with one powered adapter, and a manager on the BlueZ backend.
+private struct Rig {
+    let bus: PrivateBus
+    let fake: FakeBlueZ
+    let recorder = Recorder()
+    let manager: CBCentralManager
+
+    init(adapter: String? = nil, addAdapter: Bool = true) throws {
+        bus = try PrivateBus()
+        fake = try FakeBlueZ(address: bus.address)
+        if addAdapter { fake.addAdapter() }
+        fake.database = [
+            FakeService(uuid: heartRate, characteristics: [
+                FakeCharacteristic(uuid: measurement, flags: ["read", "notify"], value: [0x06, 72], descriptors: [
+                    FakeDescriptor(uuid: userDescription, value: Array("Heart rate".utf8)),
+                ]),
+                FakeCharacteristic(uuid: control, flags: ["write", "write-without-response"], value: []),
+            ]),
+        ]
+        manager = CBCentralManager(
+            delegate: recorder, queue: DispatchQueue(label: "bluez-test-delegate"),
+            bluez: BlueZOptions(busAddress: bus.address, adapter: adapter))
+    }
+
+    /// Powered on, a heart-rate sensor discovered and connected, its one service and characteristics discovered.
+    func connected() async throws -> (CBPeripheral, CBService, device: String) {
+        try await recorder.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        manager.scanForPeripherals(withServices: nil)
+        let device = fake.addDevice(address: "C0:FF:EE:00:00:01", random: true, ["Name": .string("HRM"), "RSSI": .int16(-50), "UUIDs": .array(.string, [.string(heartRate)])])
+        try await recorder.wait(for: "discover HRM -50")
+        manager.stopScan()
+        let p = recorder.discovered[0]
+        p.delegate = recorder
+        manager.connect(p)
+        try await recorder.wait(for: "connect")
+        p.discoverServices(nil)
+        try await recorder.wait(for: "services 1")
+        let s = p.services![0]
+        p.discoverCharacteristics(nil, for: s)
+        try await recorder.wait(for: "characteristics 2")
+        return (p, s, device)
+    }
+}
+
+@Suite(
+    .enabled(if: PrivateBus.available, "needs dbus-daemon (Debian package dbus-daemon; scripts/test installs it)"),
+    .timeLimit(.minutes(2)))
+struct BlueZBackendTests {
+    @Test func stateFollowsTheAdapterItsPowerAndBluetoothd() async throws {
+        let rig = try Rig(adapter: "hci1", addAdapter: false)
+        let (fake, r) = (rig.fake, rig.recorder)
+        let unsupported = "state \(CBManagerState.unsupported.rawValue)"
+        let off = "state \(CBManagerState.poweredOff.rawValue)"
+        let on = "state \(CBManagerState.poweredOn.rawValue)"
+        try await r.wait(for: unsupported)
+        fake.addAdapter("hci0")   // not the one asked for
+        try await pause(nanoseconds: 200_000_000)
+        #expect(rig.manager.state == .unsupported)
+        let hci1 = fake.addAdapter("hci1", powered: false)
+        try await r.wait(for: off)
+        fake.setPowered(hci1, true)
+        try await r.wait(for: on)
+        #expect(rig.manager.state == .poweredOn)
+        fake.setPowered(hci1, false)
+        try await r.wait("off again") { $0.filter { $0 == off }.count == 2 }
+        fake.remove(hci1)
+        try await r.wait("unsupported again") { $0.filter { $0 == unsupported }.count == 2 }
+        #expect(r.events == [unsupported, off, on, off, unsupported])
+    }
+
+    @Test func noBluetoothdOnTheBusIsUnsupported() async throws {
+        let bus = try PrivateBus()
+        let r = Recorder()
+        let m = CBCentralManager(delegate: r, queue: DispatchQueue(label: "d"), bluez: BlueZOptions(busAddress: bus.address))
+        try await r.wait(for: "state \(CBManagerState.unsupported.rawValue)")
+        // bluetoothd starting later is noticed (NameOwnerChanged), and its adapter read.
+        let fake = try FakeBlueZ(address: bus.address)
+        fake.addAdapter()
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        withExtendedLifetime(m) {}
+    }
+
+    @Test func discoverySetsBlueZsFilterAndReportsTheNativeKeys() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
+        try await pause(nanoseconds: 100_000_000)
+        #expect(m.isScanning)
+        #expect(fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0"))
+        let filter = try #require(fake.discoveryFilter)
+        #expect(filter["Transport"] == .string("le"))
+        #expect(filter["DuplicateData"] == .boolean(false))
+        #expect(filter["UUIDs"]?.arrayItems == [.string(heartRate)])
+        // Another device without the service is not reported (the filter is applied here too).
+        fake.addDevice(address: "AA:AA:AA:AA:AA:AA", ["Name": .string("Other"), "RSSI": .int16(-70)])
+        let device = fake.addDevice(address: "C0:FF:EE:00:00:01", random: true, [
+            "Name": .string("HRM"), "RSSI": .int16(-50), "TxPower": .int16(4),
+            "UUIDs": .array(.string, [.string(heartRate)]),
+            "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x004C), .variant(.bytes([1, 2])))]),
+            "ServiceData": .dictionary(key: .string, value: .variant, [DBusDictEntry(.string(heartRate), .variant(.bytes([9])))]),
+        ])
+        try await r.wait(for: "discover HRM -50")
+        let ad = r.advertisements[0]
+        #expect(ad[CBAdvertisementDataLocalNameKey] as? String == "HRM")
+        #expect(ad[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID] == [CBUUID(string: "180D")])
+        #expect(ad[CBAdvertisementDataManufacturerDataKey] as? Data == Data([0x4C, 0x00, 1, 2]))
+        #expect(ad[CBAdvertisementDataServiceDataKey] as? [CBUUID: Data] == [CBUUID(string: "180D"): Data([9])])
+        #expect((ad[CBAdvertisementDataTxPowerLevelKey] as? NSNumber)?.intValue == 4)
+        #expect((ad[CBAdvertisementDataIsConnectable] as? NSNumber)?.boolValue == true)
+        let p = r.discovered[0]
+        #expect(p.name == "HRM")
+        #expect(p.identifier == BlueZAdvertisement.identifier(for: .init(string: "C0:FF:EE:00:00:01", type: .random)!, adapter: ""))
+        // Without duplicates: a new RSSI is no new discovery.
+        fake.change(device, "org.bluez.Device1", ["RSSI": .int16(-40)])
+        try await pause(nanoseconds: 200_000_000)
+        #expect(r.events.filter { $0.hasPrefix("discover") } == ["discover HRM -50"])
+        m.stopScan()
+        try await pause(nanoseconds: 100_000_000)
+        #expect(fake.calls.contains("org.bluez.Adapter1.StopDiscovery /org/bluez/hci0"))
+        #expect(fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering") == .boolean(false))
+    }
+
+    @Test func duplicatesAreReportedWhenAskedFor() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        m.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
+        try await pause(nanoseconds: 100_000_000)
+        #expect(fake.discoveryFilter?["DuplicateData"] == .boolean(true))
+        #expect(fake.discoveryFilter?["UUIDs"] == nil)
+        let device = fake.addDevice(address: "C0:FF:EE:00:00:02", ["Name": .string("Tag"), "RSSI": .int16(-60)])
+        try await r.wait(for: "discover Tag -60")
+        fake.change(device, "org.bluez.Device1", ["RSSI": .int16(-61)])
+        try await r.wait(for: "discover Tag -61")
+    }
+
+    @Test func aGATTClientSessionMapsOntoBlueZ() async throws {
+        let rig = try Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        let (p, s, device) = try await rig.connected()
+        #expect(p.state == .connected)
+        #expect(p.maximumWriteValueLength(for: .withoutResponse) == 244)   // MTU 247
+        #expect(s.uuid == CBUUID(string: "180D"))
+        let chars = try #require(s.characteristics)
+        #expect(chars.map(\.uuid) == [CBUUID(string: "2A37"), CBUUID(string: "2A39")])
+        #expect(chars[0].properties == [.read, .notify])
+        #expect(chars[1].properties == [.write, .writeWithoutResponse])
+        let charPath = device + "/service0001/char0002"
+
+        p.readValue(for: chars[0])
+        try await r.wait(for: "value [6, 72]")
+        // BlueZ's echo of the read value is not a second callback, nor a notification.
+        try await pause(nanoseconds: 200_000_000)
+        #expect(r.count("value [6, 72]") == 1)
+
+        p.writeValue(Data([1]), for: chars[1], type: .withResponse)
+        try await r.wait(for: "wrote")
+        p.writeValue(Data([2, 3]), for: chars[1], type: .withoutResponse)
+        try await r.wait("the command") { _ in fake.lastWrites.count == 2 }
+        #expect(fake.lastWrites.map(\.type) == ["request", "command"])
+        #expect(fake.lastWrites.map(\.value) == [[1], [2, 3]])
+
+        p.setNotifyValue(true, for: chars[0])
+        try await r.wait(for: "notifying true")
+        #expect(chars[0].isNotifying)
+        #expect(fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true))
+        fake.notify(charPath, [0x06, 80])
+        fake.notify(charPath, [0x06, 81])
+        try await r.wait(for: "value [6, 81]")
+        #expect(r.events.suffix(2) == ["value [6, 80]", "value [6, 81]"])
+        p.setNotifyValue(false, for: chars[0])
+        try await r.wait(for: "notifying false")
+        fake.notify(charPath, [0x06, 99])
+        try await pause(nanoseconds: 200_000_000)
+        #expect(!r.events.contains("value [6, 99]"))
+
+        p.discoverDescriptors(for: chars[0])
+        try await r.wait(for: "descriptors 1")
+        p.readValue(for: chars[0].descriptors![0])
+        try await r.wait(for: "descriptor Heart rate")
+    }
+
+    @Test func blueZErrorsBecomeTheErrorsAnIPhoneAppSees() async throws {
+        let rig = try Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        let (p, s, _) = try await rig.connected()
+        let chars = s.characteristics!
+
+        fake.failNext("ReadValue", name: "org.bluez.Error.NotPermitted", message: "Read not permitted")
+        p.readValue(for: chars[0])
+        try await r.wait(for: "value error")
+        let read = try #require(r.error("value error") as? CBATTError)
+        #expect(read.code == .readNotPermitted)
+        #expect(read.localizedDescription.contains("Read not permitted"))
+
+        fake.failNext("WriteValue", name: "org.bluez.Error.Failed", message: "Operation failed with ATT error: 0x80")
+        p.writeValue(Data([1]), for: chars[1], type: .withResponse)
+        try await r.wait(for: "write error")
+        let write = try #require(r.error("write error") as? CBATTError)
+        #expect(write.code.rawValue == 0x80)   // an application error, kept as iOS keeps it
+        #expect(write.localizedDescription.contains("0x80"))
+
+        fake.failNext("StartNotify", name: "org.bluez.Error.NotPermitted", message: "Not paired")
+        p.setNotifyValue(true, for: chars[0])
+        try await r.wait(for: "notifying false")
+        #expect((r.error("notifying false") as? CBATTError)?.code == .insufficientAuthentication)
+    }
+
+    @Test func aFailedConnectIsDidFailToConnectWithBlueZsReason() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        m.scanForPeripherals(withServices: nil)
+        fake.addDevice(address: "C0:FF:EE:00:00:03", ["Name": .string("Far"), "RSSI": .int16(-90)])
+        try await r.wait(for: "discover Far -90")
+        let p = r.discovered[0]
+        fake.failNext("Connect", name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+        m.connect(p)
+        try await r.wait(for: "fail")
+        let e = try #require(r.error("fail") as? CBError)
+        #expect(e.code == .connectionFailed)
+        #expect(e.localizedDescription.contains("le-connection-abort-by-local"))
+        #expect(p.state == .disconnected)
+    }
+
+    @Test func cancelAndALostLinkAreAnnouncedAsOnIOS() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        let (p, _, device) = try await rig.connected()
+        m.cancelPeripheralConnection(p)
+        try await r.wait(for: "disconnect")
+        #expect(fake.calls.contains("org.bluez.Device1.Disconnect \(device)"))
+        #expect(p.state == .disconnected)
+        #expect(p.services == nil)
+
+        // Connected again, then the peer leaves: didDisconnect with CBError.peripheralDisconnected.
+        m.connect(p)
+        try await r.wait("second connect") { $0.filter { $0 == "connect" }.count == 2 }
+        fake.dropLink(device)
+        try await r.wait(for: "disconnect error")
+        let e = try #require(r.error("disconnect error") as? CBError)
+        #expect(e.code == .peripheralDisconnected)
+        #expect(e.localizedDescription.contains("org.bluez.Reason.Remote"))
+
+        // A connection still being made, cancelled: didDisconnect without error, never didFailToConnect.
+        fake.holdConnect = true
+        m.connect(p)
+        try await pause(nanoseconds: 100_000_000)
+        #expect(p.state == .connecting)
+        m.cancelPeripheralConnection(p)
+        try await r.wait("cancelled pending") { $0.filter { $0 == "disconnect" }.count == 2 }
+        try await pause(nanoseconds: 200_000_000)
+        #expect(!r.events.contains("fail"))
+    }
+
+    @Test func theAdapterRemovedMidOperationResetsEverything() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        let (p, s, device) = try await rig.connected()
+        p.setNotifyValue(true, for: s.characteristics![0])
+        try await r.wait(for: "notifying true")
+        m.scanForPeripherals(withServices: nil)
+        fake.remove("/org/bluez/hci0")
+        try await r.wait(for: "state \(CBManagerState.unsupported.rawValue)")
+        #expect(p.state == .disconnected)
+        #expect(!m.isScanning)
+        // As on iOS when Bluetooth goes away: no didDisconnect; later values of the gone device are dropped.
+        fake.notify(device + "/service0001/char0002", [1])
+        try await pause(nanoseconds: 200_000_000)
+        #expect(!r.events.contains { $0.hasPrefix("disconnect") })
+        #expect(!r.events.contains("value [1]"))
+        // The adapter back: powered on again, and the device can be found and connected anew.
+        fake.addAdapter()
+        try await r.wait("on again") { $0.filter { $0 == "state \(CBManagerState.poweredOn.rawValue)" }.count == 2 }
+    }
+}
+
+struct BlueZMappingTests {
+    @Test func transportNames() {
+        #expect(BlueZOptions.parse("bluez") == BlueZOptions())
+        #expect(BlueZOptions.parse("bluez:hci1")?.adapter == "hci1")
+        #expect(BlueZOptions.parse("bluez:usb") == nil)
+        #expect(BlueZOptions.parse("hci-socket:0") == nil)
+    }
+
+    @Test func errorNamesMapAsGattClientCDefinesThem() {
+        func att(_ name: String, _ message: String, _ op: BlueZErrors.Operation = .read) -> Int? {
+            (BlueZErrors.cbError(.remote(name: name, message: message), during: op) as? CBATTError)?.code.rawValue
+        }
+        func cb(_ name: String, _ message: String, _ op: BlueZErrors.Operation = .read) -> CBError.Code? {
+            (BlueZErrors.cbError(.remote(name: name, message: message), during: op) as? CBError)?.code
+        }
+        #expect(att("org.bluez.Error.NotPermitted", "Read not permitted") == 0x02)
+        #expect(att("org.bluez.Error.NotPermitted", "Write not permitted", .write) == 0x03)
+        #expect(att("org.bluez.Error.NotPermitted", "Not paired") == 0x05)
+        #expect(att("org.bluez.Error.NotPaired", "Not Paired") == 0x05)
+        #expect(att("org.bluez.Error.InvalidArguments", "Invalid offset") == 0x07)
+        #expect(att("org.bluez.Error.InvalidArguments", "Invalid Length", .write) == 0x0D)
+        #expect(att("org.bluez.Error.InvalidValueLength", "Invalid value length", .write) == 0x0D)
+        #expect(att("org.bluez.Error.NotAuthorized", "Operation Not Authorized") == 0x08)
+        #expect(att("org.bluez.Error.NotSupported", "Operation is not supported") == 0x06)
+        #expect(att("org.bluez.Error.Failed", "Operation failed with ATT error: 0x0e") == 0x0E)
+        #expect(att("org.bluez.Error", "Operation failed with ATT error: 0x11") == 0x11)
+        #expect(cb("org.bluez.Error.Failed", "Operation failed") == .unknown)
+        #expect(cb("org.bluez.Error.NotConnected", "Not Connected") == .notConnected)
+        #expect(cb("org.bluez.Error.Failed", "Connection timeout", .connect) == .connectionTimeout)
+        #expect(cb("org.bluez.Error.Failed", "le-connection-abort-by-local", .connect) == .connectionFailed)
+        #expect(cb("org.bluez.Error.DoesNotExist", "Does Not Exist", .connect) == .unknownDevice)
+        #expect((BlueZErrors.cbError(.timedOut, during: .read) as? CBError)?.code == .connectionTimeout)
+        #expect((BlueZErrors.cbError(.disconnected("bus gone"), during: .read) as? CBError)?.code == .peripheralDisconnected)
+        let e = BlueZErrors.cbError(.remote(name: "org.bluez.Error.NotPermitted", message: "Read not permitted"), during: .read)
+        #expect((e as NSError).localizedDescription.contains("org.bluez.Error.NotPermitted: Read not permitted"))
+    }
+
+    @Test func theObjectTreeFollowsObjectManagerSignals() {
+        var t = BlueZObjectTree()
+        let props: DBusValue = .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [
+            DBusDictEntry(.string("org.bluez.Adapter1"), .stringVariantDictionary(["Powered": .boolean(false)])),
+        ])
+        t.load(managedObjects: .dictionary(key: .objectPath, value: props.type, [DBusDictEntry(.objectPath("/org/bluez/hci0"), props)]))
+        #expect(t.paths(with: "org.bluez.Adapter1") == ["/org/bluez/hci0"])
+        t.change(path: "/org/bluez/hci0", interface: "org.bluez.Adapter1", changed: .stringVariantDictionary(["Powered": .boolean(true)]), invalidated: [])
+        #expect(t["/org/bluez/hci0", "org.bluez.Adapter1"]?["Powered"] == .boolean(true))
+        // A change to an interface never added is ignored; an object with no interface left is gone.
+        t.change(path: "/x", interface: "org.bluez.Device1", changed: .stringVariantDictionary(["RSSI": .int16(1)]), invalidated: [])
+        #expect(t["/x", "org.bluez.Device1"] == nil)
+        t.remove(path: "/org/bluez/hci0", interfaces: ["org.bluez.Adapter1"])
+        #expect(t.objects.isEmpty)
+        #expect(BlueZObjectTree.handle(of: "/org/bluez/hci0/dev_X/service000c/char000d") == 0x0d)
+        #expect(BlueZObjectTree.handle(of: "/org/bluez/hci0") == 0)
+        // Garbage of the wrong shape is ignored, not trusted.
+        t.load(managedObjects: .string("nonsense"))
+        #expect(t.objects.isEmpty)
+    }
+
+    @Test func characteristicFlags() {
+        #expect(BlueZAdvertisement.properties(flags: ["read", "encrypt-write", "notify", "indicate", "unknown"]) == [.read, .write, .notify, .indicate])
+    }
+}

@@ -1,0 +1,368 @@
+// A fake bluetoothd for the BlueZ backend's tests: it owns org.bluez on a private bus and exports, with our DBus
+// module, the object tree and methods BlueZ documents (doc/org.bluez.Adapter.rst, Device.rst, GattService.rst,
+// GattCharacteristic.rst, GattDescriptor.rst): ObjectManager.GetManagedObjects with InterfacesAdded/Removed,
+// Properties.Get/GetAll/Set with PropertiesChanged, Adapter1.SetDiscoveryFilter/StartDiscovery/StopDiscovery,
+// Device1.Connect/Disconnect (and the Disconnected signal of BlueZ 5.70+), GattCharacteristic1.ReadValue/
+// WriteValue/StartNotify/StopNotify, GattDescriptor1.ReadValue/WriteValue. Paths and properties are BlueZ's:
+// /org/bluez/hciN, …/dev_AA_BB_…, …/serviceXXXX/charYYYY/descZZZZ with handles in hex.
+//
+// What it does on a call, where BlueZ's order matters: Connect sets Connected, adds the GATT objects, answers, then
+// sets ServicesResolved; a ReadValue answers, then announces the value it read as a change of Value (BlueZ caches
+// what it reads). Tests can make the next call of a method fail with a given D-Bus error, hold a Connect unanswered
+// (a Disconnect then fails it, as BlueZ cancels a pending connection), and drive adapters and devices.
+import Foundation
+import DBus
+
+struct FakeDescriptor {
+    var uuid: String
+    var value: [UInt8]
+}
+
+struct FakeCharacteristic {
+    var uuid: String
+    var flags: [String]
+    var value: [UInt8]
+    var descriptors: [FakeDescriptor] = []
+}
+
+struct FakeService {
+    var uuid: String
+    var characteristics: [FakeCharacteristic]
+}
+
+final class FakeBlueZ: @unchecked Sendable {
+    let connection: DBusConnection
+    private let lock = NSLock()
+    private var objects: [String: [String: [String: DBusValue]]] = [:]
+    private var failures: [String: (name: String, message: String)] = [:]
+    private var heldConnect: DBusMessage?
+    private var log: [String] = []
+    private var writes: [(path: String, value: [UInt8], type: String)] = []
+    private var filter: [String: DBusValue]?
+    /// Applications registered with GattManager1 (path → owner and objects) and advertisements with
+    /// LEAdvertisingManager1 (path → properties), as BlueZ read them at registration.
+    private var apps: [String: (owner: String, objects: [String: [String: [String: DBusValue]]])] = [:]
+    private var adverts: [String: [String: DBusValue]] = [:]
+    private var appSignals: [(path: String, value: [UInt8])] = []
+    var holdConnect = false
+    var mtu: UInt16 = 247
+    /// The GATT database every device shows once connected.
+    var database: [FakeService] = []
+
+    init(address: String) throws {
+        connection = try DBusConnection(address: address)
+        // The object manager is there before the name, as in bluetoothd.
+        connection.export(path: "/") { [weak self] call in self?.handleRoot(call) }
+        // Value changes of registered applications' characteristics (bluetoothd watches them the same way).
+        connection.onSignal { [weak self] m in
+            guard let self, m.member == "PropertiesChanged", m.sender != self.connection.uniqueName, let path = m.path,
+                let v = m.body.count > 1 ? m.body[1].stringDictionary?["Value"]?.byteArray : nil
+            else { return }
+            self.lock.withLock { self.appSignals.append((path, v)) }
+        }
+        _ = try connection.callBlocking(
+            .methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "AddMatch", body: [.string("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'")]))
+        let reply = try connection.callBlocking(
+            .methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "RequestName", body: [.string("org.bluez"), .uint32(4)]))
+        precondition(reply.body.first?.integer == 1, "org.bluez was not granted to the fake")
+    }
+
+    deinit { connection.close() }
+
+    // MARK: What tests read
+
+    /// "Interface.Member path" of every method call received, in order.
+    var calls: [String] { lock.withLock { log } }
+    var lastWrites: [(path: String, value: [UInt8], type: String)] { lock.withLock { writes } }
+    var discoveryFilter: [String: DBusValue]? { lock.withLock { filter } }
+    func property(_ path: String, _ interface: String, _ name: String) -> DBusValue? { lock.withLock { objects[path]?[interface]?[name] } }
+    var registeredApplications: [String: [String: [String: [String: DBusValue]]]] { lock.withLock { apps.mapValues(\.objects) } }
+    var advertisements: [String: [String: DBusValue]] { lock.withLock { adverts } }
+    /// Value changes the applications announced (what BlueZ would notify or indicate).
+    var notifiedValues: [(path: String, value: [UInt8])] { lock.withLock { appSignals } }
+
+    // MARK: Acting as BlueZ's GATT server toward a registered application (a remote central's requests)
+
+    /// The registered characteristic with this UUID: its application's owner and its path.
+    func applicationCharacteristic(_ uuid: String) -> (owner: String, path: String)? {
+        lock.withLock {
+            for (_, app) in apps {
+                for (path, ifaces) in app.objects where ifaces["org.bluez.GattCharacteristic1"]?["UUID"]?.string == uuid {
+                    return (app.owner, path)
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Calls a method of the application's characteristic, as bluetoothd does for a central's request.
+    func callApplication(_ uuid: String, _ member: String, _ body: [DBusValue]) async throws -> DBusMessage {
+        guard let (owner, path) = applicationCharacteristic(uuid) else { throw DBusError.invalidValue("no registered characteristic \(uuid)") }
+        return try await connection.call(.methodCall(destination: owner, path: path, interface: "org.bluez.GattCharacteristic1", member: member, body: body))
+    }
+
+    static func requestOptions(offset: UInt16 = 0, type: String? = nil) -> DBusValue {
+        var o: [String: DBusValue] = ["offset": .uint16(offset), "device": .objectPath("/org/bluez/hci0/dev_C0_FF_EE_00_00_09"), "mtu": .uint16(185)]
+        if let type { o["type"] = .string(type) }
+        return .stringVariantDictionary(o)
+    }
+
+    /// The next call of `member` fails with this D-Bus error.
+    func failNext(_ member: String, name: String, message: String) { lock.withLock { failures[member] = (name, message) } }
+
+    // MARK: Driving the fake
+
+    @discardableResult
+    func addAdapter(_ name: String = "hci0", powered: Bool = true) -> String {
+        let path = "/org/bluez/\(name)"
+        add(path, "org.bluez.Adapter1", [
+            "Address": .string("00:11:22:33:44:55"), "AddressType": .string("public"), "Name": .string("fake"),
+            "Alias": .string("fake"), "Powered": .boolean(powered), "Discovering": .boolean(false),
+            "UUIDs": .array(.string, []),
+        ])
+        return path
+    }
+
+    func setPowered(_ path: String, _ on: Bool) { change(path, "org.bluez.Adapter1", ["Powered": .boolean(on)]) }
+
+    /// Removes an object and everything under it, children first, as bluetoothd does when an adapter goes.
+    func remove(_ path: String) {
+        let doomed = lock.withLock { objects.keys.filter { $0 == path || $0.hasPrefix(path + "/") }.sorted { $0.count > $1.count } }
+        for p in doomed {
+            let names = lock.withLock { objects.removeValue(forKey: p).map { Array($0.keys) } ?? [] }
+            connection.unexport(path: p)
+            emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", [.objectPath(p), .array(.string, names.map { .string($0) })])
+        }
+    }
+
+    /// A device bluetoothd has seen advertising.
+    @discardableResult
+    func addDevice(adapter: String = "/org/bluez/hci0", address: String, random: Bool = false, _ properties: [String: DBusValue]) -> String {
+        let path = adapter + "/dev_" + address.replacingOccurrences(of: ":", with: "_")
+        var props: [String: DBusValue] = [
+            "Address": .string(address), "AddressType": .string(random ? "random" : "public"), "Adapter": .objectPath(adapter),
+            "Alias": .string(address.replacingOccurrences(of: ":", with: "-")), "Connected": .boolean(false),
+            "ServicesResolved": .boolean(false), "Paired": .boolean(false), "Trusted": .boolean(false), "Blocked": .boolean(false),
+            "LegacyPairing": .boolean(false),
+        ]
+        props.merge(properties) { $1 }
+        add(path, "org.bluez.Device1", props)
+        return path
+    }
+
+    func change(_ path: String, _ interface: String, _ changed: [String: DBusValue]) {
+        lock.withLock { for (k, v) in changed { objects[path]?[interface]?[k] = v } }
+        emit(path, "org.freedesktop.DBus.Properties", "PropertiesChanged", [.string(interface), .stringVariantDictionary(changed), .array(.string, [])])
+    }
+
+    /// A notification or indication: the characteristic's Value changes.
+    func notify(_ path: String, _ value: [UInt8]) { change(path, "org.bluez.GattCharacteristic1", ["Value": .bytes(value)]) }
+
+    /// The peer (or the air) ends the link: BlueZ 5.70's Disconnected(reason, message), then Connected false.
+    func dropLink(_ device: String, reason: String = "org.bluez.Reason.Remote") {
+        emit(device, "org.bluez.Device1", "Disconnected", [.string(reason), .string("Connection terminated by remote user")])
+        linkDown(device)
+    }
+
+    // MARK: Plumbing
+
+    private func add(_ path: String, _ interface: String, _ props: [String: DBusValue]) {
+        lock.withLock { objects[path, default: [:]][interface] = props }
+        connection.export(path: path) { [weak self] call in self?.handle(call) }
+        emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesAdded", [
+            .objectPath(path), .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string(interface), .stringVariantDictionary(props))]),
+        ])
+    }
+
+    private func emit(_ path: String, _ interface: String, _ member: String, _ body: [DBusValue]) {
+        _ = try? connection.send(.signal(path: path, interface: interface, member: member, body: body))
+    }
+
+    private func handleRoot(_ call: DBusMessage) -> DBusMessage? {
+        guard call.interface == "org.freedesktop.DBus.ObjectManager", call.member == "GetManagedObjects" else { return handle(call) }
+        let snapshot = lock.withLock { objects }
+        let entries = snapshot.keys.sorted().map { path in
+            DBusDictEntry(
+                .objectPath(path),
+                .dictionary(
+                    key: .string, value: .dictionary(key: .string, value: .variant),
+                    snapshot[path]!.keys.sorted().map { DBusDictEntry(.string($0), .stringVariantDictionary(snapshot[path]![$0]!)) }))
+        }
+        return call.reply([.dictionary(key: .objectPath, value: .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)), entries)])
+    }
+
+    private func handle(_ call: DBusMessage) -> DBusMessage? {
+        let path = call.path ?? ""
+        let member = call.member ?? ""
+        let failure: (name: String, message: String)? = lock.withLock {
+            log.append("\(call.interface ?? "").\(member) \(path)")
+            return failures.removeValue(forKey: member)
+        }
+        if let failure { return call.errorReply(name: failure.name, message: failure.message) }
+        switch (call.interface, member) {
+        case ("org.freedesktop.DBus.Properties", "GetAll"):
+            let props = lock.withLock { objects[path]?[call.body.first?.string ?? ""] } ?? [:]
+            return call.reply([.stringVariantDictionary(props)])
+        case ("org.freedesktop.DBus.Properties", "Get"):
+            guard call.body.count == 2, let v = property(path, call.body[0].string ?? "", call.body[1].string ?? "") else {
+                return call.errorReply(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "No such property")
+            }
+            return call.reply([.variant(v)])
+        case ("org.bluez.Adapter1", "SetDiscoveryFilter"):
+            lock.withLock { filter = call.body.first?.stringDictionary?.mapValues(\.unwrapped) }
+            return call.reply()
+        case ("org.bluez.Adapter1", "StartDiscovery"):
+            guard property(path, "org.bluez.Adapter1", "Powered")?.bool == true else {
+                return call.errorReply(name: "org.bluez.Error.NotReady", message: "Resource Not Ready")
+            }
+            change(path, "org.bluez.Adapter1", ["Discovering": .boolean(true)])
+            return call.reply()
+        case ("org.bluez.Adapter1", "StopDiscovery"):
+            guard property(path, "org.bluez.Adapter1", "Discovering")?.bool == true else {
+                return call.errorReply(name: "org.bluez.Error.Failed", message: "No discovery started")
+            }
+            change(path, "org.bluez.Adapter1", ["Discovering": .boolean(false)])
+            return call.reply()
+        case ("org.bluez.Device1", "Connect"):
+            if holdConnect {
+                lock.withLock { heldConnect = call }
+                return nil
+            }
+            change(path, "org.bluez.Device1", ["Connected": .boolean(true)])
+            addDatabase(under: path)
+            _ = try? connection.send(call.reply())
+            change(path, "org.bluez.Device1", ["ServicesResolved": .boolean(true)])
+            return nil
+        case ("org.bluez.Device1", "Disconnect"):
+            if let held = lock.withLock({ () -> DBusMessage? in defer { heldConnect = nil }; return heldConnect }) {
+                _ = try? connection.send(held.errorReply(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local"))
+            }
+            linkDown(path)
+            return call.reply()
+        case ("org.bluez.GattCharacteristic1", "ReadValue"), ("org.bluez.GattDescriptor1", "ReadValue"):
+            let interface = call.interface!
+            let value = property(path, interface, "Value")?.byteArray ?? []
+            let offset = Int(call.body.first?.stringDictionary?["offset"]?.integer ?? 0)
+            guard offset <= value.count else { return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid offset") }
+            _ = try? connection.send(call.reply([.bytes(Array(value[offset...]))]))
+            // BlueZ caches what it read: the value is announced as changed, after the answer.
+            if interface == "org.bluez.GattCharacteristic1" { change(path, interface, ["Value": .bytes(value)]) }
+            return nil
+        case ("org.bluez.GattCharacteristic1", "WriteValue"), ("org.bluez.GattDescriptor1", "WriteValue"):
+            guard let value = call.body.first?.byteArray else {
+                return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
+            }
+            let options = call.body.count > 1 ? call.body[1].stringDictionary ?? [:] : [:]
+            let type = options["type"]?.string ?? "request"
+            lock.withLock {
+                writes.append((path, value, type))
+                objects[path]?[call.interface!]?["Value"] = .bytes(value)
+            }
+            return call.reply()
+        case ("org.bluez.GattManager1", "RegisterApplication"):
+            return registerApplication(call)
+        case ("org.bluez.GattManager1", "UnregisterApplication"):
+            let app = call.body.first?.string ?? ""
+            guard lock.withLock({ apps.removeValue(forKey: app) }) != nil else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
+            return call.reply()
+        case ("org.bluez.LEAdvertisingManager1", "RegisterAdvertisement"):
+            return registerAdvertisement(call)
+        case ("org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement"):
+            let path = call.body.first?.string ?? ""
+            guard lock.withLock({ adverts.removeValue(forKey: path) }) != nil else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
+            return call.reply()
+        case ("org.bluez.GattCharacteristic1", "StartNotify"):
+            change(path, "org.bluez.GattCharacteristic1", ["Notifying": .boolean(true)])
+            return call.reply()
+        case ("org.bluez.GattCharacteristic1", "StopNotify"):
+            guard property(path, "org.bluez.GattCharacteristic1", "Notifying")?.bool == true else {
+                return call.errorReply(name: "org.bluez.Error.Failed", message: "No notify session started")
+            }
+            change(path, "org.bluez.GattCharacteristic1", ["Notifying": .boolean(false)])
+            return call.reply()
+        default:
+            return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(call.interface ?? "").\(member) is not here")
+        }
+    }
+
+    private func linkDown(_ device: String) {
+        guard property(device, "org.bluez.Device1", "Connected")?.bool == true else { return }
+        change(device, "org.bluez.Device1", ["Connected": .boolean(false), "ServicesResolved": .boolean(false)])
+        let gattObjects = lock.withLock { objects.keys.filter { $0.hasPrefix(device + "/") } }
+        for p in gattObjects.sorted(by: { $0.count > $1.count }) {
+            lock.withLock { _ = objects.removeValue(forKey: p) }
+            connection.unexport(path: p)
+            emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", [.objectPath(p), .array(.string, [])])
+        }
+    }
+
+    private func hex(_ h: Int) -> String { String(format: "%04x", h) }
+
+    private func registerApplication(_ call: DBusMessage) -> DBusMessage? {
+        guard let app = call.body.first?.string, let owner = call.sender else {
+            return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
+        }
+        if lock.withLock({ apps[app] != nil }) { return call.errorReply(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
+        // As bluetoothd: read the application's objects, then answer.
+        connection.call(.methodCall(destination: owner, path: app, interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects")) { [weak self] r in
+            guard let self else { return }
+            guard case let .success(m) = r, case .dictionary(_, _, let entries) = m.body.first ?? .bytes([]) else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.Failed", message: "Failed to read application objects"))
+                return
+            }
+            var objects: [String: [String: [String: DBusValue]]] = [:]
+            for e in entries {
+                guard let p = e.key.string, case .dictionary(_, _, let ifaces) = e.value else { continue }
+                for i in ifaces { objects[p, default: [:]][i.key.string ?? ""] = (i.value.stringDictionary ?? [:]).mapValues(\.unwrapped) }
+            }
+            guard objects.values.contains(where: { $0["org.bluez.GattService1"] != nil }) else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.Failed", message: "No valid services found"))
+                return
+            }
+            self.lock.withLock { self.apps[app] = (owner, objects) }
+            _ = try? self.connection.send(call.reply())
+        }
+        return nil
+    }
+
+    private func registerAdvertisement(_ call: DBusMessage) -> DBusMessage? {
+        guard let path = call.body.first?.string, let owner = call.sender else {
+            return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
+        }
+        connection.call(.methodCall(destination: owner, path: path, interface: "org.freedesktop.DBus.Properties", member: "GetAll", body: [.string("org.bluez.LEAdvertisement1")])) { [weak self] r in
+            guard let self else { return }
+            guard case let .success(m) = r, let props = m.body.first?.stringDictionary?.mapValues(\.unwrapped), props["Type"] != nil else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call"))
+                return
+            }
+            self.lock.withLock { self.adverts[path] = props }
+            _ = try? self.connection.send(call.reply())
+        }
+        return nil
+    }
+
+    private func addDatabase(under device: String) {
+        var handle = 1
+        for service in database {
+            let sp = device + "/service" + hex(handle)
+            add(sp, "org.bluez.GattService1", ["UUID": .string(service.uuid), "Primary": .boolean(true), "Device": .objectPath(device), "Includes": .array(.objectPath, [])])
+            handle += 1
+            for c in service.characteristics {
+                let cp = sp + "/char" + hex(handle)
+                add(cp, "org.bluez.GattCharacteristic1", [
+                    "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
+                    "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
+                ])
+                handle += 2
+                for d in c.descriptors {
+                    add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])
+                    handle += 1
+                }
+            }
+        }
+    }
+}
