@@ -176,6 +176,19 @@ final class Child: @unchecked Sendable {
         waitFor(text, timeout: max(30, Double(milliseconds) / 1000)) != nil && (toolMilliseconds(of: text) ?? .max) < milliseconds
     }
 
+    /// When the child's own clock started, as seen from here: a line's arrival less the milliseconds it carries
+    /// (the earliest over all lines, since delivery only adds delay). It leaves out the child's start-up, which
+    /// takes seconds on a busy machine. Nil before a timed line has come.
+    var clockOrigin: DispatchTime? {
+        lock.withLock {
+            lines.compactMap { l -> UInt64? in
+                guard let ms = l.text.split(separator: " ").first.flatMap({ UInt64($0) }) else { return nil }
+                let at = l.at.uptimeNanoseconds
+                return at > ms * 1_000_000 ? at - ms * 1_000_000 : nil
+            }.min().map { DispatchTime(uptimeNanoseconds: $0) }
+        }
+    }
+
     /// The lines that contain `text`.
     func lines(containing text: String) -> [String] { lock.withLock { lines.map(\.text).filter { $0.contains(text) } } }
 

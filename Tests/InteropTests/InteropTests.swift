@@ -153,16 +153,6 @@ func startRadio() throws -> (RadioServer, VirtualAir) {
         try await readBumbleDatabase(host: host, bumble: bumble, capture: capture)
     }
 
-    // TEMPORARY (issue 25 investigation): the same, with the host made by HostFactory and no capture.
-    @Test func ourCentralReadsABumbleDatabaseOverRootCanalUncaptured() async throws {
-        let rc = try RootCanal()
-        defer { rc.stop() }
-        let bumble = try PeerProcess(script: "bumble_peripheral.py", arguments: ["--transport", rc.transport, "--name", "Bumble HR"])
-        defer { bumble.stop() }
-        try await bumble.waitFor("advertising")
-        try await readBumbleDatabase(host: try HostFactory.makeHost(spec: .tcpClient(host: "127.0.0.1", port: rc.hciPort), name: "ours"), bumble: bumble)
-    }
-
     @Test func bumbleCentralReadsOurDatabaseOverRootCanal() async throws {
         let rc = try RootCanal()
         defer { rc.stop() }

@@ -41,6 +41,12 @@ func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) as
 /// is left behind instead of holding the test, as a task group would, since it waits for all its children.
 func within<T: Sendable>(_ what: String, seconds: Double = 30, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     let outcome = FirstOutcome<T>()
+    let start = DispatchTime.now()
+    defer {
+        // A step that takes this long on a loaded machine is worth seeing in the log even when it passes.
+        let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+        if elapsed > 10 { print("SLOW: \(what) took \(Int(elapsed)) s") }
+    }
     return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
         outcome.set(continuation)
         let task = Task {

@@ -136,7 +136,9 @@ def main():
     p.add_argument('--keystore', required=True)
     p.add_argument('--connect')
     p.add_argument('--read', action='append')
-    p.add_argument('--duration', type=float, default=60)
+    # How long an advertising peer lives: the tests stop it (and it dies with them, see guard.py); 60 s was a
+    # wall-clock window that a loaded full run outlasted in the middle of a reconnection.
+    p.add_argument('--duration', type=float, default=600)
     args = p.parse_args()
     try:
         asyncio.run(run(args))

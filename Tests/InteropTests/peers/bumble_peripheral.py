@@ -89,7 +89,9 @@ def main():
     p.add_argument('--transport', required=True)
     p.add_argument('--name', default='Bumble HR')
     p.add_argument('--address', default='E0:E1:E2:E3:E4:E5')
-    p.add_argument('--duration', type=float, default=30.0)
+    # How long the peer lives. The tests stop it (and it dies with them, see guard.py); a short lifetime was a
+    # wall-clock window: in full runs the peer quit after 30 s in the middle of a test still using it.
+    p.add_argument('--duration', type=float, default=600.0)
     p.add_argument('--disconnect-after', type=float, default=0.0)
     args = p.parse_args()
     try:

@@ -51,4 +51,7 @@ def watch_stdin():
 threading.Thread(target=watch_stdin, daemon=True).start()
 code = child.wait()
 kill_group(signal.SIGKILL)   # whatever the peer left running
-sys.exit(code)
+sys.stdout.flush()
+# os._exit, not sys.exit: interpreter shutdown with the stdin watcher still reading aborted the guard ("Fatal Python
+# error: _enter_buffered_busy"), so a peer that ended cleanly was reported as exited with 6 (SIGABRT).
+os._exit(code if code >= 0 else 128 - code)
