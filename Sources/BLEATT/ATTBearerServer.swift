@@ -62,7 +62,9 @@ public struct ATTBearerServer: Sendable {
 
     /// A notification of `value`, truncated to ATT_MTU − 3 (§3.4.7.1).
     public func notification(handle: UInt16, value: [UInt8]) -> ATTPDU {
-        .handleValueNotification(ATTHandleValueNotification(handle: handle, value: Array(value.prefix(maximumValueLength))))
+        // A value that fits (the usual case) is carried as it is, without a copy.
+        .handleValueNotification(
+            ATTHandleValueNotification(handle: handle, value: value.count <= maximumValueLength ? value : Array(value.prefix(maximumValueLength))))
     }
 
     /// Sends an indication now, or queues it behind the one awaiting confirmation.

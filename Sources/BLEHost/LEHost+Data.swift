@@ -111,7 +111,15 @@ extension LEHost {
         switch pdu.opcode.kind {
         case .request, .command:
             perform(gattServer.handle(pdu, from: c.clientID))
-        case .response, .notification, .indication:
+        case .notification:
+            if case let .handleValueNotification(n) = pdu {
+                // The hot path: the GATT client only hands a notification on, so it goes to the delegate
+                // without an action list.
+                centralDelegate?.host(self, connection: c, didReceiveValue: n.value, forHandle: n.handle, isIndication: false)
+            } else {
+                perform(c.gattClient.receive(pdu), on: c)
+            }
+        case .response, .indication:
             perform(c.gattClient.receive(pdu), on: c)
         case .confirmation:
             perform(gattServer.handle(pdu, from: c.clientID))

@@ -114,10 +114,10 @@ extension LEHost {
         let targets = clients ?? connections.keys.sorted()
         for h in targets {
             guard let c = connections[h] else { continue }
-            let sub = gattServer.subscription(of: c.clientID, valueHandle: handle)
-            if sub.contains(.notification) {
-                perform(gattServer.notify(handle: handle, value: value, to: c.clientID))
-            } else if sub.contains(.indication) {
+            // A notification (the hot path) goes straight out, without an action list.
+            if let pdu = gattServer.notification(handle: handle, value: value, to: c.clientID) {
+                sendATT(pdu, on: c)
+            } else if gattServer.subscription(of: c.clientID, valueHandle: handle).contains(.indication) {
                 perform(gattServer.indicate(handle: handle, value: value, to: c.clientID))
             }
         }

@@ -666,8 +666,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Host plumbing (Linux addition, not for apps): a notification or indication, delivered as `peripheral(_:didUpdateValueFor:error:)`.
     public func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        for p in SharedLink.existing(connection)?.recipients(of: handle) ?? [] where p.manager === self {
-            p.received(value: value, handle: handle)
+        SharedLink.existing(connection)?.forEachRecipient(of: handle) { p in
+            if p.manager === self { p.received(value: value, handle: handle) }
         }
     }
 

@@ -131,7 +131,10 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     }
 
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        for c in centrals { c.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication) }
+        // Every value received passes here: no array of the live managers is built for it.
+        for w in centralManagers {
+            w.value?.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication)
+        }
     }
 
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {

@@ -149,11 +149,19 @@ final class SharedLink {
     /// The users a notification or indication for `handle` goes to: those subscribed to it; every user when
     /// nobody is (a peer that sends unasked, or Service Changed).
     func recipients(of handle: UInt16) -> [CBPeripheral] {
-        let all = users.filter { $0.peripheral != nil }
-        guard handle != serviceChangedHandle || handle == 0, let wanted = subscriptions[handle]?.wanted, !wanted.isEmpty else {
-            return all.compactMap(\.peripheral)
+        var found: [CBPeripheral] = []
+        forEachRecipient(of: handle) { found.append($0) }
+        return found
+    }
+
+    /// `recipients(of:)` one by one, in the same order, without building arrays: this runs for every value
+    /// received.
+    func forEachRecipient(of handle: UInt16, _ body: (CBPeripheral) -> Void) {
+        let wanted = handle != serviceChangedHandle || handle == 0 ? subscriptions[handle]?.wanted : nil
+        let everyone = wanted?.isEmpty ?? true
+        for u in users where everyone || wanted?[u.id] != nil {
+            if let p = u.peripheral { body(p) }
         }
-        return all.filter { wanted[$0.id] != nil }.compactMap(\.peripheral)
     }
 
     // MARK: Service Changed (Vol 3 Part G §7.1)

@@ -226,7 +226,7 @@ import BLEHCI
         #expect(ours.statistics.other == 2)
         // While the host holds packets waiting for controller buffers, its next write should carry the ACK:
         // after a partial read the reader only waits for the rest (poll, 5 ms), and ACKs if it does not come.
-        guard ours.leaveAcksToHostBacklog else { return }   // OCB_TCP_BACKLOG_ACKS=1
+        guard ours.leaveAcksToHostBacklog else { return }   // off with OCB_TCP_BACKLOG_ACKS=0
         ours.hostBacklogChanged(true)
         #expect(ours.write(packet: Self.event))
         let more = Self.acl(8).h4Bytes
