@@ -450,7 +450,7 @@ def main():
     p.add_argument('--peer-name', default='Diversity Peer')
     p.add_argument('--peer-address', default='F0:F1:F2:F3:F4:F5')
     p.add_argument('--target-name', default='OCB Diversity')
-    p.add_argument('--duration', type=float, default=60.0)
+    p.add_argument('--duration', type=float, default=600.0)
     args = p.parse_args()
     try:
         asyncio.run(run(args))

@@ -121,8 +121,8 @@ def main():
     p.add_argument('--bytes', type=int, default=100_000)
     p.add_argument('--count', type=int, default=1)
     p.add_argument('--enhanced', action='store_true')
-    p.add_argument('--duration', type=float, default=60.0)
-    p.add_argument('--timeout', type=float, default=60.0)
+    p.add_argument('--duration', type=float, default=600.0)
+    p.add_argument('--timeout', type=float, default=150.0)
     args = p.parse_args()
     try:
         asyncio.run(run(args))
