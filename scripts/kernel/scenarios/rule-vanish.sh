@@ -24,7 +24,9 @@ bring_back() {
 }
 
 release 1
-ble scan --duration 0 --duplicates > "$scanlog" 2>&1 &
+# Started as a plain command, not through the `ble` function (a background function runs in a subshell, whose pid
+# is not the scanner's: killing it left the scanner holding hci1).
+BLE_TRANSPORT=hci-socket:1 "$OCB_BLE" scan --duration 0 --duplicates > "$scanlog" 2>&1 &
 scan=$!
 wait_for "$scanlog" "^$peer" 30 || fail "the scan found nothing"
 remove_controller 1
@@ -46,7 +48,7 @@ wait_exit $scan 20
 grep -v "^$peer" "$scanlog"
 
 release 1
-ble scan --duration 60 > "$OCB_OUT/$OCB_SCENARIO.scan2.log" 2>&1 &
+BLE_TRANSPORT=hci-socket:1 "$OCB_BLE" scan --duration 60 > "$OCB_OUT/$OCB_SCENARIO.scan2.log" 2>&1 &
 scan=$!
 wait_for "$OCB_OUT/$OCB_SCENARIO.scan2.log" "^$peer" 30 || fail "the second scan found nothing"
 remove_controller 1
