@@ -62,8 +62,13 @@ add_controller() {
     return 1
 }
 
+# plug_controller: one more vhci controller, its index printed as soon as the kernel registers it, as a dongle
+# plugged in: a program waiting for it (our host retrying hci-socket:N every second) may bind it during the
+# kernel's set-up, which then never ends DOWN (add_controller would wait for that in vain).
+plug_controller() { try_add_controller nowait; }
+
 try_add_controller() {
-    local out idx pid start=$SECONDS
+    local out idx pid start=$SECONDS nowait=${1:-}
     out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
     "$OCB_CACHE/vhci-bridge" 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
@@ -74,6 +79,7 @@ try_add_controller() {
     done
     idx=$(sed -n 's/^hci//p' "$out" | head -1)
     rm -f "$out"
+    if [ -n "$nowait" ]; then echo "$pid" > "$OCB_RUN/hci$idx.pid"; echo "$idx"; return 0; fi
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
     # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
     until hciconfig "hci$idx" 2>/dev/null | grep -q 'DOWN'; do

@@ -11,10 +11,11 @@ wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl d
 peer=$(address 0)
 scanlog="$OCB_OUT/$OCB_SCENARIO.scan.log"
 
-# bring_back: a new controller (hci1 again), taken from bluetoothd (which grabs every new adapter) until ours.
+# bring_back: a new controller (hci1 again), as a dongle plugged in: the waiting scanner may take it while the
+# kernel is still setting it up.
 bring_back() {
     local idx start=$SECONDS
-    idx=$(add_controller) || fail "no new controller"
+    idx=$(plug_controller) || fail "no new controller"
     [ "$idx" = 1 ] || fail "the new controller is hci$idx, not hci1"
     until grep -q "$1" "$2"; do
         [ $((SECONDS - start)) -lt 40 ] || fail "not back after 40 s"
