@@ -40,18 +40,21 @@ private func step(_ what: String) {
     FileHandle.standardError.write(Data("[\(String(format: "%.2f", ProcessInfo.processInfo.systemUptime))] \(what)\n".utf8))
 }
 
-/// Runs a helper of scripts/kernel/lib.sh (remove_controller 1, add_controller, release 1) in the guest.
+/// Runs a helper of scripts/kernel/lib.sh (remove_controller 1, plug_controller, release 1) in the guest. Its output
+/// goes through a file, not a pipe read to its end: a vhci bridge the helper leaves running would otherwise hold
+/// the pipe open (it inherits the descriptor) and the read would never end.
 private func guestShell(_ command: String) throws -> String {
+    let file = NSTemporaryDirectory() + "ocb-guest-shell-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).out"
+    defer { try? FileManager.default.removeItem(atPath: file) }
     let p = Process()
     p.executableURL = URL(fileURLWithPath: "/bin/bash")
-    p.arguments = ["-c", "source \"$OCB_REPO/scripts/kernel/lib.sh\"; \(command)"]
-    let out = Pipe()
-    p.standardOutput = out
+    p.arguments = ["-c", "source \"$OCB_REPO/scripts/kernel/lib.sh\"; \(command) > \"$1\"", "guest-shell", file]
+    p.standardOutput = FileHandle.nullDevice
     try p.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
     p.waitUntilExit()
     guard p.terminationStatus == 0 else { throw InteropError("guest: `\(command)` exited \(p.terminationStatus)") }
-    return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+    return text.trimmingCharacters(in: .whitespacesAndNewlines)
 }
 
 @Suite(
