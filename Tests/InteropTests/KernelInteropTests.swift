@@ -18,7 +18,7 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
         "rule-busy", "rule-no-cap", "rule-rfkill", "rule-vanish",
         // The rows still open last: a failed L2CAP run has left the guest's BlueZ unable to take hci1 back,
@@ -103,6 +103,9 @@ struct KernelInteropTests {
 
     @Test("a Core Bluetooth central on BLE_TRANSPORT=bluez, through bluetoothd, runs the seeds' heart-rate flow against our peripheral on hci-socket:1")
     func coreBluetoothCentralOnBlueZ() throws { try KernelGuest.expectPassed("cb-central-bluez") }
+
+    @Test("a Core Bluetooth peripheral on BLE_TRANSPORT=bluez, served and advertised by bluetoothd, read, subscribed to and written by ble on hci-socket:1")
+    func coreBluetoothPeripheralOnBlueZ() throws { try KernelGuest.expectPassed("cb-peripheral-bluez") }
 
     // MARK: Pairing
 

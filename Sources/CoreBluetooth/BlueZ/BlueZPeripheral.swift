@@ -70,6 +70,7 @@ final class BlueZPeripheral: @unchecked Sendable {
         if s != .poweredOn {
             // BlueZ forgets applications and advertisements of an adapter that goes: the app adds them again.
             if let bus = session.bus { for a in applications.values { unexport(a, bus) } }
+            for a in applications.values { a.service.isPublished = false }
             applications.removeAll()
             for (_, call) in pending { _ = try? session.bus?.send(call.errorReply(name: "org.bluez.Error.Failed", message: "the adapter went away")) }
             pending.removeAll()
