@@ -331,6 +331,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     @discardableResult
     open func retrievePeripherals(withIdentifiers identifiers: [UUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
+        if let bluez { return bluez.retrieve(identifiers) }
         let cache = deviceCache
         return identifiers.compactMap { id -> CBPeripheral? in
             if let p = managerLock.withLock({ peripheralsByIdentifier[id] }) { return p }
@@ -347,6 +348,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     @discardableResult
     open func retrieveConnectedPeripherals(withServices serviceUUIDs: [CBUUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
+        if let bluez { return bluez.retrieveConnected(withServices: serviceUUIDs) }
         let wanted = Set(serviceUUIDs)
         func exposes(_ p: CBPeripheral) -> Bool {
             p.state == .connected

@@ -333,6 +333,29 @@ struct BlueZBackendTests {
         #expect(!r.events.contains("fail"))
     }
 
+    @Test func knownAndSystemConnectedDevicesAreRetrieved() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        // A bonded device BlueZ remembers (not advertising now), and a keyboard the system keeps connected.
+        fake.addDevice(address: "C0:FF:EE:00:00:05", ["Name": .string("Known"), "Paired": .boolean(true)])
+        fake.addDevice(address: "C0:FF:EE:00:00:06", ["Name": .string("Keyboard"), "Connected": .boolean(true),
+                                                      "UUIDs": .array(.string, [.string("00001812-0000-1000-8000-00805f9b34fb")])])
+        try await pause(nanoseconds: 100_000_000)
+        let known = BlueZAdvertisement.identifier(for: .init(string: "C0:FF:EE:00:00:05")!, adapter: "")
+        let found = m.retrievePeripherals(withIdentifiers: [UUID(), known])
+        #expect(found.map(\.identifier) == [known])
+        #expect(found.first?.name == "Known")
+        #expect(found.first?.state == .disconnected)
+        let hid = m.retrieveConnectedPeripherals(withServices: [CBUUID(string: "1812")])
+        #expect(hid.map(\.name) == ["Keyboard"])
+        #expect(m.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180D")]).isEmpty)
+        // The retrieved peripheral connects like a discovered one.
+        found[0].delegate = r
+        m.connect(found[0])
+        try await r.wait(for: "connect")
+    }
+
     @Test func theAdapterRemovedMidOperationResetsEverything() async throws {
         let rig = try Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)

@@ -356,6 +356,41 @@ final class BlueZCentral: @unchecked Sendable {
         devicePaths[BlueZAdvertisement.identifier(for: address, adapter: options.adapter ?? "")] = nil
     }
 
+    // MARK: Retrieval
+
+    /// The devices BlueZ knows (paired, cached or seen) with these identifiers, in the order asked. A short hop onto
+    /// `queue`, which never waits on the bus.
+    func retrieve(_ identifiers: [UUID]) -> [CBPeripheral] {
+        queue.sync {
+            guard let adapter = adapterPath else { return [] }
+            var byIdentifier: [UUID: String] = [:]
+            for path in tree.paths(with: BlueZObjectTree.deviceInterface) where path.hasPrefix(adapter + "/") {
+                guard let props = tree[path, BlueZObjectTree.deviceInterface], let a = BlueZAdvertisement.address(props) else { continue }
+                byIdentifier[BlueZAdvertisement.identifier(for: a, adapter: options.adapter ?? "")] = path
+            }
+            return identifiers.compactMap { id in byIdentifier[id].flatMap { peripheral(forDevice: $0) } }
+        }
+    }
+
+    /// Devices connected to the adapter (by this process or by the system: a keyboard, a watch) that offer any of
+    /// these services, as iOS returns links other apps made; disconnected for this manager until it connects them.
+    func retrieveConnected(withServices services: [CBUUID]) -> [CBPeripheral] {
+        let wanted = Set(services)
+        return queue.sync {
+            guard let adapter = adapterPath else { return [] }
+            return tree.paths(with: BlueZObjectTree.deviceInterface).compactMap { path -> CBPeripheral? in
+                guard path.hasPrefix(adapter + "/"), let props = tree[path, BlueZObjectTree.deviceInterface],
+                    props["Connected"]?.bool == true
+                else { return nil }
+                let offered = Set((props["UUIDs"]?.arrayItems ?? []).compactMap { $0.string.flatMap(BlueZAdvertisement.cbUUID) })
+                    .union(tree.paths(with: BlueZObjectTree.serviceInterface, where: "Device", is: path).compactMap {
+                        tree[$0, BlueZObjectTree.serviceInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID)
+                    })
+                return wanted.isDisjoint(with: offered) ? nil : peripheral(forDevice: path)
+            }
+        }
+    }
+
     // MARK: Connections
 
     func connect(_ p: CBPeripheral, attempt: UInt64) {
