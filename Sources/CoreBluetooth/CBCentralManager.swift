@@ -240,7 +240,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// A scan failed below (the BlueZ backend): isScanning reads false again.
     func scanFailed() {
-        managerLock.withLock { storedIsScanning = false; scanRecord = nil }
+        managerLock.withLock {
+            storedIsScanning = false; scanRecord = nil
+        }
     }
 
     /// Announces a discovery on the delegate queue (both backends).

@@ -89,12 +89,16 @@ private struct Rig {
         fake = try FakeBlueZ(address: bus.address)
         if addAdapter { fake.addAdapter() }
         fake.database = [
-            FakeService(uuid: heartRate, characteristics: [
-                FakeCharacteristic(uuid: measurement, flags: ["read", "notify"], value: [0x06, 72], descriptors: [
-                    FakeDescriptor(uuid: userDescription, value: Array("Heart rate".utf8)),
-                ]),
-                FakeCharacteristic(uuid: control, flags: ["write", "write-without-response"], value: []),
-            ]),
+            FakeService(
+                uuid: heartRate,
+                characteristics: [
+                    FakeCharacteristic(
+                        uuid: measurement, flags: ["read", "notify"], value: [0x06, 72],
+                        descriptors: [
+                            FakeDescriptor(uuid: userDescription, value: Array("Heart rate".utf8))
+                        ]),
+                    FakeCharacteristic(uuid: control, flags: ["write", "write-without-response"], value: []),
+                ])
         ]
         manager = CBCentralManager(
             delegate: recorder, queue: DispatchQueue(label: "bluez-test-delegate"),
@@ -173,12 +177,14 @@ struct BlueZBackendTests {
         #expect(filter["UUIDs"]?.arrayItems == [.string(heartRate)])
         // Another device without the service is not reported (the filter is applied here too).
         fake.addDevice(address: "AA:AA:AA:AA:AA:AA", ["Name": .string("Other"), "RSSI": .int16(-70)])
-        let device = fake.addDevice(address: "C0:FF:EE:00:00:01", random: true, [
-            "Name": .string("HRM"), "RSSI": .int16(-50), "TxPower": .int16(4),
-            "UUIDs": .array(.string, [.string(heartRate)]),
-            "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x004C), .variant(.bytes([1, 2])))]),
-            "ServiceData": .dictionary(key: .string, value: .variant, [DBusDictEntry(.string(heartRate), .variant(.bytes([9])))]),
-        ])
+        let device = fake.addDevice(
+            address: "C0:FF:EE:00:00:01", random: true,
+            [
+                "Name": .string("HRM"), "RSSI": .int16(-50), "TxPower": .int16(4),
+                "UUIDs": .array(.string, [.string(heartRate)]),
+                "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x004C), .variant(.bytes([1, 2])))]),
+                "ServiceData": .dictionary(key: .string, value: .variant, [DBusDictEntry(.string(heartRate), .variant(.bytes([9])))]),
+            ])
         try await r.wait(for: "discover HRM -50")
         let ad = r.advertisements[0]
         #expect(ad[CBAdvertisementDataLocalNameKey] as? String == "HRM")
@@ -339,8 +345,12 @@ struct BlueZBackendTests {
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         // A bonded device BlueZ remembers (not advertising now), and a keyboard the system keeps connected.
         fake.addDevice(address: "C0:FF:EE:00:00:05", ["Name": .string("Known"), "Paired": .boolean(true)])
-        fake.addDevice(address: "C0:FF:EE:00:00:06", ["Name": .string("Keyboard"), "Connected": .boolean(true),
-                                                      "UUIDs": .array(.string, [.string("00001812-0000-1000-8000-00805f9b34fb")])])
+        fake.addDevice(
+            address: "C0:FF:EE:00:00:06",
+            [
+                "Name": .string("Keyboard"), "Connected": .boolean(true),
+                "UUIDs": .array(.string, [.string("00001812-0000-1000-8000-00805f9b34fb")]),
+            ])
         try await pause(nanoseconds: 100_000_000)
         let known = BlueZAdvertisement.identifier(for: .init(string: "C0:FF:EE:00:00:05")!, adapter: "")
         let found = m.retrievePeripherals(withIdentifiers: [UUID(), known])
@@ -417,9 +427,11 @@ struct BlueZMappingTests {
 
     @Test func theObjectTreeFollowsObjectManagerSignals() {
         var t = BlueZObjectTree()
-        let props: DBusValue = .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [
-            DBusDictEntry(.string("org.bluez.Adapter1"), .stringVariantDictionary(["Powered": .boolean(false)])),
-        ])
+        let props: DBusValue = .dictionary(
+            key: .string, value: .dictionary(key: .string, value: .variant),
+            [
+                DBusDictEntry(.string("org.bluez.Adapter1"), .stringVariantDictionary(["Powered": .boolean(false)]))
+            ])
         t.load(managedObjects: .dictionary(key: .objectPath, value: props.type, [DBusDictEntry(.objectPath("/org/bluez/hci0"), props)]))
         #expect(t.paths(with: "org.bluez.Adapter1") == ["/org/bluez/hci0"])
         t.change(path: "/org/bluez/hci0", interface: "org.bluez.Adapter1", changed: .stringVariantDictionary(["Powered": .boolean(true)]), invalidated: [])
