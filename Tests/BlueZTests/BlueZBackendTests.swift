@@ -168,8 +168,8 @@ struct BlueZBackendTests {
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
-        try await pause(nanoseconds: 100_000_000)
         #expect(m.isScanning)
+        try await r.wait("discovery started") { _ in fake.discoveryFilter != nil && fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
         #expect(fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0"))
         let filter = try #require(fake.discoveryFilter)
         #expect(filter["Transport"] == .string("le"))
@@ -201,8 +201,7 @@ struct BlueZBackendTests {
         try await pause(nanoseconds: 200_000_000)
         #expect(r.events.filter { $0.hasPrefix("discover") } == ["discover HRM -50"])
         m.stopScan()
-        try await pause(nanoseconds: 100_000_000)
-        #expect(fake.calls.contains("org.bluez.Adapter1.StopDiscovery /org/bluez/hci0"))
+        try await r.wait("discovery stopped") { _ in fake.calls.contains("org.bluez.Adapter1.StopDiscovery /org/bluez/hci0") }
         #expect(fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering") == .boolean(false))
     }
 
@@ -211,7 +210,7 @@ struct BlueZBackendTests {
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
-        try await pause(nanoseconds: 100_000_000)
+        try await r.wait("the filter") { _ in fake.discoveryFilter != nil }
         #expect(fake.discoveryFilter?["DuplicateData"] == .boolean(true))
         #expect(fake.discoveryFilter?["UUIDs"] == nil)
         let device = fake.addDevice(address: "C0:FF:EE:00:00:02", ["Name": .string("Tag"), "RSSI": .int16(-60)])
@@ -351,8 +350,11 @@ struct BlueZBackendTests {
                 "Name": .string("Keyboard"), "Connected": .boolean(true),
                 "UUIDs": .array(.string, [.string("00001812-0000-1000-8000-00805f9b34fb")]),
             ])
-        try await pause(nanoseconds: 100_000_000)
         let known = BlueZAdvertisement.identifier(for: .init(string: "C0:FF:EE:00:00:05")!, adapter: "")
+        // The backend hears of the devices through the bus: retrieval finds them once it has.
+        try await r.wait("the devices known") { _ in
+            !m.retrievePeripherals(withIdentifiers: [known]).isEmpty && !m.retrieveConnectedPeripherals(withServices: [CBUUID(string: "1812")]).isEmpty
+        }
         let found = m.retrievePeripherals(withIdentifiers: [UUID(), known])
         #expect(found.map(\.identifier) == [known])
         #expect(found.first?.name == "Known")

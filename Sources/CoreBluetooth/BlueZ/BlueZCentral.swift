@@ -481,7 +481,7 @@ final class BlueZCentral: @unchecked Sendable {
     }
 
     /// How long a lost link waits to tell a link loss from the adapter going off.
-    static let powerOffGrace = 0.15
+    static let powerOffGrace = 0.3
 
     private func announceLoss(_ p: CBPeripheral, _ link: Link, to m: CBCentralManager) {
         let reason = link.disconnectReason.map { " (BlueZ: \($0))" } ?? ""
