@@ -95,11 +95,14 @@ public protocol HostPeripheralDelegate: AnyObject {
     /// The notification queue has room again after `notify` returned false.
     func hostIsReadyToUpdateSubscribers(_ host: LEHost)
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16)
+    /// A client wrote a value the database stores itself (no `didReceiveWrite` for it): already answered.
+    func host(_ host: LEHost, connection: HostConnection, didWriteStoredValue value: [UInt8], forHandle handle: UInt16)
 }
 
 public extension HostPeripheralDelegate {
     func hostIsReadyToUpdateSubscribers(_ host: LEHost) {}
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
+    func host(_ host: LEHost, connection: HostConnection, didWriteStoredValue value: [UInt8], forHandle handle: UInt16) {}
 }
 
 /// Errors the host reports to callers.

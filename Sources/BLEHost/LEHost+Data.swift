@@ -203,7 +203,9 @@ extension LEHost {
             if let c = connection(client) { loop.cancel(c.confirmationTimer); c.confirmationTimer = nil }
         case let .protocolError(client, error):
             loggers.att.notice("a client broke the ATT protocol", metadata: ["client": "\(client)", "error": "\(error)"])
-        case .valueWritten, .indicationConfirmed, .indicationAbandoned, .saveClientConfiguration:
+        case let .valueWritten(client, handle, value):
+            if let c = connection(client) { peripheralDelegate?.host(self, connection: c, didWriteStoredValue: value, forHandle: handle) }
+        case .indicationConfirmed, .indicationAbandoned, .saveClientConfiguration:
             break
         }
     }

@@ -240,7 +240,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// A scan failed below (the BlueZ backend): isScanning reads false again.
     func scanFailed() {
-        managerLock.withLock { storedIsScanning = false; scanRecord = nil }
+        managerLock.withLock {
+            storedIsScanning = false; scanRecord = nil
+        }
     }
 
     /// Announces a discovery on the delegate queue (both backends).
@@ -331,6 +333,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     @discardableResult
     open func retrievePeripherals(withIdentifiers identifiers: [UUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
+        if let bluez { return bluez.retrieve(identifiers) }
         let cache = deviceCache
         return identifiers.compactMap { id -> CBPeripheral? in
             if let p = managerLock.withLock({ peripheralsByIdentifier[id] }) { return p }
@@ -347,6 +350,7 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
     @discardableResult
     open func retrieveConnectedPeripherals(withServices serviceUUIDs: [CBUUID]) -> [CBPeripheral] {
         guard state == .poweredOn else { return [] }
+        if let bluez { return bluez.retrieveConnected(withServices: serviceUUIDs) }
         let wanted = Set(serviceUUIDs)
         func exposes(_ p: CBPeripheral) -> Bool {
             p.state == .connected

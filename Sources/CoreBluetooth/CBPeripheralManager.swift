@@ -189,7 +189,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         let name = data[CBAdvertisementDataLocalNameKey] as? String
         let uuids = (data[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? []
         if let bluez {
-            managerLock.withLock { storedIsAdvertising = true; advertisedData = data }
+            managerLock.withLock {
+                storedIsAdvertising = true; advertisedData = data
+            }
             saveRestorationState()
             return bluez.startAdvertising(name: name, services: uuids)
         }

@@ -11,7 +11,10 @@ struct DemoCommand: ParsableCommand {
     @Option(help: "How many heart-rate notifications the central waits for (1…1000; the demo gives up after 30 s).")
     var notifications = 5
 
-    @Option(help: "Which side runs in this process: both (the default), central or peripheral (one per machine or controller, e.g. the central on BLE_TRANSPORT=bluez and the peripheral on hci-socket:1).")
+    @Option(
+        help:
+            "Which side runs in this process: both (the default), central or peripheral (one per machine or controller, e.g. the central on BLE_TRANSPORT=bluez and the peripheral on hci-socket:1)."
+    )
     var role: Role = .both
 
     @Option(help: "Seconds before the demo gives up (1…600).")

@@ -193,7 +193,9 @@ struct DoctorSystem {
                 lines.append(
                     DoctorLine(
                         text: "up, held by the kernel stack (bluetoothd is running)",
-                        fix: "keep it shared with BLE_TRANSPORT=bluez:\(name), or for the HCI user channel: sudo systemctl stop bluetooth; sudo btmgmt --index \(index) power off (it needs the adapter down)"))
+                        fix:
+                            "keep it shared with BLE_TRANSPORT=bluez:\(name), or for the HCI user channel: sudo systemctl stop bluetooth; sudo btmgmt --index \(index) power off (it needs the adapter down)"
+                    ))
             case (true?, true):
                 lines.append(DoctorLine(text: "up (the kernel stack has it)", fix: "sudo btmgmt --index \(index) power off, or sudo hciconfig \(name) down"))
             case (false?, _):
@@ -242,7 +244,8 @@ struct DoctorSystem {
             "  backend that fits: "
                 + (daemons.isEmpty
                     ? "hci-socket:N (no bluetoothd: the adapter is free for the HCI user channel and our own host)"
-                    : "bluez (BLE_TRANSPORT=bluez or bluez:hciN: Core Bluetooth through bluetoothd, which keeps the adapter for the system's devices; central role today). hci-socket:N needs the adapter to itself"))
+                    : "bluez (BLE_TRANSPORT=bluez or bluez:hciN: Core Bluetooth through bluetoothd, which keeps the adapter for the system's devices; no L2CAP channels nor pairing agent yet). hci-socket:N needs the adapter to itself")
+        )
         out.append("")
         out.append(Terminal.bold("Permissions"))
         out += permissionLines().flatMap { $0.render(indent: "  ") }

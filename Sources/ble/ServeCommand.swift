@@ -121,15 +121,20 @@ final class Server: HostPeripheralDelegate, @unchecked Sendable {
         for i in request.items { say("write 0x\(String(i.attributeHandle, radix: 16)) offset \(i.offset): \(i.value.hexString)") }
         host.respondToWrite(id: request.id, error: nil)
     }
+    func host(_ host: LEHost, connection: HostConnection, didWriteStoredValue value: [UInt8], forHandle handle: UInt16) {
+        say("write 0x\(String(handle, radix: 16)) (stored): \(value.hexString)")
+    }
     func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
         say("subscription 0x\(String(valueHandle, radix: 16)): notify \(notify) indicate \(indicate)")
     }
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) { say("mtu \(mtu)") }
 
-    /// Sends every notify/indicate characteristic's stored value (with a counter octet) to its subscribers.
+    /// Sends every notify/indicate characteristic's stored value (with a counter octet) to its subscribers. Service
+    /// Changed is the host's own (its value is a handle range): indicating it each tick made BlueZ rediscover the
+    /// database every second, and its pending writes never went out (issue 27).
     func tick(every interval: LoopTime) {
         counter &+= 1
-        for c in database.characteristics where !c.properties.isDisjoint(with: [.notify, .indicate]) {
+        for c in database.characteristics where !c.properties.isDisjoint(with: [.notify, .indicate]) && c.uuid != .serviceChanged {
             let value = (host.storedValue(at: c.valueHandle) ?? []) + [counter]
             _ = host.updateValue(value, forHandle: c.valueHandle)
         }

@@ -51,6 +51,10 @@ final class PeripheralRecorder: HostPeripheralDelegate, @unchecked Sendable {
     func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
         subscriptions.append((valueHandle, notify, indicate))
     }
+    var storedWrites: [(UInt16, [UInt8])] = []
+    func host(_ host: LEHost, connection: HostConnection, didWriteStoredValue value: [UInt8], forHandle handle: UInt16) {
+        storedWrites.append((handle, value))
+    }
 }
 
 /// A central and a peripheral host on a virtual-clock air, connected.
@@ -316,6 +320,20 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(sent)
         t.air.loop.advance(by: .milliseconds(100))
         #expect(t.gatt(.read(handle: writable)) == .success(.value([UInt8](repeating: 9, count: 500))))
+    }
+
+    /// A write to a value the database stores is answered by the server and reported to the peripheral's delegate
+    /// (`ble serve` prints it): a Write Request and a Write Command, not a CCCD write.
+    @Test func writesToStoredValuesAreReported() throws {
+        let t = try LinkedHosts()
+        let target = t.handles.characteristics[3].value
+        #expect(t.gatt(.write(handle: target, value: [0x68, 0x69])) == .success(.written))
+        t.air.loop.sync { _ = t.link.writeWithoutResponse(handle: target, value: [1]) }
+        t.air.loop.advance(by: .milliseconds(100))
+        #expect(t.gatt(.write(handle: try #require(t.handles.characteristics[0].clientConfiguration), value: [1, 0])) == .success(.written))
+        #expect(t.p.storedWrites.map(\.0) == [target, target])
+        #expect(t.p.storedWrites.map(\.1) == [[0x68, 0x69], [1]])
+        #expect(t.p.writes.isEmpty)
     }
 
     @Test func pdusLongerThanTheMTUAreProtocolViolations() throws {

@@ -89,12 +89,16 @@ private struct Rig {
         fake = try FakeBlueZ(address: bus.address)
         if addAdapter { fake.addAdapter() }
         fake.database = [
-            FakeService(uuid: heartRate, characteristics: [
-                FakeCharacteristic(uuid: measurement, flags: ["read", "notify"], value: [0x06, 72], descriptors: [
-                    FakeDescriptor(uuid: userDescription, value: Array("Heart rate".utf8)),
-                ]),
-                FakeCharacteristic(uuid: control, flags: ["write", "write-without-response"], value: []),
-            ]),
+            FakeService(
+                uuid: heartRate,
+                characteristics: [
+                    FakeCharacteristic(
+                        uuid: measurement, flags: ["read", "notify"], value: [0x06, 72],
+                        descriptors: [
+                            FakeDescriptor(uuid: userDescription, value: Array("Heart rate".utf8))
+                        ]),
+                    FakeCharacteristic(uuid: control, flags: ["write", "write-without-response"], value: []),
+                ])
         ]
         manager = CBCentralManager(
             delegate: recorder, queue: DispatchQueue(label: "bluez-test-delegate"),
@@ -164,8 +168,8 @@ struct BlueZBackendTests {
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
-        try await pause(nanoseconds: 100_000_000)
         #expect(m.isScanning)
+        try await r.wait("discovery started") { _ in fake.discoveryFilter != nil && fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
         #expect(fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0"))
         let filter = try #require(fake.discoveryFilter)
         #expect(filter["Transport"] == .string("le"))
@@ -173,12 +177,14 @@ struct BlueZBackendTests {
         #expect(filter["UUIDs"]?.arrayItems == [.string(heartRate)])
         // Another device without the service is not reported (the filter is applied here too).
         fake.addDevice(address: "AA:AA:AA:AA:AA:AA", ["Name": .string("Other"), "RSSI": .int16(-70)])
-        let device = fake.addDevice(address: "C0:FF:EE:00:00:01", random: true, [
-            "Name": .string("HRM"), "RSSI": .int16(-50), "TxPower": .int16(4),
-            "UUIDs": .array(.string, [.string(heartRate)]),
-            "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x004C), .variant(.bytes([1, 2])))]),
-            "ServiceData": .dictionary(key: .string, value: .variant, [DBusDictEntry(.string(heartRate), .variant(.bytes([9])))]),
-        ])
+        let device = fake.addDevice(
+            address: "C0:FF:EE:00:00:01", random: true,
+            [
+                "Name": .string("HRM"), "RSSI": .int16(-50), "TxPower": .int16(4),
+                "UUIDs": .array(.string, [.string(heartRate)]),
+                "ManufacturerData": .dictionary(key: .uint16, value: .variant, [DBusDictEntry(.uint16(0x004C), .variant(.bytes([1, 2])))]),
+                "ServiceData": .dictionary(key: .string, value: .variant, [DBusDictEntry(.string(heartRate), .variant(.bytes([9])))]),
+            ])
         try await r.wait(for: "discover HRM -50")
         let ad = r.advertisements[0]
         #expect(ad[CBAdvertisementDataLocalNameKey] as? String == "HRM")
@@ -195,8 +201,7 @@ struct BlueZBackendTests {
         try await pause(nanoseconds: 200_000_000)
         #expect(r.events.filter { $0.hasPrefix("discover") } == ["discover HRM -50"])
         m.stopScan()
-        try await pause(nanoseconds: 100_000_000)
-        #expect(fake.calls.contains("org.bluez.Adapter1.StopDiscovery /org/bluez/hci0"))
+        try await r.wait("discovery stopped") { _ in fake.calls.contains("org.bluez.Adapter1.StopDiscovery /org/bluez/hci0") }
         #expect(fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering") == .boolean(false))
     }
 
@@ -205,7 +210,7 @@ struct BlueZBackendTests {
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
-        try await pause(nanoseconds: 100_000_000)
+        try await r.wait("the filter") { _ in fake.discoveryFilter != nil }
         #expect(fake.discoveryFilter?["DuplicateData"] == .boolean(true))
         #expect(fake.discoveryFilter?["UUIDs"] == nil)
         let device = fake.addDevice(address: "C0:FF:EE:00:00:02", ["Name": .string("Tag"), "RSSI": .int16(-60)])
@@ -333,6 +338,36 @@ struct BlueZBackendTests {
         #expect(!r.events.contains("fail"))
     }
 
+    @Test func knownAndSystemConnectedDevicesAreRetrieved() async throws {
+        let rig = try Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        // A bonded device BlueZ remembers (not advertising now), and a keyboard the system keeps connected.
+        fake.addDevice(address: "C0:FF:EE:00:00:05", ["Name": .string("Known"), "Paired": .boolean(true)])
+        fake.addDevice(
+            address: "C0:FF:EE:00:00:06",
+            [
+                "Name": .string("Keyboard"), "Connected": .boolean(true),
+                "UUIDs": .array(.string, [.string("00001812-0000-1000-8000-00805f9b34fb")]),
+            ])
+        let known = BlueZAdvertisement.identifier(for: .init(string: "C0:FF:EE:00:00:05")!, adapter: "")
+        // The backend hears of the devices through the bus: retrieval finds them once it has.
+        try await r.wait("the devices known") { _ in
+            !m.retrievePeripherals(withIdentifiers: [known]).isEmpty && !m.retrieveConnectedPeripherals(withServices: [CBUUID(string: "1812")]).isEmpty
+        }
+        let found = m.retrievePeripherals(withIdentifiers: [UUID(), known])
+        #expect(found.map(\.identifier) == [known])
+        #expect(found.first?.name == "Known")
+        #expect(found.first?.state == .disconnected)
+        let hid = m.retrieveConnectedPeripherals(withServices: [CBUUID(string: "1812")])
+        #expect(hid.map(\.name) == ["Keyboard"])
+        #expect(m.retrieveConnectedPeripherals(withServices: [CBUUID(string: "180D")]).isEmpty)
+        // The retrieved peripheral connects like a discovered one.
+        found[0].delegate = r
+        m.connect(found[0])
+        try await r.wait(for: "connect")
+    }
+
     @Test func theAdapterRemovedMidOperationResetsEverything() async throws {
         let rig = try Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
@@ -394,9 +429,11 @@ struct BlueZMappingTests {
 
     @Test func theObjectTreeFollowsObjectManagerSignals() {
         var t = BlueZObjectTree()
-        let props: DBusValue = .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [
-            DBusDictEntry(.string("org.bluez.Adapter1"), .stringVariantDictionary(["Powered": .boolean(false)])),
-        ])
+        let props: DBusValue = .dictionary(
+            key: .string, value: .dictionary(key: .string, value: .variant),
+            [
+                DBusDictEntry(.string("org.bluez.Adapter1"), .stringVariantDictionary(["Powered": .boolean(false)]))
+            ])
         t.load(managedObjects: .dictionary(key: .objectPath, value: props.type, [DBusDictEntry(.objectPath("/org/bluez/hci0"), props)]))
         #expect(t.paths(with: "org.bluez.Adapter1") == ["/org/bluez/hci0"])
         t.change(path: "/org/bluez/hci0", interface: "org.bluez.Adapter1", changed: .stringVariantDictionary(["Powered": .boolean(true)]), invalidated: [])

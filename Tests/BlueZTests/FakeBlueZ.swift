@@ -119,11 +119,13 @@ final class FakeBlueZ: @unchecked Sendable {
     @discardableResult
     func addAdapter(_ name: String = "hci0", powered: Bool = true) -> String {
         let path = "/org/bluez/\(name)"
-        add(path, "org.bluez.Adapter1", [
-            "Address": .string("00:11:22:33:44:55"), "AddressType": .string("public"), "Name": .string("fake"),
-            "Alias": .string("fake"), "Powered": .boolean(powered), "Discovering": .boolean(false),
-            "UUIDs": .array(.string, []),
-        ])
+        add(
+            path, "org.bluez.Adapter1",
+            [
+                "Address": .string("00:11:22:33:44:55"), "AddressType": .string("public"), "Name": .string("fake"),
+                "Alias": .string("fake"), "Powered": .boolean(powered), "Discovering": .boolean(false),
+                "UUIDs": .array(.string, []),
+            ])
         return path
     }
 
@@ -173,9 +175,12 @@ final class FakeBlueZ: @unchecked Sendable {
     private func add(_ path: String, _ interface: String, _ props: [String: DBusValue]) {
         lock.withLock { objects[path, default: [:]][interface] = props }
         connection.export(path: path) { [weak self] call in self?.handle(call) }
-        emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesAdded", [
-            .objectPath(path), .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string(interface), .stringVariantDictionary(props))]),
-        ])
+        emit(
+            "/", "org.freedesktop.DBus.ObjectManager", "InterfacesAdded",
+            [
+                .objectPath(path),
+                .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string(interface), .stringVariantDictionary(props))]),
+            ])
     }
 
     private func emit(_ path: String, _ interface: String, _ member: String, _ body: [DBusValue]) {
@@ -238,7 +243,9 @@ final class FakeBlueZ: @unchecked Sendable {
             change(path, "org.bluez.Device1", ["ServicesResolved": .boolean(true)])
             return nil
         case ("org.bluez.Device1", "Disconnect"):
-            if let held = lock.withLock({ () -> DBusMessage? in defer { heldConnect = nil }; return heldConnect }) {
+            if let held = lock.withLock({ () -> DBusMessage? in
+                defer { heldConnect = nil }; return heldConnect
+            }) {
                 _ = try? connection.send(held.errorReply(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local"))
             }
             linkDown(path)
@@ -333,7 +340,8 @@ final class FakeBlueZ: @unchecked Sendable {
         guard let path = call.body.first?.string, let owner = call.sender else {
             return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
         }
-        connection.call(.methodCall(destination: owner, path: path, interface: "org.freedesktop.DBus.Properties", member: "GetAll", body: [.string("org.bluez.LEAdvertisement1")])) { [weak self] r in
+        connection.call(.methodCall(destination: owner, path: path, interface: "org.freedesktop.DBus.Properties", member: "GetAll", body: [.string("org.bluez.LEAdvertisement1")]))
+        { [weak self] r in
             guard let self else { return }
             guard case let .success(m) = r, let props = m.body.first?.stringDictionary?.mapValues(\.unwrapped), props["Type"] != nil else {
                 _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call"))
@@ -353,10 +361,12 @@ final class FakeBlueZ: @unchecked Sendable {
             handle += 1
             for c in service.characteristics {
                 let cp = sp + "/char" + hex(handle)
-                add(cp, "org.bluez.GattCharacteristic1", [
-                    "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
-                    "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
-                ])
+                add(
+                    cp, "org.bluez.GattCharacteristic1",
+                    [
+                        "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
+                        "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
+                    ])
                 handle += 2
                 for d in c.descriptors {
                     add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])

@@ -68,4 +68,3 @@ public final class PrivateBus {
 
     public static var available: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon") }
 }
-

@@ -4,7 +4,10 @@
 # vhci bridges), OCB_STATE_DIR (our stack's state, one per scenario).
 OCB_BLE="$OCB_REPO/.build/debug/ble"
 OCB_RUN=/run/ocb
-mkdir -p "$OCB_RUN"
+# Captures (btsnoop) are written here, in the guest's memory, and copied to the results after each scenario:
+# written straight to the 9p results share they stopped growing after a few seconds.
+OCB_CAP=/tmp/ocb-cap
+mkdir -p "$OCB_RUN" "$OCB_CAP"
 
 log() { echo "[$(cut -d" " -f1 /proc/uptime)] $*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
@@ -18,10 +21,10 @@ wait_for() {
     done
 }
 
-# wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE (with ANSI colours and prompts taken out) match.
+# wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE, `clean`ed, match.
 wait_for_count() {
     local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS
-    until [ "$(sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$file" 2>/dev/null | tr '\r' '\n' | grep -Ec -- "$re")" -ge "$n" ]; do
+    until [ "$(clean "$file" 2>/dev/null | grep -aEc -- "$re")" -ge "$n" ]; do
         [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for $n lines /$re/ in $(basename "$file")"; return 1; }
         sleep 0.2
     done
@@ -59,8 +62,13 @@ add_controller() {
     return 1
 }
 
+# plug_controller: one more vhci controller, its index printed as soon as the kernel registers it, as a dongle
+# plugged in: a program waiting for it (our host retrying hci-socket:N every second) may bind it during the
+# kernel's set-up, which then never ends DOWN (add_controller would wait for that in vain).
+plug_controller() { try_add_controller nowait; }
+
 try_add_controller() {
-    local out idx pid start=$SECONDS
+    local out idx pid start=$SECONDS nowait=${1:-}
     out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
     "$OCB_CACHE/vhci-bridge" 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
@@ -71,6 +79,7 @@ try_add_controller() {
     done
     idx=$(sed -n 's/^hci//p' "$out" | head -1)
     rm -f "$out"
+    if [ -n "$nowait" ]; then echo "$pid" > "$OCB_RUN/hci$idx.pid"; echo "$idx"; return 0; fi
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
     # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
     until hciconfig "hci$idx" 2>/dev/null | grep -q 'DOWN'; do
@@ -217,15 +226,19 @@ btctl() { log "bluetoothctl> $*"; echo "$*" >&7; }
 # btctl_agent CAPABILITY: bluetoothctl's agent with that I/O capability (NoInputNoOutput, DisplayOnly,
 # DisplayYesNo, KeyboardOnly, KeyboardDisplay) as the default agent.
 btctl_agent() {
-    local before gone
+    local before gone pairable
     before=$(clean "$BTCTL_LOG" | grep -c "Agent registered")
+    pairable=$(clean "$BTCTL_LOG" | grep -c "Controller $(address 0) Pairable: yes")
     gone=$(clean "$BTCTL_LOG" | grep -c "Agent unregistered")
     btctl "agent off"
     wait_for_count "$BTCTL_LOG" "Agent unregistered" $((gone + 1)) 30 || return 1
     btctl "agent $1"
     wait_for_count "$BTCTL_LOG" "Agent registered" $((before + 1)) 30 || return 1
     btctl "default-agent"
-    wait_for "$BTCTL_LOG" "Default agent request successful" 30
+    wait_for "$BTCTL_LOG" "Default agent request successful" 30 || return 1
+    # With no agent bluetoothd makes the adapters not bondable (the kernel then answers a Pairing Request that
+    # asks for bonding with Pairing Not Supported); they are bondable again once it says so.
+    wait_for_count "$BTCTL_LOG" "Controller $(address 0) Pairable: yes" $((pairable + 1)) 30
 }
 
 # btctl_answer_yes: in the background, answers "yes" to each of the agent's (yes/no) questions.
@@ -243,8 +256,9 @@ btctl_answer_yes() {
 # peer_of_ours: the address `ble serve` prints ("advertising "NAME" as ADDRESS/P on …") in FILE.
 served_address() { sed -n 's/^advertising "[^"]*" as \([0-9A-F:]*\).*/\1/p' "$1" | head -1; }
 
-# clean FILE: FILE without ANSI colours, prompts' carriage returns as new lines.
-clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1" | tr '\r' '\n'; }
+# clean FILE: FILE without ANSI colours and readline's invisible-text markers (\001, \002), prompts' carriage
+# returns as new lines.
+clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1" | tr -d '\001\002' | tr '\r' '\n'; }
 
 # ble ARGS…: our tool on the HCI user channel of hci$OUR_HCI (1 unless set).
 ble() { BLE_TRANSPORT="hci-socket:${OUR_HCI:-1}" "$OCB_BLE" "$@"; }

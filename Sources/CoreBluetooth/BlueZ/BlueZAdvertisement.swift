@@ -53,8 +53,11 @@ enum BlueZAdvertisement {
         for (i, b) in address.bytes.reversed().enumerated() { bytes[10 + i] = b }
         bytes[6] = (bytes[6] & 0x0F) | 0x80   // version 8 (custom)
         bytes[8] = (bytes[8] & 0x3F) | 0x80   // RFC 4122 variant
-        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                           bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        return UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
     }
 
     /// GattCharacteristic1.Flags (doc/org.bluez.GattCharacteristic.rst) as Core Bluetooth's properties.

@@ -356,6 +356,42 @@ final class BlueZCentral: @unchecked Sendable {
         devicePaths[BlueZAdvertisement.identifier(for: address, adapter: options.adapter ?? "")] = nil
     }
 
+    // MARK: Retrieval
+
+    /// The devices BlueZ knows (paired, cached or seen) with these identifiers, in the order asked. A short hop onto
+    /// `queue`, which never waits on the bus.
+    func retrieve(_ identifiers: [UUID]) -> [CBPeripheral] {
+        queue.sync {
+            guard let adapter = adapterPath else { return [] }
+            var byIdentifier: [UUID: String] = [:]
+            for path in tree.paths(with: BlueZObjectTree.deviceInterface) where path.hasPrefix(adapter + "/") {
+                guard let props = tree[path, BlueZObjectTree.deviceInterface], let a = BlueZAdvertisement.address(props) else { continue }
+                byIdentifier[BlueZAdvertisement.identifier(for: a, adapter: options.adapter ?? "")] = path
+            }
+            return identifiers.compactMap { id in byIdentifier[id].flatMap { peripheral(forDevice: $0) } }
+        }
+    }
+
+    /// Devices connected to the adapter (by this process or by the system: a keyboard, a watch) that offer any of
+    /// these services, as iOS returns links other apps made; disconnected for this manager until it connects them.
+    func retrieveConnected(withServices services: [CBUUID]) -> [CBPeripheral] {
+        let wanted = Set(services)
+        return queue.sync {
+            guard let adapter = adapterPath else { return [] }
+            return tree.paths(with: BlueZObjectTree.deviceInterface).compactMap { path -> CBPeripheral? in
+                guard path.hasPrefix(adapter + "/"), let props = tree[path, BlueZObjectTree.deviceInterface],
+                    props["Connected"]?.bool == true
+                else { return nil }
+                let offered = Set((props["UUIDs"]?.arrayItems ?? []).compactMap { $0.string.flatMap(BlueZAdvertisement.cbUUID) })
+                    .union(
+                        tree.paths(with: BlueZObjectTree.serviceInterface, where: "Device", is: path).compactMap {
+                            tree[$0, BlueZObjectTree.serviceInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID)
+                        })
+                return wanted.isDisjoint(with: offered) ? nil : peripheral(forDevice: path)
+            }
+        }
+    }
+
     // MARK: Connections
 
     func connect(_ p: CBPeripheral, attempt: UInt64) {
@@ -445,7 +481,7 @@ final class BlueZCentral: @unchecked Sendable {
     }
 
     /// How long a lost link waits to tell a link loss from the adapter going off.
-    static let powerOffGrace = 0.15
+    static let powerOffGrace = 0.3
 
     private func announceLoss(_ p: CBPeripheral, _ link: Link, to m: CBCentralManager) {
         let reason = link.disconnectReason.map { " (BlueZ: \($0))" } ?? ""
@@ -491,13 +527,15 @@ final class BlueZCentral: @unchecked Sendable {
                     let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), props["Primary"]?.bool != false,
                     filter?.contains(uuid) ?? true
                 else { continue }
-                let s = objects.services[path] ?? {
-                    let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : 0xFFFF
-                    let s = CBService(uuid: uuid, isPrimary: true, handle: BlueZObjectTree.handle(of: path), endHandle: end, peripheral: p)
-                    objects.services[path] = s
-                    objects.paths[ObjectIdentifier(s)] = path
-                    return s
-                }()
+                let s =
+                    objects.services[path]
+                    ?? {
+                        let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : 0xFFFF
+                        let s = CBService(uuid: uuid, isPrimary: true, handle: BlueZObjectTree.handle(of: path), endHandle: end, peripheral: p)
+                        objects.services[path] = s
+                        objects.paths[ObjectIdentifier(s)] = path
+                        return s
+                    }()
                 found.append(s)
             }
             gatt[device] = objects
@@ -519,13 +557,15 @@ final class BlueZCentral: @unchecked Sendable {
                 guard let uuid = tree[inc, BlueZObjectTree.serviceInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID),
                     filter?.contains(uuid) ?? true
                 else { continue }
-                let s = objects.services[inc] ?? {
-                    let primary = tree[inc, BlueZObjectTree.serviceInterface]?["Primary"]?.bool ?? false
-                    let s = CBService(uuid: uuid, isPrimary: primary, handle: BlueZObjectTree.handle(of: inc), endHandle: 0xFFFF, peripheral: p)
-                    objects.services[inc] = s
-                    objects.paths[ObjectIdentifier(s)] = inc
-                    return s
-                }()
+                let s =
+                    objects.services[inc]
+                    ?? {
+                        let primary = tree[inc, BlueZObjectTree.serviceInterface]?["Primary"]?.bool ?? false
+                        let s = CBService(uuid: uuid, isPrimary: primary, handle: BlueZObjectTree.handle(of: inc), endHandle: 0xFFFF, peripheral: p)
+                        objects.services[inc] = s
+                        objects.paths[ObjectIdentifier(s)] = inc
+                        return s
+                    }()
                 found.append(s)
             }
             gatt[device] = objects
@@ -554,17 +594,19 @@ final class BlueZCentral: @unchecked Sendable {
                 guard let props = tree[path, BlueZObjectTree.characteristicInterface],
                     let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), filter?.contains(uuid) ?? true
                 else { continue }
-                let c = objects.characteristics[path] ?? {
-                    let h = BlueZObjectTree.handle(of: path)
-                    let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : service.endHandle
-                    let flags = (props["Flags"]?.arrayItems ?? []).compactMap(\.string)
-                    let c = CBCharacteristic(
-                        uuid: uuid, properties: BlueZAdvertisement.properties(flags: flags), service: service,
-                        handle: h, valueHandle: h &+ 1, endHandle: end)
-                    objects.characteristics[path] = c
-                    objects.paths[ObjectIdentifier(c)] = path
-                    return c
-                }()
+                let c =
+                    objects.characteristics[path]
+                    ?? {
+                        let h = BlueZObjectTree.handle(of: path)
+                        let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : service.endHandle
+                        let flags = (props["Flags"]?.arrayItems ?? []).compactMap(\.string)
+                        let c = CBCharacteristic(
+                            uuid: uuid, properties: BlueZAdvertisement.properties(flags: flags), service: service,
+                            handle: h, valueHandle: h &+ 1, endHandle: end)
+                        objects.characteristics[path] = c
+                        objects.paths[ObjectIdentifier(c)] = path
+                        return c
+                    }()
                 found.append(c)
             }
             gatt[device] = objects
@@ -591,12 +633,14 @@ final class BlueZCentral: @unchecked Sendable {
             var found: [CBDescriptor] = []
             for path in paths {
                 guard let uuid = tree[path, BlueZObjectTree.descriptorInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID) else { continue }
-                let d = objects.descriptors[path] ?? {
-                    let d = CBDescriptor(uuid: uuid, characteristic: characteristic, handle: BlueZObjectTree.handle(of: path))
-                    objects.descriptors[path] = d
-                    objects.paths[ObjectIdentifier(d)] = path
-                    return d
-                }()
+                let d =
+                    objects.descriptors[path]
+                    ?? {
+                        let d = CBDescriptor(uuid: uuid, characteristic: characteristic, handle: BlueZObjectTree.handle(of: path))
+                        objects.descriptors[path] = d
+                        objects.paths[ObjectIdentifier(d)] = path
+                        return d
+                    }()
                 found.append(d)
             }
             gatt[device] = objects
@@ -643,14 +687,18 @@ final class BlueZCentral: @unchecked Sendable {
             guard connectedDevice(p, "writeValue") != nil, let (_, path) = path(of: characteristic, on: p) else { return }
             if type == .withoutResponse {
                 let room = p.maximumWriteValueLength(for: .withoutResponse)
-                call(path, BlueZObjectTree.characteristicInterface, "WriteValue",
-                     [.bytes(Array(bytes.prefix(room))), .stringVariantDictionary(["type": .string("command")])]) { r in
+                call(
+                    path, BlueZObjectTree.characteristicInterface, "WriteValue",
+                    [.bytes(Array(bytes.prefix(room))), .stringVariantDictionary(["type": .string("command")])]
+                ) { r in
                     if case let .failure(e) = r { CBLog.warning("BlueZ backend: write without response failed: \(e)") }
                     p.readyToSendWriteWithoutResponse()
                 }
             } else {
-                call(path, BlueZObjectTree.characteristicInterface, "WriteValue",
-                     [.bytes(bytes), .stringVariantDictionary(["type": .string("request")])]) { r in
+                call(
+                    path, BlueZObjectTree.characteristicInterface, "WriteValue",
+                    [.bytes(bytes), .stringVariantDictionary(["type": .string("request")])]
+                ) { r in
                     let error: (any Error)? = if case let .failure(e) = r { BlueZErrors.cbError(e, during: .write) } else { nil }
                     p.deliver { $0.peripheral(p, didWriteValueFor: characteristic, error: error) }
                 }
@@ -665,9 +713,10 @@ final class BlueZCentral: @unchecked Sendable {
                 var failure: (any Error)?
                 if case let .failure(e) = r {
                     // Already in the state asked for (a second StartNotify, a StopNotify without a session) is success.
-                    let already: Bool = if case let .remote(name, message) = e {
-                        name == "org.bluez.Error.InProgress" || (!enabled && message.lowercased().contains("no notify session"))
-                    } else { false }
+                    let already: Bool =
+                        if case let .remote(name, message) = e {
+                            name == "org.bluez.Error.InProgress" || (!enabled && message.lowercased().contains("no notify session"))
+                        } else { false }
                     if !already { failure = BlueZErrors.cbError(e, during: .notify) }
                 }
                 if let failure {
@@ -744,9 +793,13 @@ final class BlueZCentral: @unchecked Sendable {
                 p.deliver { $0.peripheral(p, didReadRSSI: n, error: nil) }
             } else {
                 p.deliver {
-                    $0.peripheral(p, didReadRSSI: NSNumber(value: 127), error: CBError(.operationNotSupported, userInfo: [
-                        NSLocalizedDescriptionKey: "BlueZ reports a connected device's RSSI only while it is discovering",
-                    ]))
+                    $0.peripheral(
+                        p, didReadRSSI: NSNumber(value: 127),
+                        error: CBError(
+                            .operationNotSupported,
+                            userInfo: [
+                                NSLocalizedDescriptionKey: "BlueZ reports a connected device's RSSI only while it is discovering"
+                            ]))
                 }
             }
         }
@@ -779,8 +832,10 @@ extension CBPeripheral {
     /// for now.
     var asyncUnavailable: CBError {
         guard bluez != nil, state == .connected else { return CBError(.notConnected) }
-        return CBError(.operationNotSupported, userInfo: [
-            NSLocalizedDescriptionKey: "The async GATT calls are not available on BLE_TRANSPORT=bluez yet; use the delegate methods",
-        ])
+        return CBError(
+            .operationNotSupported,
+            userInfo: [
+                NSLocalizedDescriptionKey: "The async GATT calls are not available on BLE_TRANSPORT=bluez yet; use the delegate methods"
+            ])
     }
 }

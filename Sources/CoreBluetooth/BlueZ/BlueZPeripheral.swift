@@ -45,7 +45,9 @@ final class BlueZPeripheral: @unchecked Sendable {
 
     init(options: BlueZOptions) {
         session = BlueZCentral(options: options)
-        let n = Self.counter.withLock { v -> Int in v += 1; return v }
+        let n = Self.counter.withLock { v -> Int in
+            v += 1; return v
+        }
         root = "/org/opencorebluetooth/p\(getpid())_\(n)"
     }
 
@@ -70,6 +72,7 @@ final class BlueZPeripheral: @unchecked Sendable {
         if s != .poweredOn {
             // BlueZ forgets applications and advertisements of an adapter that goes: the app adds them again.
             if let bus = session.bus { for a in applications.values { unexport(a, bus) } }
+            for a in applications.values { a.service.isPublished = false }
             applications.removeAll()
             for (_, call) in pending { _ = try? session.bus?.send(call.errorReply(name: "org.bluez.Error.Failed", message: "the adapter went away")) }
             pending.removeAll()
@@ -156,22 +159,28 @@ final class BlueZPeripheral: @unchecked Sendable {
         let s = app.service
         var out: [String: [String: [String: DBusValue]]] = [:]
         let sp = app.path + "/service0"
-        out[sp] = ["org.bluez.GattService1": [
-            "UUID": .string(s.uuid.bluetoothUUID.uuid128String.lowercased()), "Primary": .boolean(s.isPrimary),
-            "Includes": .array(.objectPath, []),
-        ]]
+        out[sp] = [
+            "org.bluez.GattService1": [
+                "UUID": .string(s.uuid.bluetoothUUID.uuid128String.lowercased()), "Primary": .boolean(s.isPrimary),
+                "Includes": .array(.objectPath, []),
+            ]
+        ]
         for (cp, c) in app.characteristics {
-            out[cp] = ["org.bluez.GattCharacteristic1": [
-                "UUID": .string(c.uuid.bluetoothUUID.uuid128String.lowercased()), "Service": .objectPath(sp),
-                "Flags": .array(.string, Self.flags(c).map { .string($0) }),
-            ]]
+            out[cp] = [
+                "org.bluez.GattCharacteristic1": [
+                    "UUID": .string(c.uuid.bluetoothUUID.uuid128String.lowercased()), "Service": .objectPath(sp),
+                    "Flags": .array(.string, Self.flags(c).map { .string($0) }),
+                ]
+            ]
         }
         for (dp, d) in app.descriptors {
             let cp = String(dp[..<dp.range(of: "/desc", options: .backwards)!.lowerBound])
-            out[dp] = ["org.bluez.GattDescriptor1": [
-                "UUID": .string(d.uuid.bluetoothUUID.uuid128String.lowercased()), "Characteristic": .objectPath(cp),
-                "Flags": .array(.string, [.string("read")]),
-            ]]
+            out[dp] = [
+                "org.bluez.GattDescriptor1": [
+                    "UUID": .string(d.uuid.bluetoothUUID.uuid128String.lowercased()), "Characteristic": .objectPath(cp),
+                    "Flags": .array(.string, [.string("read")]),
+                ]
+            ]
         }
         return out
     }
@@ -199,11 +208,19 @@ final class BlueZPeripheral: @unchecked Sendable {
         case ("org.freedesktop.DBus.ObjectManager", "GetManagedObjects"):
             let objects = objects(of: app)
             let inner: DBusType = .dictionary(key: .string, value: .dictionary(key: .string, value: .variant))
-            return call.reply([.dictionary(key: .objectPath, value: inner, objects.keys.sorted().map { p in
-                DBusDictEntry(.objectPath(p), .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), objects[p]!.keys.sorted().map {
-                    DBusDictEntry(.string($0), .stringVariantDictionary(objects[p]![$0]!))
-                }))
-            })])
+            return call.reply([
+                .dictionary(
+                    key: .objectPath, value: inner,
+                    objects.keys.sorted().map { p in
+                        DBusDictEntry(
+                            .objectPath(p),
+                            .dictionary(
+                                key: .string, value: .dictionary(key: .string, value: .variant),
+                                objects[p]!.keys.sorted().map {
+                                    DBusDictEntry(.string($0), .stringVariantDictionary(objects[p]![$0]!))
+                                }))
+                    })
+            ])
         case ("org.freedesktop.DBus.Properties", "GetAll"), ("org.freedesktop.DBus.Properties", "Get"):
             let interface = call.body.first?.string ?? ""
             guard let props = objects(of: app)[path]?[interface] else {
@@ -303,9 +320,10 @@ final class BlueZPeripheral: @unchecked Sendable {
             guard let bus = session.bus,
                 let path = applications.values.lazy.compactMap({ $0.characteristics.first { $0.value === characteristic }?.key }).first
             else { return }
-            _ = try? bus.send(.signal(
-                path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                body: [.string("org.bluez.GattCharacteristic1"), .stringVariantDictionary(["Value": .bytes([UInt8](value))]), .array(.string, [])]))
+            _ = try? bus.send(
+                .signal(
+                    path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                    body: [.string("org.bluez.GattCharacteristic1"), .stringVariantDictionary(["Value": .bytes([UInt8](value))]), .array(.string, [])]))
         }
         return true
     }

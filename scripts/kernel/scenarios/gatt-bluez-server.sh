@@ -9,7 +9,7 @@ btctl "advertise.name on"
 btctl "advertise on"
 wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
 peer="$(address 0)/P"
-BLE_SNOOP="$OCB_OUT/$OCB_SCENARIO.btsnoop" BLE_LOG=1 rc=0; ble gatt "$peer" > "$OCB_OUT/$OCB_SCENARIO.gatt.txt" 2>&1 || rc=$?
+BLE_SNOOP="$OCB_CAP/$OCB_SCENARIO.btsnoop" BLE_LOG=1 rc=0; ble gatt "$peer" > "$OCB_OUT/$OCB_SCENARIO.gatt.txt" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$OCB_OUT/$OCB_SCENARIO.gatt.txt"; fail "ble gatt exited $rc"; }
 cat "$OCB_OUT/$OCB_SCENARIO.gatt.txt"
 grep -q "1800" "$OCB_OUT/$OCB_SCENARIO.gatt.txt" || fail "no GAP service"

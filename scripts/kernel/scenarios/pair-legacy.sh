@@ -12,7 +12,7 @@ btctl "advertise.name on"
 btctl "advertise on"
 wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
 peer="$(address 0)/P"
-rc=0; BLE_SNOOP="$OCB_OUT/$OCB_SCENARIO.btsnoop" ble pair "$peer" --legacy --io none --yes > "$OCB_OUT/$OCB_SCENARIO.legacy.log" 2>&1 || rc=$?
+rc=0; BLE_SNOOP="$OCB_CAP/$OCB_SCENARIO.btsnoop" ble pair "$peer" --legacy --io none --yes > "$OCB_OUT/$OCB_SCENARIO.legacy.log" 2>&1 || rc=$?
 cat "$OCB_OUT/$OCB_SCENARIO.legacy.log"
 [ $rc -eq 0 ] || fail "ble pair --legacy exited $rc"
 grep -q "bonded with .*(legacy, unauthenticated" "$OCB_OUT/$OCB_SCENARIO.legacy.log" || fail "no legacy bond"

@@ -1,5 +1,6 @@
 # Passkey entry both ways between `ble pair` and BlueZ: BlueZ (KeyboardOnly) types the passkey we display;
 # then, after both forget the bond, we (KeyboardOnly) type the one BlueZ (DisplayOnly) shows.
+# timeout: 300
 start_bluez || fail "BlueZ did not start"
 release 1
 btctl_start
@@ -26,10 +27,10 @@ ble bonds --remove "$(address 0)" > /dev/null || fail "ble bonds --remove failed
 btctl_agent DisplayOnly || fail "no DisplayOnly agent"
 release 1
 rm -f "$OCB_RUN/passkey.in"; mkfifo "$OCB_RUN/passkey.in"
-ble pair "$peer" --io keyboard --force < "$OCB_RUN/passkey.in" > "$OCB_OUT/$OCB_SCENARIO.pair2.log" 2>&1 &
+BLE_SNOOP="$OCB_CAP/$OCB_SCENARIO.pair2.btsnoop" ble pair "$peer" --io keyboard --force < "$OCB_RUN/passkey.in" > "$OCB_OUT/$OCB_SCENARIO.pair2.log" 2>&1 &
 pair=$!
 exec 8> "$OCB_RUN/passkey.in"
-wait_for "$BTCTL_LOG" "\[agent\] Passkey: " 40 || fail "BlueZ showed no passkey"
+wait_for_count "$BTCTL_LOG" "\[agent\] Passkey: [0-9]" 1 40 || fail "BlueZ showed no passkey"
 key=$(clean "$BTCTL_LOG" | sed -n 's/.*\[agent\] Passkey: \([0-9]*\).*/\1/p' | tail -1)
 wait_for "$OCB_OUT/$OCB_SCENARIO.pair2.log" "Passkey shown by" 20 || fail "we were not asked for the passkey"
 echo "$key" >&8

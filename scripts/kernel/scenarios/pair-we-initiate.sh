@@ -23,5 +23,6 @@ rc=0; ble pair "$peer" --yes > "$OCB_OUT/$OCB_SCENARIO.again.log" 2>&1 || rc=$?
 cat "$OCB_OUT/$OCB_SCENARIO.again.log"
 [ $rc -eq 0 ] || fail "the second ble pair exited $rc"
 grep -q "^secured: encrypted (authenticated, Secure Connections" "$OCB_OUT/$OCB_SCENARIO.again.log" || fail "the bond was not used"
-[ "$(clean "$BTCTL_LOG" | grep -c 'Confirm passkey')" -eq 1 ] || fail "BlueZ was asked to pair again"
+# bluetoothctl redraws its agent prompt under each line it prints: count the numbers it was asked to confirm.
+[ "$(clean "$BTCTL_LOG" | sed -n 's/.*Confirm passkey \([0-9]*\).*/\1/p' | sort -u | wc -l)" -eq 1 ] || fail "BlueZ was asked to pair again"
 log "ok"

@@ -13,6 +13,7 @@ btctl "system-alias PrivatePeer"
 btctl "advertise.name on"
 btctl "advertise on"
 wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
+release 1
 ble scan --duration 15 --name PrivatePeer --json > "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "ble scan failed"
 cat "$OCB_OUT/$OCB_SCENARIO.scan1.json"
 grep -q '"address_type":"random private' "$OCB_OUT/$OCB_SCENARIO.scan1.json" || grep -q 'resolvable' "$OCB_OUT/$OCB_SCENARIO.scan1.json" || fail "BlueZ does not advertise from a private address"

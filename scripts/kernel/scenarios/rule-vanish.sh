@@ -11,10 +11,11 @@ wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl d
 peer=$(address 0)
 scanlog="$OCB_OUT/$OCB_SCENARIO.scan.log"
 
-# bring_back: a new controller (hci1 again), taken from bluetoothd (which grabs every new adapter) until ours.
+# bring_back: a new controller (hci1 again), as a dongle plugged in: the waiting scanner may take it while the
+# kernel is still setting it up.
 bring_back() {
     local idx start=$SECONDS
-    idx=$(add_controller) || fail "no new controller"
+    idx=$(plug_controller) || fail "no new controller"
     [ "$idx" = 1 ] || fail "the new controller is hci$idx, not hci1"
     until grep -q "$1" "$2"; do
         [ $((SECONDS - start)) -lt 40 ] || fail "not back after 40 s"
@@ -24,7 +25,9 @@ bring_back() {
 }
 
 release 1
-ble scan --duration 0 --duplicates > "$scanlog" 2>&1 &
+# Started as a plain command, not through the `ble` function (a background function runs in a subshell, whose pid
+# is not the scanner's: killing it left the scanner holding hci1).
+BLE_TRANSPORT=hci-socket:1 "$OCB_BLE" scan --duration 0 --duplicates > "$scanlog" 2>&1 &
 scan=$!
 wait_for "$scanlog" "^$peer" 30 || fail "the scan found nothing"
 remove_controller 1
@@ -46,7 +49,7 @@ wait_exit $scan 20
 grep -v "^$peer" "$scanlog"
 
 release 1
-ble scan --duration 60 > "$OCB_OUT/$OCB_SCENARIO.scan2.log" 2>&1 &
+BLE_TRANSPORT=hci-socket:1 "$OCB_BLE" scan --duration 60 > "$OCB_OUT/$OCB_SCENARIO.scan2.log" 2>&1 &
 scan=$!
 wait_for "$OCB_OUT/$OCB_SCENARIO.scan2.log" "^$peer" 30 || fail "the second scan found nothing"
 remove_controller 1
