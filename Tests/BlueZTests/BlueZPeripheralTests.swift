@@ -53,11 +53,14 @@ final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, @unchecke
     }
 
     func wait(_ what: String, _ predicate: ([String]) -> Bool) async throws {
-        for _ in 0..<1000 {
+        // A deadline on the clock, not a count of pauses: on a saturated machine each 10 ms pause can take far
+        // longer, and a count of them once outlasted the suite's time limit without ever reporting what it awaited.
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < .seconds(20) {
             if predicate(events) { return }
             try await pause(nanoseconds: 10_000_000)
         }
-        Issue.record("timed out waiting for \(what); events: \(events)")
+        Issue.record("timed out after 20 s waiting for \(what); events: \(events)")
         throw CancellationError()
     }
     func wait(for event: String) async throws { try await wait(event) { $0.contains(event) } }
