@@ -50,6 +50,11 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
     var sent: UInt64 = 0
     var progress: ProgressLine
 
+    /// Fault injection for tests (`OCB_SEND_KILL_AFTER=BYTES`): the process kills itself with SIGKILL, as a user's
+    /// `kill -9` would, once that many octets of the file have gone into the channel, so that an interrupted transfer
+    /// is reproduced at a known point however the machine schedules the test that watches it.
+    static let killAfterBytes: UInt64? = ProcessInfo.processInfo.environment["OCB_SEND_KILL_AFTER"].flatMap { UInt64($0) }
+
     init(url: URL, size: UInt64, sha256: [UInt8], target: String?, retries: Int) {
         self.url = url
         self.size = size
@@ -224,6 +229,7 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
             guard n > 0 else { return }
             if phase == .data { sent += UInt64(n); progress.update(sent) }
             outbound.removeFirst(n)
+            if let killAt = Self.killAfterBytes, phase == .data, sent >= killAt { Foundation.kill(getpid(), SIGKILL) }
         }
     }
 }
