@@ -116,7 +116,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     /// Delegate-queue: the link is gone; every attribute is invalidated (C6).
     package func resetAfterDisconnect() {
-        valueListeners.finishAll()
+        // The state first: a task that wakes when its value stream ends (below) and looks at the peripheral sees it
+        // disconnected, as an iOS app does by the time it learns of the disconnection.
         lock.withLock {
             storedState = .disconnected
             storedServices = nil
@@ -125,6 +126,7 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
             writesPending = 0
             storedRSSI = nil
         }
+        valueListeners.finishAll()
     }
 
     // MARK: Helpers
