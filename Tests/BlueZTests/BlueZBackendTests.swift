@@ -13,7 +13,7 @@ private let control = "00002a39-0000-1000-8000-00805f9b34fb"
 private let userDescription = "00002901-0000-1000-8000-00805f9b34fb"
 
 /// Records what the app hears, in order, on the delegate queue.
-final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, @unchecked Sendable {
+final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, EventLog, @unchecked Sendable {
     private let lock = NSLock()
     private var log: [String] = []
     private var found: [CBPeripheral] = []
@@ -63,20 +63,6 @@ final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, 
         note("descriptor \(descriptor.value.map { "\($0)" } ?? "nil")", error)
     }
 
-    /// Waits (20 s of wall-clock time at most) until `predicate` holds for the events so far.
-    func wait(_ what: String, _ predicate: ([String]) -> Bool) async throws {
-        // A deadline on the clock, not a count of pauses: on a saturated machine each 10 ms pause can take far
-        // longer, and a count of them once outlasted the suite's time limit without ever reporting what it awaited.
-        let start = ContinuousClock.now
-        while ContinuousClock.now - start < .seconds(20) {
-            if predicate(events) { return }
-            try await pause(nanoseconds: 10_000_000)
-        }
-        Issue.record("timed out after 20 s waiting for \(what); events: \(events)")
-        throw CancellationError()
-    }
-
-    func wait(for event: String) async throws { try await wait(event) { $0.contains(event) } }
     func count(_ event: String) -> Int { events.filter { $0 == event }.count }
 }
 
@@ -456,4 +442,26 @@ struct BlueZMappingTests {
     @Test func characteristicFlags() {
         #expect(BlueZAdvertisement.properties(flags: ["read", "encrypt-write", "notify", "indicate", "unknown"]) == [.read, .write, .notify, .indicate])
     }
+}
+
+/// A recorder of delegate calls, as lines, that a test waits on.
+protocol EventLog: AnyObject {
+    var events: [String] { get }
+}
+
+extension EventLog {
+    /// Waits (20 s of wall-clock time at most) until `predicate` holds for the events so far.
+    func wait(_ what: String, _ predicate: ([String]) -> Bool) async throws {
+        // A deadline on the clock, not a count of pauses: on a saturated machine each 10 ms pause can take far
+        // longer, and a count of them once outlasted the suite's time limit without ever reporting what it awaited.
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < .seconds(20) {
+            if predicate(events) { return }
+            try await pause(nanoseconds: 10_000_000)
+        }
+        Issue.record("timed out after 20 s waiting for \(what); events: \(events)")
+        throw CancellationError()
+    }
+
+    func wait(for event: String) async throws { try await wait(event) { $0.contains(event) } }
 }

@@ -14,7 +14,7 @@ private let measurement = "00002a37-0000-1000-8000-00805f9b34fb"
 private let control = "00002a39-0000-1000-8000-00805f9b34fb"
 private let counter = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
 
-final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, @unchecked Sendable {
+final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, EventLog, @unchecked Sendable {
     private let lock = NSLock()
     private var log: [String] = []
     private var errors: [String: any Error] = [:]
@@ -52,18 +52,6 @@ final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, @unchecke
         note("unsubscribed \(characteristic.uuid.uuidString)")
     }
 
-    func wait(_ what: String, _ predicate: ([String]) -> Bool) async throws {
-        // A deadline on the clock, not a count of pauses: on a saturated machine each 10 ms pause can take far
-        // longer, and a count of them once outlasted the suite's time limit without ever reporting what it awaited.
-        let start = ContinuousClock.now
-        while ContinuousClock.now - start < .seconds(20) {
-            if predicate(events) { return }
-            try await pause(nanoseconds: 10_000_000)
-        }
-        Issue.record("timed out after 20 s waiting for \(what); events: \(events)")
-        throw CancellationError()
-    }
-    func wait(for event: String) async throws { try await wait(event) { $0.contains(event) } }
 }
 
 @Suite(
