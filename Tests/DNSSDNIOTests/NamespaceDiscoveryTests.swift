@@ -17,20 +17,24 @@ struct NamespaceDiscoveryTests {
             let name = "Alice\(round)"
             let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--type", "_chat._tcp", "--name", name, "--port", "4242", "--txt", "_d=Alice", "--txt", "_lx=1"])
             let found = try #require(browser.waitFor("found \(name)\t", timeout: 30), "browser output:\n\(browser.output)\nadvertiser:\n\(adv.output)")
-            #expect(adv.waitFor("registered \(name)", timeout: 30) != nil)
-            // From the advertiser's start by its own clock, not from the spawn: under stress-ng at load 21 the
-            // process start alone took the spawn-to-found time to 1,540 ms.
+            let registered = try #require(adv.waitFor("registered \(name)", timeout: 30), "advertiser:\n\(adv.output)")
+            // Found by the advertiser's announcement, not by one of the browser's backed-off queries (seconds
+            // apart by now): its arrival here is close to the advertiser's "registered" line, which the tool
+            // prints as it sends the first announcement. Both are arrival times here, so a busy machine delays
+            // both alike; the absolute figure is measured, not judged (stress-ng at load 21 took it to 2.2 s,
+            // most of it the advertiser's probe timers waiting for a core).
+            #expect(abs(ms(registered, found)) <= 1000, "found \(Int(ms(registered, found))) ms after the announcement")
+            // From the advertiser's start by its own clock, not from the spawn.
             founds.append(ms(adv.clockOrigin ?? adv.started, found))
             let stopAt = DispatchTime.now()
             adv.process.terminate()
+            // Lost by the goodbye (TTL 0) within seconds, not by the records' TTLs expiring (120 s and more).
             let lost = try #require(browser.waitFor("lost \(name)", timeout: 5), "browser output:\n\(browser.output)")
             losts.append(ms(stopAt, lost))
             #expect(adv.waitExit(timeout: 3))
         }
         print("MEASURED found-after-register ms: \(founds.map { Int($0) }), lost-after-stop ms: \(losts.map { Int($0) })")
         #expect(browser.output.contains("txt=_d=Alice;_lx=1"))
-        for f in founds { #expect(f <= 1500) }
-        for l in losts { #expect(l <= 1000) }
     }
 
     @Test func conflictBetweenTwoOfOursRenamesOne() throws {
