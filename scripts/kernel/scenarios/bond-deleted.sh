@@ -19,6 +19,7 @@ btctl "advertise on"
 wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
 peer="$(address 0)/P"
 A="$OCB_OUT/$OCB_SCENARIO.A"
+release 1
 rc=0; ble pair "$peer" --io none --yes > "$A.pair.log" 2>&1 || rc=$?
 cat "$A.pair.log"
 [ $rc -eq 0 ] || fail "ble pair exited $rc"
