@@ -377,11 +377,14 @@ extension LEHost {
             updateServerSecurity(c)
             return
         }
-        // The peer refused our stored key (PIN or Key Missing: it removed its pairing information; or a MIC
-        // failure: it holds another key). iOS does not pair again on its own, which would let any device
-        // claiming the address replace the bond: the link is dropped with PIN or Key Missing as its reason
+        // The peer refused our stored key: PIN or Key Missing (the LTK Negative Reply of a peer that removed its
+        // pairing information; rootcanal reports Authentication Failure for it) or a MIC failure (it holds
+        // another key). iOS does not pair again on its own, which would let any device claiming the address
+        // replace the bond: the link is dropped with PIN or Key Missing as its reason
         // (CBError.peerRemovedPairingInformation) and the bond stays until the user forgets the device.
-        if withBond && c.role == .central && (status == .pinOrKeyMissing || status == .connectionTerminatedMICFailure) {
+        if withBond && c.role == .central
+            && (status == .pinOrKeyMissing || status == .authenticationFailure || status == .connectionTerminatedMICFailure)
+        {
             loggers.smp.notice(
                 "the peer refused our stored key: it removed its pairing information; forget the bond to pair again",
                 metadata: ["peer": "\(c.peerAddress)", "status": "\(status)"])
