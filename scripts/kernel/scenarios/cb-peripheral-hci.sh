@@ -21,7 +21,7 @@ done
 sleep 1
 release 1
 P="$OCB_OUT/$OCB_SCENARIO.peripheral.log"
-BLE_LOG=1 BLE_SNOOP="$OCB_CAP/$OCB_SCENARIO.btsnoop" ble interop peripheral --name "OCB Interop" --updates 5 --timeout 220 > "$P" 2>&1 &
+(BLE_LOG=1 BLE_SNOOP="$OCB_CAP/$OCB_SCENARIO.btsnoop" BLE_TRANSPORT=hci-socket:1 exec "$OCB_BLE" interop peripheral --name "OCB Interop" --updates 5 --timeout 220) > "$P" 2>&1 &
 peripheral=$!
 wait_for "$P" 'advertising as "OCB Interop"|state unsupported' 40 || { cat "$P"; fail "the peripheral program did not advertise"; }
 grep -q "state unsupported" "$P" && { cat "$P"; fail "the peripheral program could not open hci1"; }
