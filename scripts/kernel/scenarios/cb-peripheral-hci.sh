@@ -28,8 +28,9 @@ grep -q "state unsupported" "$P" && { cat "$P"; fail "the peripheral program cou
 btctl_start
 btctl "select $(address 0)"
 btctl "scan le"
-wait_for "$BTCTL_LOG" "Device [0-9A-F:]+ OCB Interop" 30 || fail "bluetoothctl did not find OCB Interop"
-ours=$(clean "$BTCTL_LOG" | sed -n 's/.*Device \([0-9A-F:]*\) OCB Interop.*/\1/p' | head -1)
+# "[NEW] Device A OCB Interop", or "[CHG] Device A Name: OCB Interop" for a device bluetoothd already knew.
+wait_for "$BTCTL_LOG" "Device [0-9A-F:]+ (Name: )?OCB Interop" 30 || fail "bluetoothctl did not find OCB Interop"
+ours=$(clean "$BTCTL_LOG" | sed -n 's/.*Device \([0-9A-F:]*\) \(Name: \)\{0,1\}OCB Interop.*/\1/p' | head -1)
 log "the peripheral is $ours"
 btctl "scan off"
 btctl "connect $ours"
