@@ -10,6 +10,9 @@
 # configuration at the end.
 stop_bluez
 start_bluez "$(bluez_conf '[GATT]' 'ExchangeMTU = 64')" || fail "BlueZ (ExchangeMTU 64) did not start"
+# No bond from an earlier scenario (hci1 is made anew with the same address, our state is new): BlueZ would
+# encrypt with a key we do not have.
+reset_bluez
 trap 'kill $peripheral 2>/dev/null; stop_bluez' EXIT
 # The new bluetoothd sets hci1 up through the management interface (left down: AutoEnable=false); the user
 # channel cannot be bound while it does.
