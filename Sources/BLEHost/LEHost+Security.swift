@@ -377,11 +377,25 @@ extension LEHost {
             updateServerSecurity(c)
             return
         }
-        // The peer has no key for us (it lost the bond): pair again as iOS does, the waiters get that result.
-        if withBond && c.role == .central && (status == .pinOrKeyMissing || status.rawValue == 0x3D) && c.isOpen {
-            loggers.smp.notice("the peer has lost its keys; pairing again", metadata: ["peer": "\(c.peerAddress)", "status": "\(status)"])
-            return startPairing(c, mitm: c.mitmRequested)
+        // The peer refused our stored key: PIN or Key Missing (the LTK Negative Reply of a peer that removed its
+        // pairing information; rootcanal reports Authentication Failure for it) or a MIC failure (it holds
+        // another key). iOS does not pair again on its own, which would let any device claiming the address
+        // replace the bond: the link is dropped with PIN or Key Missing as its reason
+        // (CBError.peerRemovedPairingInformation) and the bond stays until the user forgets the device.
+        if withBond && c.role == .central
+            && (status == .pinOrKeyMissing || status == .authenticationFailure || status == .connectionTerminatedMICFailure)
+        {
+            loggers.smp.notice(
+                "the peer refused our stored key: it removed its pairing information; forget the bond to pair again",
+                metadata: ["peer": "\(c.peerAddress)", "status": "\(status)"])
+            finishSecurity(c, .failure(.encryptionFailed(HCIStatus.pinOrKeyMissing.rawValue)))
+            if c.isOpen {
+                c.closeReasonOverride = .pinOrKeyMissing
+                c.disconnect(reason: .authenticationFailure)
+            }
+            return
         }
+        loggers.smp.notice("encryption failed", metadata: ["peer": "\(c.peerAddress)", "status": "\(status)", "with-bond": "\(withBond)"])
         finishSecurity(c, .failure(.encryptionFailed(status.rawValue)))
     }
 

@@ -152,6 +152,8 @@ public enum PairingError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .remote(r): return "pairing failed by the peer: \(r)"
         case .timeout: return "pairing timed out (30 s without a Security Manager command)"
         case .disconnected: return "the link was lost during pairing"
+        case .encryptionFailed(0x06):
+            return "encryption failed: the peer has no key for our bond (it removed its pairing information); forget the bond to pair again"
         case let .encryptionFailed(s): return "encryption failed (HCI status 0x\(String(s, radix: 16)))"
         }
     }

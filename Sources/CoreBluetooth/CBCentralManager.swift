@@ -563,15 +563,29 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
         if let services = link.systemServices {
             return announceConnected(p, on: connection, mtu: connection.attMTU, services: services)
         }
-        connection.exchangeMTU { [self, weak connection] _ in
+        let setUp = { [self, weak connection] in
             guard let connection, connection.isOpen else { return }
-            connection.gatt(.discoverAllPrimaryServices) { [self, weak connection] r in
-                guard let connection, connection.isOpen, p.connection === connection else { return }
-                var uuids: Set<CBUUID> = []
-                if case let .success(.services(found)) = r { uuids = Set(found.prefix(CBPeripheral.maximumServices).map { CBUUID($0.uuid) }) }
-                if link.systemServices == nil { link.systemServices = uuids }
-                announceConnected(p, on: connection, mtu: connection.attMTU, services: link.systemServices ?? uuids)
+            connection.exchangeMTU { [self, weak connection] _ in
+                guard let connection, connection.isOpen else { return }
+                connection.gatt(.discoverAllPrimaryServices) { [self, weak connection] r in
+                    guard let connection, connection.isOpen, p.connection === connection else { return }
+                    var uuids: Set<CBUUID> = []
+                    if case let .success(.services(found)) = r { uuids = Set(found.prefix(CBPeripheral.maximumServices).map { CBUUID($0.uuid) }) }
+                    if link.systemServices == nil { link.systemServices = uuids }
+                    announceConnected(p, on: connection, mtu: connection.attMTU, services: link.systemServices ?? uuids)
+                }
             }
+        }
+        // A bonded device's link is encrypted with the stored key first, as iOS does. A peer that refuses the key
+        // (it removed its pairing information) makes the host drop the link with PIN or Key Missing: the
+        // connection fails with CBError.peerRemovedPairingInformation and the bond stays until it is forgotten.
+        // Any other outcome goes on with the set-up (encryption is then asked for again when the peer requires it).
+        if let host = leHost, connection.role == .central, !connection.isEncrypted,
+            host.bondStore.bond(matching: connection.peerAddress)?.centralKey != nil
+        {
+            host.secure(connection) { _ in setUp() }
+        } else {
+            setUp()
         }
     }
 

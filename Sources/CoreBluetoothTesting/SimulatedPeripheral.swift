@@ -415,8 +415,9 @@ public final class SimulatedPeripheral: HostPeripheralDelegate, @unchecked Senda
         settle()
     }
 
-    /// The device forgets its bonds (a factory reset of its keys): the phone's next encryption attempt
-    /// fails and it pairs again.
+    /// The device forgets its bonds (a factory reset of its keys): as on iOS, the phone's next connection
+    /// encrypts with its stored key, the device refuses it, and the connection fails with
+    /// CBError.peerRemovedPairingInformation; the phone pairs again only once its bond is forgotten.
     public func simulateBondLoss() {
         sync { host.bondStore.removeAll() }
         settle()

@@ -30,7 +30,7 @@ struct BLETool: ParsableCommand {
             ScanCommand.self, GattCommand.self, ReadCommand.self, WriteCommand.self, SubscribeCommand.self, ShellCommand.self,
             PairCommand.self, BondsCommand.self, ServeCommand.self, RadioCommand.self, SnoopCommand.self,
             DemoCommand.self, BenchCommand.self, SendCommand.self, ReceiveCommand.self, MCCommand.self, GKCommand.self,
-            DoctorCommand.self,
+            DoctorCommand.self, InteropCommand.self,
         ])
 
     /// As ArgumentParser's, except that a ValidationError raised once a subcommand runs shows that

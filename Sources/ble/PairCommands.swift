@@ -125,6 +125,9 @@ struct PairCommand: ParsableCommand {
                     outcome.code = 0
                 case let .failure(e):
                     print("failed: \(e)")
+                    if e == .encryptionFailed(HCIStatus.pinOrKeyMissing.rawValue), let b = host.bondStore.bond(matching: c.peerAddress) {
+                        print("to pair again: `ble bonds --remove \(b.identityAddress)`, or `ble pair --force`")
+                    }
                 }
                 done.signal()
             }

@@ -211,13 +211,32 @@ final class SecuredLink {
         #expect((try? refreshed?.get())?.encrypted == true)
     }
 
-    @Test func aPeerThatLostItsKeysIsPairedAgain() throws {
+    @Test func aPeerThatLostItsKeysEndsTheLinkAndKeepsTheBond() throws {
         let s = try SecuredLink()
         #expect(s.read(s.encrypted)?.isSuccess == true)
         let centralIdentity = s.t.central.localAddress
+        let peripheralIdentity = s.t.peripheral.localAddress
         s.t.air.loop.sync { _ = s.t.peripheral.removeBond(centralIdentity) }
         s.disconnectAndReconnect()
-        // The central's stored key is refused (PIN or Key Missing); it pairs again and the read succeeds.
+        // The central's stored key is refused (LTK Negative Reply, PIN or Key Missing). As iOS, it does not pair
+        // again by itself: securing fails, the link is dropped with PIN or Key Missing, and the bond is kept.
+        var secured: Result<LinkSecurity, PairingError>?
+        s.t.air.loop.sync { s.t.central.secure(s.link) { secured = $0 } }
+        s.t.air.loop.advance(by: .seconds(1))
+        #expect(secured == .failure(.encryptionFailed(0x06)))
+        #expect(PairingError.encryptionFailed(0x06).description.contains("it removed its pairing information"))
+        #expect(s.t.c.disconnects.last == .pinOrKeyMissing)
+        #expect(!s.link.isOpen)
+        // A read that needs encryption on the next link ends the same way.
+        s.connect()
+        #expect(s.read(s.encrypted)?.isSuccess != true)
+        #expect(s.t.c.disconnects.count == 3 && s.t.c.disconnects.last == .pinOrKeyMissing)
+        #expect(s.paired("central").count == 1)
+        #expect(s.t.central.bondStore.bond(for: peripheralIdentity) != nil)
+        #expect(s.t.peripheral.bondStore.bond(for: centralIdentity) == nil)
+        // Once the user forgets the device, the next encrypted read pairs anew.
+        s.t.air.loop.sync { _ = s.t.central.removeBond(peripheralIdentity) }
+        s.connect()
         #expect(s.read(s.encrypted) == .success(.value([0x5E])))
         #expect(s.paired("central").count == 2)
         #expect(s.t.peripheral.bondStore.bond(for: centralIdentity) != nil)

@@ -207,9 +207,17 @@ func scriptedDevice(_ script: Script) -> PeripheralSpec {
         device.simulateDisconnection()
         #expect(sim.run(until: { app.count("read:\(readable.uuidString)") == 2 }, within: .seconds(30)), "\(app.log)")
         #expect(lock.withLock { paired } == 1)
-        // The device forgets its keys: the phone's encryption fails, it pairs again, the read succeeds.
+        // The device forgets its keys: as on iOS, the phone encrypts with its stored key on reconnecting, the
+        // device refuses it, and the connection fails with CBError.peerRemovedPairingInformation (14). No pairing
+        // behind the user's back: the phone keeps its bond.
         device.simulateBondLoss()
         device.simulateDisconnection()
+        #expect(sim.run(until: { app.has("failed:14") }, within: .seconds(60)), "\(app.log)")
+        #expect(lock.withLock { paired } == 1)
+        #expect(sim.phone.loop.sync { sim.phone.bondStore.bonds.count } == 1)
+        // The user forgets the device; the app connects again, the read pairs anew and succeeds.
+        sim.phone.loop.sync { for b in sim.phone.bondStore.bonds { _ = sim.phone.removeBond(b.identityAddress) } }
+        app.queue?.sync { if let p = app.target { app.central.connect(p) } }
         #expect(sim.run(until: { app.count("read:\(readable.uuidString)") == 3 }, within: .seconds(60)), "\(app.log)")
         #expect(lock.withLock { paired } == 2)
         #expect(!app.has("readError"))

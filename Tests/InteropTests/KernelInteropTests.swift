@@ -19,6 +19,9 @@ enum KernelGuest {
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
         "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez",
+        // Core Bluetooth programs on hci-socket:1 with BlueZ as the peer (cb-peripheral-hci restarts bluetoothd
+        // with its own configuration and stops it; pair-bluez-initiates starts it again).
+        "cb-central-hci", "bond-deleted", "cb-peripheral-hci",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
         "rule-busy", "rule-no-cap", "rule-rfkill", "doctor", "rule-vanish",
         // The rows still open last: the kernel keeps hci0's privacy after bluetoothd ends.
@@ -105,6 +108,33 @@ struct KernelInteropTests {
 
     @Test("a Core Bluetooth peripheral on BLE_TRANSPORT=bluez, served and advertised by bluetoothd, read, subscribed to and written by ble on hci-socket:1")
     func coreBluetoothPeripheralOnBlueZ() throws { try KernelGuest.expectPassed("cb-peripheral-bluez") }
+
+    // MARK: Core Bluetooth programs on the HCI user channel, BlueZ as the peer
+
+    @Test("bluetoothctl as GATT client of a CBPeripheralManager program on hci-socket: discovery, long read and long write through CBATTRequest offsets, notifications, indications, a 2000-write write-without-response flood")
+    func blueZUsesOurCoreBluetoothPeripheral() throws {
+        try KernelGuest.expectPassed("cb-peripheral-hci")
+        let program = try KernelGuest.log("cb-peripheral-hci", "peripheral.log")
+        #expect(program.contains("of 512"))
+        #expect(program.contains("write 7D2E0002-5B6A-4C3E-9A6D-2F4B1C0E8A10: 300 octets in"))
+        #expect(program.contains("sent indication 5 of 5"))
+        #expect(program.contains("write-without-response: 2000 writes, 40000 octets, 0 gaps in the sequence"))
+    }
+
+    @Test("a CBCentralManager program on hci-socket against BlueZ's server: GAP and GATT services, an application service registered over D-Bus read, written and notifying")
+    func ourCoreBluetoothCentralUsesBlueZ() throws {
+        try KernelGuest.expectPassed("cb-central-hci")
+        let central = try KernelGuest.log("cb-central-hci", "central.log")
+        #expect(central.contains("read 2A00 = "))
+        #expect(central.contains("notification 1 on 7D2E1001-5B6A-4C3E-9A6D-2F4B1C0E8A10: 4f4b"))
+    }
+
+    @Test("a bond deleted on one side: our central's connection fails with Peer removed pairing information (no silent re-pairing); BlueZ's stale key is refused by us; both recover once the bond is forgotten")
+    func aDeletedBondEndsAsOnIOS() throws {
+        try KernelGuest.expectPassed("bond-deleted")
+        #expect(try KernelGuest.log("bond-deleted", "A.central.log").contains("failed to connect: Peer removed pairing information (CBErrorDomain code 14)"))
+        #expect(try KernelGuest.log("bond-deleted", "A.pair2.log").contains("it removed its pairing information"))
+    }
 
     // MARK: Pairing
 

@@ -175,6 +175,51 @@ final class TypoAgent: CBPairingAgent, @unchecked Sendable {
         #expect(bonds == 1)
     }
 
+    /// iOS 13.4 and later: connecting to a bonded device encrypts the link with the stored key at once; a device
+    /// that removed its pairing information refuses the key, and the connection fails with
+    /// CBError.peerRemovedPairingInformation. iOS does not pair again by itself (the user forgets the device):
+    /// the bond stays; once it is forgotten, the connection succeeds and the next encrypted read pairs anew.
+    @Test func aBondTheOtherSideDeletedFailsTheConnectionWithPeerRemovedPairingInformation() async throws {
+        let air = TestAir()
+        let (per, cen, _) = try await connectedPair(air, name: "stale-bond")
+        per.queue.sync {
+            per.onRead = { p, r in
+                r.value = Data([0x42]); p.respond(to: r, withResult: .success)
+            }
+        }
+        let p = try #require(cen.peripheral)
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("bonded") { cen.log.contains("value:6E400005") }
+        let (ch, ph) = (cen.manager.leHost!, per.manager.leHost!)
+        let centralIdentity = ch.loop.sync { ch.localAddress }
+        cen.queue.sync { cen.manager.cancelPeripheralConnection(p) }
+        try await waitUntil("disconnected") { cen.log.contains("disconnected") }
+        // The peripheral forgets the central; the central still has its bond.
+        #expect(ph.loop.sync { ph.removeBond(centralIdentity) })
+        #expect(ch.loop.sync { ch.bondStore.bonds.count } == 1)
+        var failure: Error?
+        do {
+            try await within("connection attempt", seconds: 30) { try await cen.manager.connectAndWait(p) }
+        } catch { failure = error }
+        let e = try #require(failure as? CBError)
+        #expect(e.code == .peerRemovedPairingInformation)
+        #expect(e.localizedDescription == "Peer removed pairing information")
+        #expect(e.userInfo[CBHCIStatusKey] as? NSNumber == 0x06)
+        #expect(p.state == .disconnected)
+        // Not paired again behind the user's back: the stale bond is kept, the peripheral has none.
+        #expect(ch.loop.sync { ch.bondStore.bonds.count } == 1)
+        #expect(ph.loop.sync { ph.bondStore.bonds.count } == 0)
+        // "Forget This Device": the connection succeeds, and the encrypted read pairs again.
+        #expect(ch.loop.sync { ch.removeBond(ph.localAddress) })
+        try await within("reconnected", seconds: 30) { try await cen.manager.connectAndWait(p) }
+        p.delegate = cen
+        cen.queue.sync { p.discoverServices(nil) }
+        try await waitUntil("rediscovered") { cen.log.count("characteristics:6E400001") >= 2 }
+        cen.queue.sync { p.readValue(for: cen.characteristic(secretUUID.uuidString)!) }
+        try await waitUntil("read after pairing anew") { cen.log.count("value:6E400005") >= 2 }
+        #expect(ch.loop.sync { ch.bondStore.bonds.count } == 1 && ph.loop.sync { ph.bondStore.bonds.count } == 1)
+    }
+
     @Test func subscribingToNotifyEncryptionRequiredPairsFirst() async throws {
         let air = TestAir()
         let per = TestPeripheral()
