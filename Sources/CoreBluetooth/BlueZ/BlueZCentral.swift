@@ -63,8 +63,13 @@ final class BlueZCentral: @unchecked Sendable {
 
     // Queue-confined.
     private(set) var bus: DBusConnection?
-    private var tree = BlueZObjectTree()
+    var tree = BlueZObjectTree()
     private var bluezOnBus = false
+    /// The app's pairing agent, exported and registered while bluetoothd is on the bus (BlueZAgent).
+    var pairing: BlueZAgent?
+    /// Waits for the agent's registration once bluetoothd answers.
+    var pendingAgentDone: (@Sendable (DBusError?) -> Void)?
+    var bluezReady: Bool { bluezOnBus }
     private(set) var adapterPath: String?
     private(set) var state: CBManagerState = .unknown
     private var scan: Scan?
@@ -154,6 +159,12 @@ final class BlueZCentral: @unchecked Sendable {
             case let .success(m):
                 bluezOnBus = true
                 tree.load(managedObjects: m.body.first ?? .bytes([]))
+                // bluetoothd (again) on the bus: it forgets agents when it goes.
+                if let pairing, !pairing.registered {
+                    let done = pendingAgentDone
+                    pendingAgentDone = nil
+                    pairing.register(done)
+                }
             case let .failure(e):
                 bluezOnBus = false
                 tree.clear()
@@ -168,6 +179,7 @@ final class BlueZCentral: @unchecked Sendable {
         CBLog.warning("BlueZ backend: the system bus connection ended: \(e)")
         bus = nil
         bluezOnBus = false
+        pairing?.forgetRegistration()
         tree.clear()
         updateState()
     }
@@ -259,6 +271,7 @@ final class BlueZCentral: @unchecked Sendable {
             if m.body[2].string?.isEmpty ?? true {
                 CBLog.warning("BlueZ backend: bluetoothd left the bus")
                 bluezOnBus = false
+                pairing?.forgetRegistration()
                 for path in Array(links.keys) { linkLost(path) }
                 tree.clear()
                 updateState()
@@ -335,7 +348,7 @@ final class BlueZCentral: @unchecked Sendable {
         m.deliverDiscovery(p, advertisement: advertisement, rssi: NSNumber(value: Int(rssi)))
     }
 
-    private func peripheral(forDevice path: String) -> CBPeripheral? {
+    func peripheral(forDevice path: String) -> CBPeripheral? {
         if let p = peripherals[path] { return p }
         guard let m = manager, let props = tree[path, BlueZObjectTree.deviceInterface],
             let address = BlueZAdvertisement.address(props)
