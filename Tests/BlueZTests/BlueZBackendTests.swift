@@ -254,6 +254,50 @@ struct BlueZBackendTests {
         try await r.wait(for: "descriptor Heart rate")
     }
 
+    @Test func theAsyncGATTCallsRunOnBlueZ() async throws {
+        let rig = try Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        let (p, s, device) = try await rig.connected()
+        let before = r.events.count
+        let charPath = device + "/service0001/char0002"
+
+        // The same model objects as the delegate API made, without delegate calls.
+        #expect(try await p.services() == [s])
+        #expect(try await p.services([CBUUID(string: "FEED")]).isEmpty)
+        let chars = try await p.characteristics(for: s)
+        #expect(chars.map(\.uuid) == [CBUUID(string: "2A37"), CBUUID(string: "2A39")])
+        #expect(chars[0] === s.characteristics?[0])
+        #expect(try await p.descriptors(for: chars[0]).map(\.uuid) == [CBUUID(string: "2901")])
+        #expect(try await p.value(for: chars[0]) == Data([0x06, 72]))
+        #expect(chars[0].value == Data([0x06, 72]))
+        try await p.write(Data([9]), to: chars[1])
+        #expect(fake.lastWrites.last?.value == [9] && fake.lastWrites.last?.type == "request")
+        #expect(try await p.currentRSSI() == -50)
+
+        // BlueZ's errors as an iPhone app would catch them.
+        fake.failNext("ReadValue", name: "org.bluez.Error.NotPermitted", message: "Read not permitted")
+        await #expect(throws: CBATTError(.readNotPermitted)) { try await p.value(for: chars[0]) }
+        fake.failNext("WriteValue", name: "org.bluez.Error.Failed", message: "Operation failed with ATT error: 0x80")
+        await #expect(throws: CBATTError(CBATTError.Code(rawValue: 0x80)!)) { try await p.write(Data([1]), to: chars[1]) }
+
+        // Notifications as a stream: StartNotify, values in order, the stream ends with the link.
+        let updates = try await p.updates(of: chars[0])
+        #expect(chars[0].isNotifying)
+        #expect(fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true))
+        fake.notify(charPath, [0x06, 90])
+        fake.notify(charPath, [0x06, 91])
+        var got: [Data] = []
+        for await v in updates {
+            got.append(v)
+            if got.count == 2 { fake.dropLink(device) }
+        }
+        #expect(got == [Data([0x06, 90]), Data([0x06, 91])])
+        // No delegate call came from the calls; notifications reach the delegate too, as on our own host.
+        try await r.wait(for: "disconnect error")
+        #expect(Array(r.events[before...]) == ["value [6, 90]", "value [6, 91]", "disconnect error"])
+        await #expect(throws: CBError(.notConnected)) { try await p.value(for: chars[0]) }
+    }
+
     @Test func blueZErrorsBecomeTheErrorsAnIPhoneAppSees() async throws {
         let rig = try Rig()
         let (fake, r) = (rig.fake, rig.recorder)
