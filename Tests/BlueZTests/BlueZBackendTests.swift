@@ -73,9 +73,9 @@ private struct Rig {
     let recorder = Recorder()
     let manager: CBCentralManager
 
-    init(adapter: String? = nil, addAdapter: Bool = true) throws {
-        bus = try PrivateBus()
-        fake = try FakeBlueZ(address: bus.address)
+    init(adapter: String? = nil, addAdapter: Bool = true) async throws {
+        bus = try await PrivateBus()
+        fake = try await FakeBlueZ(address: bus.address)
         if addAdapter { fake.addAdapter() }
         fake.database = [
             FakeService(
@@ -119,7 +119,7 @@ private struct Rig {
     .timeLimit(.minutes(2)))
 struct BlueZBackendTests {
     @Test func stateFollowsTheAdapterItsPowerAndBluetoothd() async throws {
-        let rig = try Rig(adapter: "hci1", addAdapter: false)
+        let rig = try await Rig(adapter: "hci1", addAdapter: false)
         let (fake, r) = (rig.fake, rig.recorder)
         let unsupported = "state \(CBManagerState.unsupported.rawValue)"
         let off = "state \(CBManagerState.poweredOff.rawValue)"
@@ -141,19 +141,19 @@ struct BlueZBackendTests {
     }
 
     @Test func noBluetoothdOnTheBusIsUnsupported() async throws {
-        let bus = try PrivateBus()
+        let bus = try await PrivateBus()
         let r = Recorder()
         let m = CBCentralManager(delegate: r, queue: DispatchQueue(label: "d"), bluez: BlueZOptions(busAddress: bus.address))
         try await r.wait(for: "state \(CBManagerState.unsupported.rawValue)")
         // bluetoothd starting later is noticed (NameOwnerChanged), and its adapter read.
-        let fake = try FakeBlueZ(address: bus.address)
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         withExtendedLifetime(m) {}
     }
 
     @Test func discoverySetsBlueZsFilterAndReportsTheNativeKeys() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
@@ -195,7 +195,7 @@ struct BlueZBackendTests {
     }
 
     @Test func duplicatesAreReportedWhenAskedFor() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
@@ -209,7 +209,7 @@ struct BlueZBackendTests {
     }
 
     @Test func aGATTClientSessionMapsOntoBlueZ() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)
         let (p, s, device) = try await rig.connected()
         #expect(p.state == .connected)
@@ -255,7 +255,7 @@ struct BlueZBackendTests {
     }
 
     @Test func theAsyncGATTCallsRunOnBlueZ() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)
         let (p, s, device) = try await rig.connected()
         let before = r.events.count
@@ -299,7 +299,7 @@ struct BlueZBackendTests {
     }
 
     @Test func blueZErrorsBecomeTheErrorsAnIPhoneAppSees() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)
         let (p, s, _) = try await rig.connected()
         let chars = s.characteristics!
@@ -325,7 +325,7 @@ struct BlueZBackendTests {
     }
 
     @Test func aFailedConnectIsDidFailToConnectWithBlueZsReason() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: nil)
@@ -342,7 +342,7 @@ struct BlueZBackendTests {
     }
 
     @Test func cancelAndALostLinkAreAnnouncedAsOnIOS() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         let (p, _, device) = try await rig.connected()
         m.cancelPeripheralConnection(p)
@@ -372,7 +372,7 @@ struct BlueZBackendTests {
     }
 
     @Test func knownAndSystemConnectedDevicesAreRetrieved() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         // A bonded device BlueZ remembers (not advertising now), and a keyboard the system keeps connected.
@@ -402,7 +402,7 @@ struct BlueZBackendTests {
     }
 
     @Test func theAdapterRemovedMidOperationResetsEverything() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         let (p, s, device) = try await rig.connected()
         p.setNotifyValue(true, for: s.characteristics![0])

@@ -62,8 +62,8 @@ func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thr
     .timeLimit(.minutes(2)))
 struct BlueZPairingTests {
     @Test func aPairingAgentAnswersBlueZsPromptsAsTheAppDecides() async throws {
-        let bus = try PrivateBus()
-        let fake = try FakeBlueZ(address: bus.address)
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         let device = fake.addDevice(address: "C0:FF:EE:00:00:07", random: true, ["Name": .string("Lock"), "RSSI": .int16(-40)])
         let r = Recorder()
@@ -115,8 +115,8 @@ struct BlueZPairingTests {
     }
 
     @Test func theAgentIsRegisteredAgainWhenBluetoothdComesBack() async throws {
-        let bus = try PrivateBus()
-        var fake: FakeBlueZ? = try FakeBlueZ(address: bus.address)
+        let bus = try await PrivateBus()
+        var fake: FakeBlueZ? = try await FakeBlueZ(address: bus.address)
         fake!.addAdapter()
         let r = Recorder()
         let m = CBPeripheralManager(delegate: nil, queue: DispatchQueue(label: "bluez-pairing-p"), bluez: BlueZOptions(busAddress: bus.address))
@@ -127,7 +127,7 @@ struct BlueZPairingTests {
         fake!.connection.close()
         fake = nil
         try await r.wait("bluetoothd gone") { _ in m.state == .unsupported }
-        let again = try FakeBlueZ(address: bus.address)
+        let again = try await FakeBlueZ(address: bus.address)
         again.addAdapter()
         try await r.wait("registered again") { _ in again.registeredAgents.values.sorted() == ["KeyboardDisplay"] && again.defaultAgent != nil }
         // The peripheral role names the central by its identifier on this adapter.
@@ -139,8 +139,8 @@ struct BlueZPairingTests {
     }
 
     @Test func bondsAreBlueZsAndPairGoesThroughTheAgent() async throws {
-        let bus = try PrivateBus()
-        let fake = try FakeBlueZ(address: bus.address)
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         let old = fake.addDevice(address: "C0:FF:EE:00:00:0A", ["Name": .string("Keyboard"), "Paired": .boolean(true), "Bonded": .boolean(true)])
         fake.addDevice(address: "C0:FF:EE:00:00:0B", random: true, ["Name": .string("Tag")])
@@ -184,10 +184,10 @@ struct BlueZPairingTests {
     }
 
     @Test func theToolSessionSaysWhatIsMissing() async throws {
-        let bus = try PrivateBus()
+        let bus = try await PrivateBus()
         let options = BlueZOptions(busAddress: bus.address)
         await #expect(throws: BlueZDevices.Failure.self) { try await onThread { try BlueZDevices(options: options, timeout: 5) } }
-        let fake = try FakeBlueZ(address: bus.address)
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter(powered: false)
         let outcome = try await onThread { () -> BlueZDevices.Failure? in
             do {

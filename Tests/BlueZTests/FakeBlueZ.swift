@@ -56,7 +56,10 @@ final class FakeBlueZ: @unchecked Sendable {
     /// The GATT database every device shows once connected.
     var database: [FakeService] = []
 
-    init(address: String) throws {
+    /// Async: the bus's answers arrive on the connection's queue, which needs a Dispatch worker; waiting for them with
+    /// callBlocking held the test task's worker meanwhile (on a saturated machine the suite's tasks then queued behind
+    /// the pool's growth of one worker a second).
+    init(address: String) async throws {
         connection = try DBusConnection(address: address)
         // The object manager is there before the name, as in bluetoothd.
         connection.export(path: "/") { [weak self] call in self?.handleRoot(call) }
@@ -68,11 +71,11 @@ final class FakeBlueZ: @unchecked Sendable {
             else { return }
             self.lock.withLock { self.appSignals.append((path, v)) }
         }
-        _ = try connection.callBlocking(
+        _ = try await connection.call(
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "AddMatch", body: [.string("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'")]))
-        let reply = try connection.callBlocking(
+        let reply = try await connection.call(
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "RequestName", body: [.string("org.bluez"), .uint32(4)]))
