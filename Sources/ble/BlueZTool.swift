@@ -5,6 +5,7 @@ import ArgumentParser
 import CoreBluetooth
 import Foundation
 import BLESMP
+import BLEWire
 
 enum BlueZTool {
     /// The BlueZ options BLE_TRANSPORT names, or nil when it names another transport.
@@ -12,6 +13,13 @@ enum BlueZTool {
 
     static func open(_ o: BlueZOptions) throws -> BlueZDevices {
         do { return try BlueZDevices(options: o) } catch { throw ToolError("BLE_TRANSPORT=\(transportName(o)): \(error)") }
+    }
+
+    /// Why a command that opens a controller of its own does not run on bluez.
+    static func needsOwnController(_ o: BlueZOptions) -> String {
+        "BLE_TRANSPORT=\(transportName(o)): this command runs our own host on a controller of its own, and bluetoothd keeps the "
+            + "adapter on this backend. Through bluetoothd: `ble pair`, `ble bonds`, `ble demo`; the others need hci-socket:N "
+            + "(an adapter bluetoothd lets go; `ble doctor` says which)"
     }
 
     static func transportName(_ o: BlueZOptions) -> String { o.adapter.map { "bluez:\($0)" } ?? "bluez" }
@@ -32,11 +40,11 @@ enum BlueZTool {
         defer { bluez.close() }
         var device: BlueZDevices.Device
         do {
-            device = try bluez.find(c.address, discover: min(c.timeout, 10))
+            device = try bluez.find(c.address, discover: min(c.timeout, 30))
             if device.paired, c.force {
                 print("forgetting the bond with \(device.address) first (--force)")
                 try bluez.remove(device)
-                device = try bluez.find(c.address, discover: min(c.timeout, 10))
+                device = try bluez.find(c.address, discover: min(c.timeout, 30))
             }
             if device.paired {
                 print("already bonded with \(describe(device)) (BlueZ keeps the keys; --force pairs again)")
@@ -129,5 +137,86 @@ final class TerminalPairingAgent: CBPairingAgent, @unchecked Sendable {
             return true
         }
         return await ask(String(format: "Does the other device show %06u? [y/N]", number))?.lowercased().hasPrefix("y") == true
+    }
+}
+
+// MARK: ble scan
+
+extension BlueZTool {
+    /// `ble scan` through bluetoothd: a Core Bluetooth central on the bluez backend (BlueZ merges advertisements and
+    /// scan responses into Device1's properties). One line per device when it is first heard and again when what it
+    /// advertises changes (every report with --duplicates); `--json` as on our own host, with the keys BlueZ gives.
+    static func scan(_ o: BlueZOptions, _ c: ScanCommand) throws {
+        if c.passive { throw ValidationError("--passive: bluetoothd's discovery always scans actively (BLE_TRANSPORT=bluez)") }
+        final class Scanner: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
+            let command: ScanCommand
+            let ready = DispatchSemaphore(value: 0)
+            var state: CBManagerState = .unknown
+            var shown: [UUID: String] = [:]
+            init(_ c: ScanCommand) { command = c }
+            func centralManagerDidUpdateState(_ central: CBCentralManager) {
+                state = central.state
+                if central.state != .unknown { ready.signal() }
+            }
+            func centralManager(_ central: CBCentralManager, didDiscover p: CBPeripheral, advertisementData: [String: Any], rssi: NSNumber) {
+                let name = advertisementData[CBAdvertisementDataLocalNameKey] as? String ?? p.name
+                if let wanted = command.name, !(name?.localizedCaseInsensitiveContains(wanted) ?? false) { return }
+                if let floor = command.rssi, rssi.intValue < floor { return }
+                let a = p.deviceAddress
+                var details: [String] = []
+                var json: [String: Any] = ["address": a.description, "address_type": ScanPrinter.kind(a), "rssi": rssi.intValue, "connectable": true]
+                if let name { json["name"] = name }
+                if let s = advertisementData[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID], !s.isEmpty {
+                    details.append("services " + s.map { ScanPrinter.uuidName($0.bluetoothUUID) }.joined(separator: ", "))
+                    json["services"] = s.map(\.bluetoothUUID.uuidString)
+                }
+                if let m = advertisementData[CBAdvertisementDataManufacturerDataKey] as? Data, let (id, company) = ScanPrinter.company([UInt8](m)) {
+                    let rest = [UInt8](m.dropFirst(2))
+                    details.append(String(format: "manufacturer 0x%04x", id) + (company.map { " (\($0))" } ?? "") + ": " + ValueDecoding.hex(rest))
+                    var e: [String: Any] = ["company_id": Int(id), "data": rest.map { String(format: "%02x", $0) }.joined()]
+                    if let company { e["company"] = company }
+                    json["manufacturer_data"] = [e]
+                }
+                if let sd = advertisementData[CBAdvertisementDataServiceDataKey] as? [CBUUID: Data], !sd.isEmpty {
+                    let sorted = sd.sorted { $0.key.uuidString < $1.key.uuidString }
+                    for (u, d) in sorted { details.append("data \(u.bluetoothUUID.uuidString): \(ValueDecoding.hex([UInt8](d)))") }
+                    json["service_data"] = sorted.map { ["uuid": $0.key.bluetoothUUID.uuidString, "data": $0.value.map { String(format: "%02x", $0) }.joined()] }
+                }
+                if let t = advertisementData[CBAdvertisementDataTxPowerLevelKey] as? NSNumber {
+                    details.append("tx \(t.intValue) dBm")
+                    json["tx_power"] = t.intValue
+                }
+                let content = ScanPrinter.pad(name.map { "\"\($0)\"" } ?? "-", 22) + details.joined(separator: "  ")
+                if !command.duplicates, shown[p.identifier] == content { return }
+                shown[p.identifier] = content
+                if command.json {
+                    say(jsonText(json, pretty: false))
+                } else {
+                    say(ScanPrinter.pad(a.description, 21) + ScanPrinter.pad(ScanPrinter.kind(a), 17) + ScanPrinter.pad(String(format: "%4d", rssi.intValue), 6) + content)
+                }
+            }
+        }
+        let scanner = Scanner(c)
+        let queue = DispatchQueue(label: "ble-scan-bluez")
+        let manager = CBCentralManager(delegate: scanner, queue: queue, bluez: o)
+        if scanner.ready.wait(timeout: .now() + Controller.defaultTimeout) == .timedOut || queue.sync(execute: { scanner.state }) != .poweredOn {
+            let why = queue.sync { scanner.state }
+            throw ToolError(
+                "BLE_TRANSPORT=\(transportName(o)): "
+                    + (why == .poweredOff ? "the adapter is powered off (bluetoothctl power on)" : "no bluetoothd with this adapter on the system bus (is bluetoothd running?)"))
+        }
+        if !c.json { say(ScanPrinter.header) }
+        let services = c.service.flatMap { BluetoothUUID(string: $0) }.map { [CBUUID($0)] }
+        manager.scanForPeripherals(withServices: services, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
+        let finished = DispatchSemaphore(value: 0)
+        signal(SIGINT, SIG_IGN)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        interrupt.setEventHandler { finished.signal() }
+        interrupt.resume()
+        _ = finished.wait(timeout: c.duration > 0 ? .now() + c.duration : .distantFuture)
+        interrupt.cancel()
+        manager.stopScan()
+        warn("\(queue.sync { scanner.shown.count }) device(s)")
+        withExtendedLifetime(manager) {}
     }
 }

@@ -18,7 +18,7 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
         "rule-busy", "rule-no-cap", "rule-rfkill", "doctor", "rule-vanish",
         // The rows still open last: the kernel keeps hci0's privacy after bluetoothd ends.
@@ -105,6 +105,9 @@ struct KernelInteropTests {
 
     @Test("a Core Bluetooth peripheral on BLE_TRANSPORT=bluez, served and advertised by bluetoothd, read, subscribed to and written by ble on hci-socket:1")
     func coreBluetoothPeripheralOnBlueZ() throws { try KernelGuest.expectPassed("cb-peripheral-bluez") }
+
+    @Test("ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond")
+    func pairingThroughOurAgentOnBlueZ() throws { try KernelGuest.expectPassed("cb-pair-bluez") }
 
     // MARK: Pairing
 

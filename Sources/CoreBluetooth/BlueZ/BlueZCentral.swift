@@ -313,8 +313,9 @@ final class BlueZCentral: @unchecked Sendable {
             scan = nil
             guard discovering, let adapter = adapterPath else { return }
             discovering = false
-            call(adapter, BlueZObjectTree.adapterInterface, "StopDiscovery") { r in
-                if case let .failure(e) = r { CBLog.warning("BlueZ backend: StopDiscovery failed: \(e)") }
+            call(adapter, BlueZObjectTree.adapterInterface, "StopDiscovery") { [self] r in
+                // Closing the connection ends the discovery session too (bluetoothd watches its owner).
+                if case let .failure(e) = r, !closed { CBLog.warning("BlueZ backend: StopDiscovery failed: \(e)") }
             }
         }
     }
