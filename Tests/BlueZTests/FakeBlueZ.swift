@@ -66,6 +66,16 @@ final class FakeBlueZ: @unchecked Sendable {
         connection.export(path: "/org/bluez") { [weak self] call in self?.handle(call) }
         // Value changes of registered applications' characteristics (bluetoothd watches them the same way).
         connection.onSignal { [weak self] m in
+            // A client that leaves the bus takes its agents with it (bluetoothd watches their owners).
+            if let self, m.member == "NameOwnerChanged", m.body.count == 3, let old = m.body[1].string, m.body[2].string?.isEmpty == true {
+                self.lock.withLock {
+                    for (path, a) in self.agents where a.owner == old {
+                        self.agents[path] = nil
+                        if self.defaultAgentPath == path { self.defaultAgentPath = nil }
+                    }
+                }
+                return
+            }
             guard let self, m.member == "PropertiesChanged", m.sender != self.connection.uniqueName, let path = m.path,
                 let v = m.body.count > 1 ? m.body[1].stringDictionary?["Value"]?.byteArray : nil
             else { return }
@@ -75,6 +85,10 @@ final class FakeBlueZ: @unchecked Sendable {
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "AddMatch", body: [.string("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'")]))
+        _ = try await connection.call(
+            .methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "AddMatch", body: [.string("type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged'")]))
         let reply = try await connection.call(
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
