@@ -18,7 +18,7 @@ enum BlueZTool {
     /// Why a command that opens a controller of its own does not run on bluez.
     static func needsOwnController(_ o: BlueZOptions) -> String {
         "BLE_TRANSPORT=\(transportName(o)): this command runs our own host on a controller of its own, and bluetoothd keeps the "
-            + "adapter on this backend. Through bluetoothd: `ble pair`, `ble bonds`, `ble demo`; the others need hci-socket:N "
+            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble read`, `ble write`, `ble pair`, `ble bonds`, `ble demo`; the others need hci-socket:N "
             + "(an adapter bluetoothd lets go; `ble doctor` says which)"
     }
 
@@ -219,4 +219,122 @@ extension BlueZTool {
         warn("\(queue.sync { scanner.shown.count }) device(s)")
         withExtendedLifetime(manager) {}
     }
+}
+
+// MARK: ble read, ble write
+
+extension BlueZTool {
+    /// Finds the device through bluetoothd, connects a Core Bluetooth central to it (pairing prompts on the terminal),
+    /// discovers its characteristics, runs `body` with the async GATT calls, and disconnects.
+    static func withPeripheral<T: Sendable>(
+        _ o: BlueZOptions, _ connect: ConnectOptions, _ body: @escaping @Sendable (CBPeripheral, [CBCharacteristic]) async throws -> T
+    ) throws -> T {
+        let devices = try open(o)
+        let device: BlueZDevices.Device
+        do { device = try devices.find(connect.device, discover: connect.timeout) } catch {
+            devices.close()
+            throw ToolError("\(error)")
+        }
+        let identifier = devices.identifier(of: device)
+        devices.close()
+        let outcome = ToolOutcome<T>()
+        let done = DispatchSemaphore(value: 0)
+        let manager = CBCentralManager(delegate: nil, queue: DispatchQueue(label: "ble-bluez-central"), bluez: o)
+        manager.pairingAgent = TerminalPairingAgent(capability(connect.io.capability), autoAccept: connect.yes)
+        let work = Task {
+            let result: Result<T, any Error>
+            var connected: CBPeripheral?
+            do {
+                try await manager.waitUntilPoweredOn()
+                guard let p = manager.retrievePeripherals(withIdentifiers: [identifier]).first else {
+                    throw ToolError("bluetoothd no longer knows \(device.address)")
+                }
+                connected = p
+                try await manager.connectAndWait(p)
+                var characteristics: [CBCharacteristic] = []
+                for s in try await p.services() { characteristics += try await p.characteristics(for: s) }
+                result = .success(try await body(p, characteristics))
+            } catch {
+                result = .failure(error)
+            }
+            if let p = connected, p.state != .disconnected {
+                manager.cancelPeripheralConnection(p)
+                // Disconnect leaves on the backend's queue after what the body sent; wait for it to be done.
+                for _ in 0..<500 where p.state != .disconnected { try? await Task.sleep(nanoseconds: 10_000_000) }
+            }
+            outcome.lock.withLock { outcome.result = result }
+            done.signal()
+        }
+        if done.wait(timeout: .now() + connect.timeout + 120) == .timedOut {
+            work.cancel()
+            throw ToolError("\(device.address): no answer from bluetoothd within \(Int(connect.timeout + 120)) s")
+        }
+        do {
+            return try outcome.lock.withLock { outcome.result! }.get()
+        } catch let e as ToolError {
+            throw e
+        } catch {
+            throw ToolError("\(device.address): \((error as NSError).localizedDescription)")
+        }
+    }
+
+    /// The characteristic an attribute names (by UUID, or by its value handle as BlueZ's paths give it).
+    static func characteristic(_ spec: AttributeSpec, in list: [CBCharacteristic]) throws -> CBCharacteristic {
+        let found: CBCharacteristic? =
+            switch spec {
+            case let .uuid(u): list.first { $0.uuid.bluetoothUUID == u }
+            case let .handle(h): list.first { $0.valueHandle == h }
+            }
+        guard let found else { throw ToolError("no characteristic \(spec) (on bluez, characteristics only: bluetoothd keeps descriptors' handles)") }
+        return found
+    }
+
+    static func label(_ c: CBCharacteristic) -> String {
+        let u = c.uuid.bluetoothUUID
+        return String(format: "0x%04x ", c.valueHandle) + RemoteDatabase.label(u, AssignedNumbers.name(ofCharacteristic: u))
+    }
+
+    static func read(_ o: BlueZOptions, _ c: ReadCommand) throws {
+        let (label, value, decoded) = try withPeripheral(o, c.connect) { p, list -> (String, [UInt8], String?) in
+            let ch = try characteristic(c.attribute, in: list)
+            let v: [UInt8]
+            do { v = [UInt8](try await p.value(for: ch)) } catch { throw ToolError("reading \(BlueZTool.label(ch)): \((error as NSError).localizedDescription)") }
+            return (BlueZTool.label(ch), v, ValueDecoding.characteristic(ch.uuid.bluetoothUUID, v, presentation: nil))
+        }
+        if c.raw { return FileHandle.standardOutput.write(Data(value)) }
+        if c.json {
+            var object: [String: Any] = ["handle": Int(label.prefix(6).dropFirst(2), radix: 16) ?? 0, "value": value.map { String(format: "%02x", $0) }.joined()]
+            if let decoded { object["decoded"] = decoded }
+            say(jsonText(object, pretty: false))
+        } else {
+            say("\(label): " + RemoteDatabase.render(value: value, error: nil, decoded: decoded))
+        }
+    }
+
+    static func write(_ o: BlueZOptions, _ c: WriteCommand) throws {
+        let v = try c.value()
+        guard v.count <= 512 else { throw ToolError("\(v.count) octets; an attribute value holds at most 512") }
+        let noResponse = c.noResponse
+        let label = try withPeripheral(o, c.connect) { p, list -> String in
+            let ch = try characteristic(c.attribute, in: list)
+            if noResponse {
+                guard v.count <= p.maximumWriteValueLength(for: .withoutResponse) else {
+                    throw ToolError("\(v.count) octets do not fit in one Write Command (\(p.maximumWriteValueLength(for: .withoutResponse)) at most)")
+                }
+                p.writeValue(Data(v), for: ch, type: .withoutResponse)
+                // bluetoothd has taken it once it answers WriteValue; the flag says so.
+                for _ in 0..<500 where !p.canSendWriteWithoutResponse { try? await Task.sleep(nanoseconds: 10_000_000) }
+            } else {
+                do { try await p.write(Data(v), to: ch) } catch { throw ToolError("writing \(BlueZTool.label(ch)): \((error as NSError).localizedDescription)") }
+            }
+            return BlueZTool.label(ch)
+        }
+        say("wrote \(v.count) octet(s) to \(label)" + (noResponse ? " without response" : ""))
+    }
+}
+
+/// What a task hands back to a command's thread.
+private final class ToolOutcome<T>: @unchecked Sendable {
+    let lock = NSLock()
+    var result: Result<T, any Error>?
 }

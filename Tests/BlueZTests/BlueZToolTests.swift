@@ -125,9 +125,46 @@ struct BlueZToolTests {
         // A command that runs our own host says what runs on bluez instead.
         let gatt = try await BLE.run(["gatt", "C0:FF:EE:00:00:0B"], bus: bus.address)
         #expect(gatt.status != 0)
-        #expect(gatt.stderr.contains("bluetoothd keeps the adapter") && gatt.stderr.contains("`ble pair`, `ble bonds`"), "\(gatt.stderr)")
+        #expect(gatt.stderr.contains("bluetoothd keeps the adapter") && gatt.stderr.contains("`ble read`, `ble write`, `ble pair`, `ble bonds`"), "\(gatt.stderr)")
         // No bluetoothd for the adapter named: a clear failure, not a hang.
         let wrong = try await BLE.run(["bonds"], bus: bus.address, adapter: "hci7")
         #expect(wrong.status != 0 && wrong.stderr.contains("no bluetoothd with hci7"), "\(wrong.stderr)")
+    }
+
+    @Test func bleReadAndWriteRunThroughBluetoothd() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        fake.addAdapter()
+        fake.database = [
+            FakeService(
+                uuid: "0000180d-0000-1000-8000-00805f9b34fb",
+                characteristics: [
+                    FakeCharacteristic(uuid: "00002a37-0000-1000-8000-00805f9b34fb", flags: ["read", "notify"], value: [0x06, 72]),
+                    FakeCharacteristic(uuid: "00002a39-0000-1000-8000-00805f9b34fb", flags: ["write", "write-without-response"], value: []),
+                ])
+        ]
+        let device = fake.addDevice(address: "C0:FF:EE:00:00:0D", random: true, ["Name": .string("HRM")])
+
+        let read = try await BLE.run(["read", "HRM", "2A37"], bus: bus.address)
+        #expect(read.status == 0, "\(read.stdout) \(read.stderr)")
+        #expect(read.stdout.hasPrefix("0x0003 2A37 Heart Rate Measurement: 72 bpm") && read.stdout.contains("[06 48]"), "\(read.stdout)")
+        let json = try await BLE.run(["read", "C0:FF:EE:00:00:0D", "0x0003", "--json"], bus: bus.address)
+        #expect(json.stdout.contains("\"value\":\"0648\"") && json.stdout.contains("\"handle\":3"), "\(json.stdout) \(json.stderr)")
+        // Each command ends the link it made.
+        #expect(fake.property(device, "org.bluez.Device1", "Connected") == .boolean(false))
+
+        let write = try await BLE.run(["write", "HRM", "2A39", "--hex", "0102"], bus: bus.address)
+        #expect(write.status == 0 && write.stdout.contains("wrote 2 octet(s) to 0x0005 2A39"), "\(write.stdout) \(write.stderr)")
+        let command = try await BLE.run(["write", "HRM", "2A39", "--text", "hi", "--no-response"], bus: bus.address)
+        #expect(command.status == 0 && command.stdout.contains("without response"), "\(command.stdout) \(command.stderr)")
+        #expect(fake.lastWrites.map(\.value) == [[1, 2], Array("hi".utf8)])
+        #expect(fake.lastWrites.map(\.type) == ["request", "command"])
+
+        // BlueZ's refusal, as the tool's error.
+        fake.failNext("ReadValue", name: "org.bluez.Error.NotPermitted", message: "Read not permitted")
+        let refused = try await BLE.run(["read", "HRM", "2A37"], bus: bus.address)
+        #expect(refused.status != 0 && refused.stderr.contains("Read not permitted"), "\(refused.stderr)")
+        let unknown = try await BLE.run(["read", "HRM", "2A99"], bus: bus.address)
+        #expect(unknown.status != 0 && unknown.stderr.contains("no characteristic 2A99"), "\(unknown.stderr)")
     }
 }

@@ -106,7 +106,9 @@ struct KernelInteropTests {
     @Test("a Core Bluetooth peripheral on BLE_TRANSPORT=bluez, served and advertised by bluetoothd, read, subscribed to and written by ble on hci-socket:1")
     func coreBluetoothPeripheralOnBlueZ() throws { try KernelGuest.expectPassed("cb-peripheral-bluez") }
 
-    @Test("ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond")
+    @Test(
+        "ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond"
+    )
     func pairingThroughOurAgentOnBlueZ() throws { try KernelGuest.expectPassed("cb-pair-bluez") }
 
     // MARK: Pairing
