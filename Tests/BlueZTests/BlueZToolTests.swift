@@ -148,7 +148,7 @@ struct BlueZToolTests {
         let read = try await BLE.run(["read", "HRM", "2A37"], bus: bus.address)
         #expect(read.status == 0, "\(read.stdout) \(read.stderr)")
         #expect(read.stdout.hasPrefix("0x0003 2A37 Heart Rate Measurement: 72 bpm") && read.stdout.contains("[06 48]"), "\(read.stdout)")
-        let json = try await BLE.run(["read", "C0:FF:EE:00:00:0D", "0x0003", "--json"], bus: bus.address)
+        let json = try await BLE.run(["read", "C0:FF:EE:00:00:0D/R", "0x0003", "--json"], bus: bus.address)
         #expect(json.stdout.contains("\"value\":\"0648\"") && json.stdout.contains("\"handle\":3"), "\(json.stdout) \(json.stderr)")
         // Each command ends the link it made.
         #expect(fake.property(device, "org.bluez.Device1", "Connected") == .boolean(false))

@@ -18,7 +18,7 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez", "cb-tool-bluez",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
         "rule-busy", "rule-no-cap", "rule-rfkill", "doctor", "rule-vanish",
         // The rows still open last: the kernel keeps hci0's privacy after bluetoothd ends.
@@ -110,6 +110,9 @@ struct KernelInteropTests {
         "ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond"
     )
     func pairingThroughOurAgentOnBlueZ() throws { try KernelGuest.expectPassed("cb-pair-bluez") }
+
+    @Test("ble scan, read (long values too) and write on BLE_TRANSPORT=bluez, through bluetoothd, against ble serve on hci-socket:1")
+    func toolCommandsOnBlueZ() throws { try KernelGuest.expectPassed("cb-tool-bluez") }
 
     // MARK: Pairing
 

@@ -87,9 +87,12 @@ package final class BlueZDevices: @unchecked Sendable {
     /// The devices BlueZ keeps keys for.
     package func bonds() -> [Device] { devices().filter { $0.paired || $0.bonded } }
 
-    /// The device with this address (any address type) or advertised name; with `discover`, a scan of up to
+    /// The device with this address (any address type; a /P or /R suffix allowed) or advertised name; with `discover`, a scan of up to
     /// `timeout` seconds finds one BlueZ does not know yet.
-    package func find(_ addressOrName: String, discover timeout: Double = 10) throws(Failure) -> Device {
+    package func find(_ target: String, discover timeout: Double = 10) throws(Failure) -> Device {
+        // An address as `ble scan` prints it may end in /P or /R (its type); BlueZ's Address has no suffix.
+        let suffixed = target.count == 19 && (target.hasSuffix("/P") || target.hasSuffix("/R") || target.hasSuffix("/p") || target.hasSuffix("/r"))
+        let addressOrName = suffixed ? String(target.dropLast(2)) : target
         func match() -> Device? {
             let all = devices()
             return all.first { $0.address.caseInsensitiveCompare(addressOrName) == .orderedSame } ?? all.first { $0.name == addressOrName }
