@@ -145,7 +145,10 @@ let package = Package(
             "TestSupport", "CoreBluetooth", "BoundStreams", "BLEVirtualRadio", "BLEHost", "BLETransport", "BLEHCI", "BLEATT", "BLEWire", logging,
         ]),
         .testTarget(name: "HeartRateMonitorExampleTests", dependencies: ["HeartRateMonitorExample", "CoreBluetooth", "CoreBluetoothTesting"],
-                    path: "examples/heart-rate-testing/Tests/HeartRateMonitorTests"),
+                    path: "examples/heart-rate-testing/Tests/HeartRateMonitorTests",
+                    // Which module the test imports: not canImport, since the example's own build (scripts/test
+                    // builds it in .build too) leaves a HeartRateMonitor module that this target does not link.
+                    swiftSettings: [.define("OCB_EXAMPLE_INSIDE_PACKAGE")]),
         .testTarget(name: "CoreBluetoothTestingTests", dependencies: ["CoreBluetoothTesting", "CoreBluetooth", "TestSupport", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEGATT", "BLEWire"]),
         .testTarget(name: "MultipeerConnectivityTests", dependencies: [
             "MultipeerConnectivity", "PeerSession", "PeerTransport", "PeerBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire",

@@ -6,10 +6,10 @@ import XCTest
 import Foundation
 import CoreBluetooth
 import CoreBluetoothTesting
-#if canImport(HeartRateMonitor)
-import HeartRateMonitor
-#else
+#if OCB_EXAMPLE_INSIDE_PACKAGE
 import HeartRateMonitorExample   // the same sources, built inside OpenCoreBluetooth's own test run
+#else
+import HeartRateMonitor
 #endif
 
 final class HeartRateMonitorTests: XCTestCase {
