@@ -20,7 +20,9 @@
 // - bulk reception: after 64 reads in a row that wrote nothing, within 250 ms, on a connection that has
 //   written nothing for a second and whose host holds no backlog (it only listens), the reader turns ACKs to
 //   delayed (TCP_QUICKACK 0) so that the controller's Nagle gathers what it sends meanwhile into one
-//   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it.
+//   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it,
+//   except a sparse write (after 16 answerless reads or more, as an L2CAP receiver returns credits): it
+//   carries an ACK itself and answers nothing the peer waits for.
 //   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`).
 // Both cut the system calls of a GATT transfer over rootcanal by about 7× (1.4 → 0.2 per HCI packet on each
 // side) at the same throughput. The 1 MB L2CAP echo through Bumble that once timed out with them on is bound
@@ -222,6 +224,8 @@ public final class StreamConnection: @unchecked Sendable {
         static let quiet: UInt64 = 1_000_000_000
         /// The kernel leaves ping-pong mode when a delayed ACK fires: enter it again at most this often.
         static let reenter: UInt64 = 20_000_000
+        /// A write after at least this many answerless reads does not end a run (see `afterRead`).
+        static let sparseWriteReads = 16
 
         var answerless = 0
         var runStart: UInt64 = 0
@@ -231,6 +235,8 @@ public final class StreamConnection: @unchecked Sendable {
         var delaying = false
         var lastEnter: UInt64 = 0
         var setsockopts = 0
+        /// Reads since the last one after which something had been written.
+        var readsSinceWrite = 0
 
         /// Returns true while ACKs are delayed (the quick-ACK rule does not apply).
         /// The thresholds (a connection may be given others, as tests do).
@@ -239,22 +245,29 @@ public final class StreamConnection: @unchecked Sendable {
             var runLength = BulkReception.runLength
             var runWindow = BulkReception.runWindow
             var pause = BulkReception.pause
-            /// How long nothing must have been written before a run counts.
+            /// How long nothing but sparse writes must have been written before a run counts.
             var quiet = BulkReception.quiet
+            var sparseWriteReads = BulkReception.sparseWriteReads
         }
 
         mutating func afterRead(wroteSinceLastRead: Bool, hostBacklog: Bool, fd: Int32, policy: Policy) -> Bool {
             guard policy.enabled else { return false }
             let now = DispatchTime.now().uptimeNanoseconds
             defer { lastRead = now }
-            if wroteSinceLastRead { lastWrite = now }
-            if wroteSinceLastRead || now &- lastRead > policy.pause {
+            // A write after many answerless reads is not an answer the peer waits for but bookkeeping of the
+            // stream (an L2CAP receiver's credits, every quarter window): it carries an ACK itself, and ending
+            // the run at each one kept a credit-returning receiver at a read per packet.
+            let sparse = wroteSinceLastRead && readsSinceWrite >= policy.sparseWriteReads
+            readsSinceWrite = wroteSinceLastRead ? 0 : readsSinceWrite + 1
+            let answered = wroteSinceLastRead && !sparse
+            if answered { lastWrite = now }
+            if answered || now &- lastRead > policy.pause {
                 answerless = 0
                 runStart = now
                 // After a pause the kernel has left ping-pong mode by itself (its delayed ACK fired); after a
                 // write the quick-ACK rule takes over again and leaves it if a read goes unanswered.
                 delaying = false
-                if wroteSinceLastRead { return false }
+                if answered { return false }
             }
             // A run that took longer than its window starts again from here (the window slides).
             if now &- runStart >= policy.runWindow {

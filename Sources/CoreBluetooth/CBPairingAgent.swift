@@ -90,6 +90,8 @@ extension CBCentralManager {
                 let all = SharedLink.existing(c)?.peripherals ?? []
                 return all.first { $0.manager === self } ?? all.first
             }
+            // BLE_TRANSPORT=bluez: bluetoothd asks through an Agent1 of ours (BlueZAgent).
+            bluez?.setPairingAgent(newValue) { [weak bluez] path in bluez?.peripheralPeer(forDevice: path) }
         }
     }
 }
@@ -98,6 +100,10 @@ extension CBPeripheralManager {
     /// The agent that answers pairing prompts when centrals pair with us; nil accepts Just Works only.
     public var pairingAgent: (any CBPairingAgent)? {
         get { managerLock.withLock { storedPairingAgent } }
-        set { installPairingAgent(newValue, on: leHost) { [weak self] c in self?.central(for: c) } }
+        set {
+            installPairingAgent(newValue, on: leHost) { [weak self] c in self?.central(for: c) }
+            let session = bluez?.session
+            session?.setPairingAgent(newValue) { [weak session] path in session?.centralPeer(forDevice: path) }
+        }
     }
 }

@@ -34,6 +34,7 @@ extension CBPeripheral {
 
     /// Discovers primary services (all, or those listed) and returns this peripheral's `services`.
     public func services(_ uuids: [CBUUID]? = nil) async throws -> [CBService] {
+        if let b = bluez { return try await bluezAsync { b.discoverServices(self, uuids, done: $0) } }
         let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0.map(\.bluetoothUUID)) }
         return try await gattAsync(.discoverAllPrimaryServices) { [self] o in
             guard case let .services(found) = o else { throw CBError(.unknown) }
@@ -44,6 +45,7 @@ extension CBPeripheral {
 
     /// Discovers the characteristics of a service and returns them.
     public func characteristics(_ uuids: [CBUUID]? = nil, for service: CBService) async throws -> [CBCharacteristic] {
+        if let b = bluez { return try await bluezAsync { b.discoverCharacteristics(self, uuids, for: service, done: $0) } }
         let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
         return try await gattAsync(.discoverCharacteristics(start: service.handle, end: service.endHandle, uuid: nil)) { [self] o in
             guard case let .characteristics(found) = o else { throw CBError(.unknown) }
@@ -54,6 +56,7 @@ extension CBPeripheral {
 
     /// Discovers the descriptors of a characteristic and returns them.
     public func descriptors(for characteristic: CBCharacteristic) async throws -> [CBDescriptor] {
+        if let b = bluez { return try await bluezAsync { b.discoverDescriptors(self, for: characteristic, done: $0) } }
         let (start, end) = (characteristic.valueHandle &+ 1, characteristic.endHandle)
         guard start <= end else { return [] }
         return try await gattAsync(.discoverDescriptors(start: start, end: end)) { [self] o in
@@ -65,7 +68,8 @@ extension CBPeripheral {
 
     /// Reads a characteristic's value (long values in full) and returns it.
     public func value(for characteristic: CBCharacteristic) async throws -> Data {
-        try await gattAsync(.readLong(handle: characteristic.valueHandle)) { o in
+        if let b = bluez { return try await bluezAsync { b.read(self, characteristic, done: $0) } }
+        return try await gattAsync(.readLong(handle: characteristic.valueHandle)) { o in
             guard case let .value(v) = o else { throw CBError(.unknown) }
             let d = Data(v)
             characteristic._value = d
@@ -75,6 +79,7 @@ extension CBPeripheral {
 
     /// Writes with response (long values as prepared writes) and returns when the peripheral accepted it.
     public func write(_ data: Data, to characteristic: CBCharacteristic) async throws {
+        if let b = bluez { return try await bluezAsync { b.write(self, data, characteristic, type: .withResponse, done: $0) } }
         try await gattAsync(.write(handle: characteristic.valueHandle, value: [UInt8](data))) { _ in () }
     }
 
@@ -88,6 +93,17 @@ extension CBPeripheral {
         continuation.onTermination = { [weak self] _ in
             guard let self, self.valueListeners.remove(id: id) == 0, self.state == .connected else { return }
             self.queue.async { self.setNotifyValue(false, for: characteristic) }
+        }
+        if let b = bluez {
+            // BlueZ writes the CCCD itself (StartNotify), notifications or indications as the characteristic allows.
+            do {
+                try await bluezAsync { b.setNotify(self, true, characteristic, done: $0) }
+            } catch {
+                valueListeners.remove(id: id)
+                continuation.finish()
+                throw error
+            }
+            return stream
         }
         let props = characteristic.properties
         let cccdValue: [UInt8] = props.contains(.notify) ? [1, 0] : [2, 0]
@@ -122,6 +138,7 @@ extension CBPeripheral {
 
     /// Reads the RSSI of the link in dBm.
     public func currentRSSI() async throws -> Int {
+        if let b = bluez { return try await bluezAsync { b.readRSSI(self, done: $0) } }
         guard state == .connected, let host = manager?.leHost else { throw asyncUnavailable }
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Int, any Error>) in
             host.loop.execute { [self] in

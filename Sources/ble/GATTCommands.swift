@@ -89,6 +89,7 @@ struct ReadCommand: ParsableCommand {
     }
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.read(bluez, self) }
         try connect.withLink { link, _ in
             let db = try RemoteDatabase.discover(link, values: false)
             let target = try Target(attribute, in: db)
@@ -156,6 +157,7 @@ struct WriteCommand: ParsableCommand {
     func run() throws {
         let v = try value()
         guard v.count <= 512 else { throw ToolError("\(v.count) octets; an attribute value holds at most 512") }
+        if let bluez = BlueZTool.options { return try BlueZTool.write(bluez, self) }
         try connect.withLink { link, _ in
             let db = try RemoteDatabase.discover(link, values: false)
             let target = try Target(attribute, in: db)

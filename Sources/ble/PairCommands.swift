@@ -102,6 +102,7 @@ struct PairCommand: ParsableCommand {
     }
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.pair(bluez, self) }
         let device = DeviceTarget(address)
         let link = try DeviceLink(io: io, yes: yes)
         let host = link.host!
@@ -184,6 +185,7 @@ struct BondsCommand: ParsableCommand {
     }
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.bonds(bluez, remove: remove) }
         let host = try Controller.open(name: "bonds", identity: identity)
         defer { Controller.close(host) }
         if let remove {

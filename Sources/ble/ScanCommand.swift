@@ -40,6 +40,7 @@ struct ScanCommand: ParsableCommand {
     }
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.scan(bluez, self) }
         let filter = ScanFilter(name: name, service: service.flatMap { BluetoothUUID(string: $0) }, rssi: rssi)
         let mode: ScanPrinter.Mode = json ? .json : (Terminal.isTerminal && !duplicates ? .table : .lines)
         let printer = ScanPrinter(mode: mode, filter: filter, duplicates: duplicates, expectsScanResponse: !passive)

@@ -22,6 +22,7 @@ enum Controller {
 
     /// The transport BLE_TRANSPORT names, or a failure that says what is wrong with it.
     static func spec() throws -> TransportSpec {
+        if let bluez = BlueZTool.options { throw ToolError(BlueZTool.needsOwnController(bluez)) }
         do { return try TransportSpec.fromEnvironment() } catch { throw ToolError("BLE_TRANSPORT: \(error)") }
     }
 

@@ -242,7 +242,7 @@ import BLEHCI
         #expect(ours.statistics.other == 4)
     }
 
-    @Test func bulkReceptionDelaysAcksUntilAWrite() async throws {
+    @Test func bulkReceptionDelaysAcksUntilAnAnswer() async throws {
         let listener = try TCPListener(port: 0)
         defer { listener.close() }
         final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
@@ -271,11 +271,46 @@ import BLEHCI
         #expect(ours.statistics.reads == sent)
         let delaying = ours.statistics.other
         #expect(delaying >= 1)
-        // A write ends it: the next read that goes unanswered switches quick ACKs back on.
+        // A write after that many answerless reads (as credits are returned) does not end it: no quick ACK.
         #expect(ours.write(packet: Self.event))
         writeAll(peer, Self.acl(1).h4Bytes)
         while got.all.count < sent + 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         try await pause(nanoseconds: 20_000_000)
-        #expect(ours.statistics.other == delaying + 1)
+        let sparse = ours.statistics.other
+        #expect(sparse <= delaying + 1)   // at most the periodic re-entry into delayed ACKs
+        // A write right after a read answers it and ends the run: the next read that goes unanswered
+        // switches quick ACKs back on.
+        #expect(ours.write(packet: Self.event))
+        writeAll(peer, Self.acl(2).h4Bytes)
+        while got.all.count < sent + 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == sparse + 1)
+    }
+
+    /// The bulk rule, read by read: a receiver that returns credits now and then (a write after many
+    /// answerless reads) stays in bulk mode; a write that answers reads (fewer than 16 since the last write)
+    /// ends it, and a connection that answers every read never enters it.
+    @Test func sparseWritesKeepBulkReceptionDenseOnesEndIt() throws {
+        typealias Bulk = StreamConnection.BulkReception
+        let policy = Bulk.Policy(enabled: true, runWindow: .max, pause: .max, quiet: 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)   // setsockopt on an unconnected socket: harmless
+        defer { Glibc.close(fd) }
+        var bulk = Bulk()
+        func read(wrote: Bool = false) -> Bool { bulk.afterRead(wroteSinceLastRead: wrote, hostBacklog: false, fd: fd, policy: policy) }
+        var states = (0..<Bulk.runLength).map { _ in read() }
+        #expect(states.last == true && states.dropLast().allSatisfy { !$0 })
+        // Credits returned after 64, then 20, answerless reads: still bulk.
+        #expect(read(wrote: true))
+        #expect((0..<20).map { _ in read() }.allSatisfy { $0 })
+        #expect(read(wrote: true))
+        // An answer three reads after the last write ends the run; a new one needs the whole run length again.
+        #expect((0..<3).map { _ in read() }.allSatisfy { $0 })
+        #expect(!read(wrote: true))
+        states = (0..<Bulk.runLength).map { _ in read() }
+        #expect(states.last == true && states.dropLast().allSatisfy { !$0 })
+        // Request and answer, read after read: never bulk.
+        var pingPong = Bulk()
+        let answered = (0..<1000).map { _ in pingPong.afterRead(wroteSinceLastRead: true, hostBacklog: false, fd: fd, policy: policy) }
+        #expect(!answered.contains(true))
     }
 }

@@ -73,9 +73,9 @@ private struct Rig {
     let recorder = Recorder()
     let manager: CBCentralManager
 
-    init(adapter: String? = nil, addAdapter: Bool = true) throws {
-        bus = try PrivateBus()
-        fake = try FakeBlueZ(address: bus.address)
+    init(adapter: String? = nil, addAdapter: Bool = true) async throws {
+        bus = try await PrivateBus()
+        fake = try await FakeBlueZ(address: bus.address)
         if addAdapter { fake.addAdapter() }
         fake.database = [
             FakeService(
@@ -119,7 +119,7 @@ private struct Rig {
     .timeLimit(.minutes(2)))
 struct BlueZBackendTests {
     @Test func stateFollowsTheAdapterItsPowerAndBluetoothd() async throws {
-        let rig = try Rig(adapter: "hci1", addAdapter: false)
+        let rig = try await Rig(adapter: "hci1", addAdapter: false)
         let (fake, r) = (rig.fake, rig.recorder)
         let unsupported = "state \(CBManagerState.unsupported.rawValue)"
         let off = "state \(CBManagerState.poweredOff.rawValue)"
@@ -141,19 +141,19 @@ struct BlueZBackendTests {
     }
 
     @Test func noBluetoothdOnTheBusIsUnsupported() async throws {
-        let bus = try PrivateBus()
+        let bus = try await PrivateBus()
         let r = Recorder()
         let m = CBCentralManager(delegate: r, queue: DispatchQueue(label: "d"), bluez: BlueZOptions(busAddress: bus.address))
         try await r.wait(for: "state \(CBManagerState.unsupported.rawValue)")
         // bluetoothd starting later is noticed (NameOwnerChanged), and its adapter read.
-        let fake = try FakeBlueZ(address: bus.address)
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         withExtendedLifetime(m) {}
     }
 
     @Test func discoverySetsBlueZsFilterAndReportsTheNativeKeys() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
@@ -195,7 +195,7 @@ struct BlueZBackendTests {
     }
 
     @Test func duplicatesAreReportedWhenAskedFor() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: nil, options: [CBCentralManagerScanOptionAllowDuplicatesKey: true])
@@ -209,7 +209,7 @@ struct BlueZBackendTests {
     }
 
     @Test func aGATTClientSessionMapsOntoBlueZ() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)
         let (p, s, device) = try await rig.connected()
         #expect(p.state == .connected)
@@ -254,8 +254,52 @@ struct BlueZBackendTests {
         try await r.wait(for: "descriptor Heart rate")
     }
 
+    @Test func theAsyncGATTCallsRunOnBlueZ() async throws {
+        let rig = try await Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        let (p, s, device) = try await rig.connected()
+        let before = r.events.count
+        let charPath = device + "/service0001/char0002"
+
+        // The same model objects as the delegate API made, without delegate calls.
+        #expect(try await p.services() == [s])
+        #expect(try await p.services([CBUUID(string: "FEED")]).isEmpty)
+        let chars = try await p.characteristics(for: s)
+        #expect(chars.map(\.uuid) == [CBUUID(string: "2A37"), CBUUID(string: "2A39")])
+        #expect(chars[0] === s.characteristics?[0])
+        #expect(try await p.descriptors(for: chars[0]).map(\.uuid) == [CBUUID(string: "2901")])
+        #expect(try await p.value(for: chars[0]) == Data([0x06, 72]))
+        #expect(chars[0].value == Data([0x06, 72]))
+        try await p.write(Data([9]), to: chars[1])
+        #expect(fake.lastWrites.last?.value == [9] && fake.lastWrites.last?.type == "request")
+        #expect(try await p.currentRSSI() == -50)
+
+        // BlueZ's errors as an iPhone app would catch them.
+        fake.failNext("ReadValue", name: "org.bluez.Error.NotPermitted", message: "Read not permitted")
+        await #expect(throws: CBATTError(.readNotPermitted)) { try await p.value(for: chars[0]) }
+        fake.failNext("WriteValue", name: "org.bluez.Error.Failed", message: "Operation failed with ATT error: 0x80")
+        await #expect(throws: CBATTError(CBATTError.Code(rawValue: 0x80)!)) { try await p.write(Data([1]), to: chars[1]) }
+
+        // Notifications as a stream: StartNotify, values in order, the stream ends with the link.
+        let updates = try await p.updates(of: chars[0])
+        #expect(chars[0].isNotifying)
+        #expect(fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true))
+        fake.notify(charPath, [0x06, 90])
+        fake.notify(charPath, [0x06, 91])
+        var got: [Data] = []
+        for await v in updates {
+            got.append(v)
+            if got.count == 2 { fake.dropLink(device) }
+        }
+        #expect(got == [Data([0x06, 90]), Data([0x06, 91])])
+        // No delegate call came from the calls; notifications reach the delegate too, as on our own host.
+        try await r.wait(for: "disconnect error")
+        #expect(Array(r.events[before...]) == ["value [6, 90]", "value [6, 91]", "disconnect error"])
+        await #expect(throws: CBError(.notConnected)) { try await p.value(for: chars[0]) }
+    }
+
     @Test func blueZErrorsBecomeTheErrorsAnIPhoneAppSees() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)
         let (p, s, _) = try await rig.connected()
         let chars = s.characteristics!
@@ -281,7 +325,7 @@ struct BlueZBackendTests {
     }
 
     @Test func aFailedConnectIsDidFailToConnectWithBlueZsReason() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         m.scanForPeripherals(withServices: nil)
@@ -298,7 +342,7 @@ struct BlueZBackendTests {
     }
 
     @Test func cancelAndALostLinkAreAnnouncedAsOnIOS() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         let (p, _, device) = try await rig.connected()
         m.cancelPeripheralConnection(p)
@@ -328,7 +372,7 @@ struct BlueZBackendTests {
     }
 
     @Test func knownAndSystemConnectedDevicesAreRetrieved() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         // A bonded device BlueZ remembers (not advertising now), and a keyboard the system keeps connected.
@@ -358,7 +402,7 @@ struct BlueZBackendTests {
     }
 
     @Test func theAdapterRemovedMidOperationResetsEverything() async throws {
-        let rig = try Rig()
+        let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
         let (p, s, device) = try await rig.connected()
         p.setNotifyValue(true, for: s.characteristics![0])

@@ -59,8 +59,8 @@ final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, EventLog,
     .timeLimit(.minutes(2)))
 struct BlueZPeripheralTests {
     @Test func aPublishedServiceAnswersBlueZsCallsAndAdvertises() async throws {
-        let bus = try PrivateBus()
-        let fake = try FakeBlueZ(address: bus.address)
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         let r = PeripheralRecorder()
         let pm = CBPeripheralManager(delegate: r, queue: DispatchQueue(label: "pm"), bluez: BlueZOptions(busAddress: bus.address))
@@ -130,8 +130,8 @@ struct BlueZPeripheralTests {
     }
 
     @Test func aRefusedRegistrationIsDidAddWithTheError() async throws {
-        let bus = try PrivateBus()
-        let fake = try FakeBlueZ(address: bus.address)
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         let r = PeripheralRecorder()
         let pm = CBPeripheralManager(delegate: r, queue: DispatchQueue(label: "pm"), bluez: BlueZOptions(busAddress: bus.address))

@@ -44,27 +44,52 @@ final class FakeBlueZ: @unchecked Sendable {
     private var apps: [String: (owner: String, objects: [String: [String: [String: DBusValue]]])] = [:]
     private var adverts: [String: [String: DBusValue]] = [:]
     private var appSignals: [(path: String, value: [UInt8])] = []
+    /// Agents registered with AgentManager1 (path → owner and capability) and the default one.
+    private var agents: [String: (owner: String, capability: String)] = [:]
+    private var defaultAgentPath: String?
+    /// What Device1.Pair asks the agent (nil: Just Works, no question).
+    var pairingPrompt: (member: String, body: [DBusValue])?
+    /// The agent's answers to Pair's prompts (reply bodies, or the error name).
+    private var agentAnswers: [String] = []
     var holdConnect = false
     var mtu: UInt16 = 247
     /// The GATT database every device shows once connected.
     var database: [FakeService] = []
 
-    init(address: String) throws {
+    /// Async: the bus's answers arrive on the connection's queue, which needs a Dispatch worker; waiting for them with
+    /// callBlocking held the test task's worker meanwhile (on a saturated machine the suite's tasks then queued behind
+    /// the pool's growth of one worker a second).
+    init(address: String) async throws {
         connection = try DBusConnection(address: address)
         // The object manager is there before the name, as in bluetoothd.
         connection.export(path: "/") { [weak self] call in self?.handleRoot(call) }
+        connection.export(path: "/org/bluez") { [weak self] call in self?.handle(call) }
         // Value changes of registered applications' characteristics (bluetoothd watches them the same way).
         connection.onSignal { [weak self] m in
+            // A client that leaves the bus takes its agents with it (bluetoothd watches their owners).
+            if let self, m.member == "NameOwnerChanged", m.body.count == 3, let old = m.body[1].string, m.body[2].string?.isEmpty == true {
+                self.lock.withLock {
+                    for (path, a) in self.agents where a.owner == old {
+                        self.agents[path] = nil
+                        if self.defaultAgentPath == path { self.defaultAgentPath = nil }
+                    }
+                }
+                return
+            }
             guard let self, m.member == "PropertiesChanged", m.sender != self.connection.uniqueName, let path = m.path,
                 let v = m.body.count > 1 ? m.body[1].stringDictionary?["Value"]?.byteArray : nil
             else { return }
             self.lock.withLock { self.appSignals.append((path, v)) }
         }
-        _ = try connection.callBlocking(
+        _ = try await connection.call(
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "AddMatch", body: [.string("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'")]))
-        let reply = try connection.callBlocking(
+        _ = try await connection.call(
+            .methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "AddMatch", body: [.string("type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged'")]))
+        let reply = try await connection.call(
             .methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "RequestName", body: [.string("org.bluez"), .uint32(4)]))
@@ -109,6 +134,20 @@ final class FakeBlueZ: @unchecked Sendable {
         var o: [String: DBusValue] = ["offset": .uint16(offset), "device": .objectPath("/org/bluez/hci0/dev_C0_FF_EE_00_00_09"), "mtu": .uint16(185)]
         if let type { o["type"] = .string(type) }
         return .stringVariantDictionary(o)
+    }
+
+    var registeredAgents: [String: String] { lock.withLock { agents.mapValues(\.capability) } }
+    var defaultAgent: String? { lock.withLock { defaultAgentPath } }
+    var answersFromAgent: [String] { lock.withLock { agentAnswers } }
+
+    /// Calls the default agent as bluetoothd does when the kernel asks (a pairing the peer or a refused read started).
+    func askAgent(_ member: String, _ body: [DBusValue]) async throws -> DBusMessage {
+        let target: (String, String)? = lock.withLock {
+            guard let p = defaultAgentPath, let a = agents[p] else { return nil }
+            return (a.owner, p)
+        }
+        guard let (owner, path) = target else { throw DBusError.invalidValue("no default agent") }
+        return try await connection.call(.methodCall(destination: owner, path: path, interface: "org.bluez.Agent1", member: member, body: body), timeout: 10)
     }
 
     /// The next call of `member` fails with this D-Bus error.
@@ -270,6 +309,36 @@ final class FakeBlueZ: @unchecked Sendable {
                 objects[path]?[call.interface!]?["Value"] = .bytes(value)
             }
             return call.reply()
+        case ("org.bluez.AgentManager1", "RegisterAgent"):
+            guard call.body.count == 2, let agent = call.body[0].string, let capability = call.body[1].string, let owner = call.sender,
+                ["", "DisplayOnly", "DisplayYesNo", "KeyboardOnly", "NoInputNoOutput", "KeyboardDisplay"].contains(capability)
+            else { return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call") }
+            return lock.withLock {
+                guard agents[agent] == nil else { return call.errorReply(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
+                agents[agent] = (owner, capability.isEmpty ? "KeyboardDisplay" : capability)
+                return call.reply()
+            }
+        case ("org.bluez.AgentManager1", "UnregisterAgent"), ("org.bluez.AgentManager1", "RequestDefaultAgent"):
+            let agent = call.body.first?.string ?? ""
+            return lock.withLock {
+                guard let a = agents[agent], a.owner == call.sender else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
+                if member == "RequestDefaultAgent" {
+                    defaultAgentPath = agent
+                } else {
+                    agents[agent] = nil
+                    if defaultAgentPath == agent { defaultAgentPath = nil }
+                }
+                return call.reply()
+            }
+        case ("org.bluez.Device1", "Pair"):
+            return pair(call, path)
+        case ("org.bluez.Adapter1", "RemoveDevice"):
+            guard let device = call.body.first?.string, device.hasPrefix(path + "/"), property(device, "org.bluez.Device1", "Address") != nil else {
+                return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+            }
+            linkDown(device)
+            remove(device)
+            return call.reply()
         case ("org.bluez.GattManager1", "RegisterApplication"):
             return registerApplication(call)
         case ("org.bluez.GattManager1", "UnregisterApplication"):
@@ -305,6 +374,48 @@ final class FakeBlueZ: @unchecked Sendable {
             connection.unexport(path: p)
             emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", [.objectPath(p), .array(.string, [])])
         }
+    }
+
+    /// Device1.Pair as bluetoothd runs it: connect, ask the agent (the caller's, else the default) what the pairing
+    /// method needs, then Paired and Bonded, then the answer; an agent's refusal is AuthenticationFailed.
+    private func pair(_ call: DBusMessage, _ device: String) -> DBusMessage? {
+        if property(device, "org.bluez.Device1", "Paired")?.bool == true { return call.errorReply(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
+        let (prompt, agent): ((member: String, body: [DBusValue])?, (String, String)?) = lock.withLock {
+            let mine = agents.first { $0.value.owner == call.sender }.map { ($0.value.owner, $0.key) }
+            let fallback = defaultAgentPath.flatMap { p in agents[p].map { ($0.owner, p) } }
+            return (pairingPrompt, mine ?? fallback)
+        }
+        let finish: @Sendable (Bool) -> Void = { [weak self] ok in
+            guard let self else { return }
+            if ok {
+                self.change(device, "org.bluez.Device1", ["Paired": .boolean(true), "Bonded": .boolean(true)])
+                _ = try? self.connection.send(call.reply())
+            } else {
+                _ = try? self.connection.send(call.errorReply(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed"))
+            }
+        }
+        change(device, "org.bluez.Device1", ["Connected": .boolean(true)])
+        guard let prompt else {
+            finish(true)
+            return nil
+        }
+        guard let (owner, agentPath) = agent else {
+            return call.errorReply(name: "org.bluez.Error.AuthenticationRejected", message: "Authentication Rejected")
+        }
+        connection.call(
+            .methodCall(destination: owner, path: agentPath, interface: "org.bluez.Agent1", member: prompt.member, body: [.objectPath(device)] + prompt.body),
+            timeout: 10
+        ) { [weak self] r in
+            guard let self else { return }
+            let answer: String
+            switch r {
+            case let .success(m): answer = "\(prompt.member) \(m.body.map(\.description).joined(separator: " "))"
+            case let .failure(e): answer = "\(prompt.member) \(e)"
+            }
+            self.lock.withLock { self.agentAnswers.append(answer) }
+            if case .success = r { finish(true) } else { finish(false) }
+        }
+        return nil
     }
 
     private func hex(_ h: Int) -> String { String(format: "%04x", h) }

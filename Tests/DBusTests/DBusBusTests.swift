@@ -17,7 +17,7 @@ private func bus(_ name: String) -> DBusMessage {
     .timeLimit(.minutes(2)))
 struct DBusBusTests {
     @Test func helloGivesAUniqueNameTheBusLists() async throws {
-        let b = try PrivateBus()
+        let b = try await PrivateBus()
         let c = try DBusConnection(address: b.address)
         defer { c.close() }
         #expect(c.uniqueName.hasPrefix(":"))
@@ -29,7 +29,7 @@ struct DBusBusTests {
     }
 
     @Test func callsBetweenTwoClientsCarryEveryTypeExactly() async throws {
-        let b = try PrivateBus()
+        let b = try await PrivateBus()
         let server = try DBusConnection(address: b.address)
         let client = try DBusConnection(address: b.address)
         defer { server.close(); client.close() }
@@ -60,7 +60,7 @@ struct DBusBusTests {
     }
 
     @Test func signalsArriveAfterAddMatch() async throws {
-        let b = try PrivateBus()
+        let b = try await PrivateBus()
         let emitter = try DBusConnection(address: b.address)
         let listener = try DBusConnection(address: b.address)
         defer { emitter.close(); listener.close() }
@@ -79,7 +79,7 @@ struct DBusBusTests {
     }
 
     @Test func descriptorsPassBothWays() async throws {
-        let b = try PrivateBus()
+        let b = try await PrivateBus()
         let server = try DBusConnection(address: b.address)
         let client = try DBusConnection(address: b.address)
         defer { server.close(); client.close() }
@@ -105,7 +105,7 @@ struct DBusBusTests {
     }
 
     @Test func aCallNobodyAnswersTimesOutAndOthersGoOn() async throws {
-        let b = try PrivateBus()
+        let b = try await PrivateBus()
         let server = try DBusConnection(address: b.address)
         let client = try DBusConnection(address: b.address)
         defer { server.close(); client.close() }
@@ -118,7 +118,7 @@ struct DBusBusTests {
     }
 
     @Test func theBusGoingAwayFailsWaitingCallsAndSaysSo() async throws {
-        let b = try PrivateBus()
+        let b = try await PrivateBus()
         let server = try DBusConnection(address: b.address)
         let client = try DBusConnection(address: b.address)
         defer { server.close(); client.close() }

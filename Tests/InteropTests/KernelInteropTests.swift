@@ -18,7 +18,7 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez", "cb-tool-bluez",
         // Core Bluetooth programs on hci-socket:1 with BlueZ as the peer (cb-peripheral-hci restarts bluetoothd
         // with its own configuration and stops it; pair-bluez-initiates starts it again).
         "cb-central-hci", "bond-deleted", "cb-peripheral-hci",
@@ -108,6 +108,14 @@ struct KernelInteropTests {
 
     @Test("a Core Bluetooth peripheral on BLE_TRANSPORT=bluez, served and advertised by bluetoothd, read, subscribed to and written by ble on hci-socket:1")
     func coreBluetoothPeripheralOnBlueZ() throws { try KernelGuest.expectPassed("cb-peripheral-bluez") }
+
+    @Test(
+        "ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond"
+    )
+    func pairingThroughOurAgentOnBlueZ() throws { try KernelGuest.expectPassed("cb-pair-bluez") }
+
+    @Test("ble scan, read (long values too) and write on BLE_TRANSPORT=bluez, through bluetoothd, against ble serve on hci-socket:1")
+    func toolCommandsOnBlueZ() throws { try KernelGuest.expectPassed("cb-tool-bluez") }
 
     // MARK: Core Bluetooth programs on the HCI user channel, BlueZ as the peer
 

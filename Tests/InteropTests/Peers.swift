@@ -89,6 +89,8 @@ final class PeerProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var lines: [[String: Any]] = []
     private var raw = ""
+    /// The output pipe reached end of file: every line the peer wrote is in `lines`.
+    private var outputEnded = false
     let name: String
 
     init(script: String, arguments: [String]) throws {
@@ -106,7 +108,13 @@ final class PeerProcess: @unchecked Sendable {
             let d = h.availableData
             guard let self else { h.readabilityHandler = nil; return }
             // Empty means end of file only once the child has gone (a read can also come back empty early).
-            guard !d.isEmpty else { if !self.process.isRunning { h.readabilityHandler = nil }; return }
+            guard !d.isEmpty else {
+                if !self.process.isRunning {
+                    h.readabilityHandler = nil
+                    self.lock.withLock { self.outputEnded = true }
+                }
+                return
+            }
             self.lock.lock()
             self.raw += String(decoding: d, as: UTF8.self)
             while let nl = self.raw.firstIndex(of: "\n") {
@@ -135,7 +143,15 @@ final class PeerProcess: @unchecked Sendable {
             let found = events(kind).filter(match)
             if found.count >= count { return found }
             if let e = events("error").first { throw InteropError("\(name) failed: \(e["error"] ?? "?")\n\(transcript)") }
-            if !process.isRunning && events(kind).filter(match).count < count {
+            if !process.isRunning {
+                // Its last lines may still be on their way through the pipe (a busy machine delays the
+                // reading handler): judge only once the pipe has ended, or a few seconds have passed.
+                let exited = Date()
+                while !lock.withLock({ outputEnded }) && Date().timeIntervalSince(exited) < 5 {
+                    try await pause(nanoseconds: 10_000_000)
+                }
+                let found = events(kind).filter(match)
+                if found.count >= count { return found }
                 throw InteropError("\(name) exited (\(process.terminationStatus)) before \(kind)\n\(transcript)")
             }
             if Date() > deadline { throw InteropError("timed out waiting for \(kind) from \(name)\n\(transcript)") }

@@ -9,7 +9,9 @@ public final class PrivateBus {
     let process: Process
     public let address: String
 
-    public init() throws {
+    /// Async, and waiting with `pause`: a test's task must not hold a Dispatch worker for the seconds a loaded
+    /// machine takes to start dbus-daemon, as the bus's handlers need workers too.
+    public init() async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("ocb-dbus-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let socket = directory.appendingPathComponent("bus").path
@@ -49,7 +51,7 @@ public final class PrivateBus {
                 try? FileManager.default.removeItem(at: directory)
                 throw DBusError.badAddress("dbus-daemon did not answer on \(address) within 20 s")
             }
-            usleep(10_000)
+            try await pause(nanoseconds: 10_000_000)
         }
     }
 

@@ -263,5 +263,18 @@ clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1" | tr -d '\001\002' | tr '\r' '\n
 # ble ARGS…: our tool on the HCI user channel of hci$OUR_HCI (1 unless set).
 ble() { BLE_TRANSPORT="hci-socket:${OUR_HCI:-1}" "$OCB_BLE" "$@"; }
 
+# guest_test FILTER [ENV=VALUE…]: runs the Swift tests FILTER names (e.g. "KernelGuestTests/managerFollowsTheAdapter")
+# from this package's built test bundle with OCB_KERNEL_GUEST=1 and the ENV given, their output in
+# $OCB_OUT/$OCB_SCENARIO.test.log and on standard error; fails unless a test ran and every test passed.
+guest_test() {
+    local filter=$1 bundle="$OCB_REPO/.build/debug/OpenCoreBluetoothPackageTests.xctest" rc=0 tlog="$OCB_OUT/$OCB_SCENARIO.test.log"
+    shift
+    [ -x "$bundle" ] || { log "no test bundle $bundle (swift build --build-tests)"; return 1; }
+    env OCB_KERNEL_GUEST=1 "$@" "$bundle" --testing-library swift-testing --filter "$filter" > "$tlog" 2>&1 || rc=$?
+    cat "$tlog" >&2
+    [ $rc -eq 0 ] || { log "the tests $filter exited $rc"; return 1; }
+    grep -Eq "Test run with [1-9][0-9]* tests?.* passed" "$tlog" || { log "no test of $filter ran"; return 1; }
+}
+
 # address N: hciN's public address.
 address() { hciconfig "hci$1" | awk '/BD Address:/ { print $3; exit }'; }

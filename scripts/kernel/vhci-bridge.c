@@ -50,6 +50,13 @@ static long h4_length(const unsigned char *buf, size_t have) {
 int main(int argc, char **argv) {
     if (argc != 3) { fprintf(stderr, "usage: vhci-bridge HOST PORT\n"); return 64; }
     signal(SIGPIPE, SIG_IGN);
+    /* Every descriptor beyond the standard three is closed: the bridge outlives whoever started it, and a
+     * descriptor it inherited would stay open as long as it runs. Foundation's Process notices its child's end
+     * when a socket the child inherited closes: a test that ran a shell helper plugging a controller waited
+     * for this bridge to end, i.e. forever. */
+    long maxfd = sysconf(_SC_OPEN_MAX);
+    if (maxfd < 0 || maxfd > 65536) maxfd = 65536;
+    for (int fd = 3; fd < maxfd; fd++) close(fd);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;

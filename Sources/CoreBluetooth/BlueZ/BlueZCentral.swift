@@ -63,8 +63,13 @@ final class BlueZCentral: @unchecked Sendable {
 
     // Queue-confined.
     private(set) var bus: DBusConnection?
-    private var tree = BlueZObjectTree()
+    var tree = BlueZObjectTree()
     private var bluezOnBus = false
+    /// The app's pairing agent, exported and registered while bluetoothd is on the bus (BlueZAgent).
+    var pairing: BlueZAgent?
+    /// Waits for the agent's registration once bluetoothd answers.
+    var pendingAgentDone: (@Sendable (DBusError?) -> Void)?
+    var bluezReady: Bool { bluezOnBus }
     private(set) var adapterPath: String?
     private(set) var state: CBManagerState = .unknown
     private var scan: Scan?
@@ -154,6 +159,12 @@ final class BlueZCentral: @unchecked Sendable {
             case let .success(m):
                 bluezOnBus = true
                 tree.load(managedObjects: m.body.first ?? .bytes([]))
+                // bluetoothd (again) on the bus: it forgets agents when it goes.
+                if let pairing, !pairing.registered {
+                    let done = pendingAgentDone
+                    pendingAgentDone = nil
+                    pairing.register(done)
+                }
             case let .failure(e):
                 bluezOnBus = false
                 tree.clear()
@@ -168,6 +179,7 @@ final class BlueZCentral: @unchecked Sendable {
         CBLog.warning("BlueZ backend: the system bus connection ended: \(e)")
         bus = nil
         bluezOnBus = false
+        pairing?.forgetRegistration()
         tree.clear()
         updateState()
     }
@@ -259,6 +271,7 @@ final class BlueZCentral: @unchecked Sendable {
             if m.body[2].string?.isEmpty ?? true {
                 CBLog.warning("BlueZ backend: bluetoothd left the bus")
                 bluezOnBus = false
+                pairing?.forgetRegistration()
                 for path in Array(links.keys) { linkLost(path) }
                 tree.clear()
                 updateState()
@@ -281,7 +294,7 @@ final class BlueZCentral: @unchecked Sendable {
             if let wanted {
                 filter["UUIDs"] = .array(.string, wanted.map { .string($0.bluetoothUUID.uuid128String.lowercased()) }.sorted { $0.string! < $1.string! })
             }
-            call(adapter, BlueZObjectTree.adapterInterface, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) { [self] r in
+            call(adapter, BlueZObjectTree.adapterInterface, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) { r in
                 if case let .failure(e) = r { CBLog.warning("BlueZ backend: SetDiscoveryFilter failed: \(e)") }
             }
             guard !discovering else { return }
@@ -300,8 +313,9 @@ final class BlueZCentral: @unchecked Sendable {
             scan = nil
             guard discovering, let adapter = adapterPath else { return }
             discovering = false
-            call(adapter, BlueZObjectTree.adapterInterface, "StopDiscovery") { r in
-                if case let .failure(e) = r { CBLog.warning("BlueZ backend: StopDiscovery failed: \(e)") }
+            call(adapter, BlueZObjectTree.adapterInterface, "StopDiscovery") { [self] r in
+                // Closing the connection ends the discovery session too (bluetoothd watches its owner).
+                if case let .failure(e) = r, !closed { CBLog.warning("BlueZ backend: StopDiscovery failed: \(e)") }
             }
         }
     }
@@ -335,7 +349,7 @@ final class BlueZCentral: @unchecked Sendable {
         m.deliverDiscovery(p, advertisement: advertisement, rssi: NSNumber(value: Int(rssi)))
     }
 
-    private func peripheral(forDevice path: String) -> CBPeripheral? {
+    func peripheral(forDevice path: String) -> CBPeripheral? {
         if let p = peripherals[path] { return p }
         guard let m = manager, let props = tree[path, BlueZObjectTree.deviceInterface],
             let address = BlueZAdvertisement.address(props)
@@ -504,6 +518,38 @@ final class BlueZCentral: @unchecked Sendable {
         return path
     }
 
+    /// Where a GATT result goes: nil for the delegate (the classic API), else an async caller (CBPeripheral+Concurrency),
+    /// which is not told through the delegate. Either way the model changes on the delegate queue first.
+    typealias Done<T> = @Sendable (Result<T, any Error>) -> Void
+
+    private func finish<T: Sendable>(
+        _ p: CBPeripheral, _ done: Done<T>?, _ result: Result<T, any Error>, prepare: @escaping @Sendable () -> Void = {},
+        delegate: @escaping @Sendable (any CBPeripheralDelegate) -> Void
+    ) {
+        guard let done else { return p.deliver(delegate, prepare: prepare) }
+        p.queue.async {
+            // As on our own host: a call whose link dropped meanwhile ends with the drop.
+            guard p.state == .connected else { return done(.failure(CBError(.peripheralDisconnected))) }
+            if case .success = result { prepare() }
+            done(result)
+        }
+    }
+
+    /// The device and attribute path for a call, or nil after telling an async caller why not (the delegate API only
+    /// warns, as on iOS).
+    private func target<T: Sendable>(_ p: CBPeripheral, _ attribute: AnyObject?, _ what: String, _ done: Done<T>?) -> (device: String, path: String)? {
+        guard let device = connectedDevice(p, what) else {
+            done?(.failure(CBError(.notConnected)))
+            return nil
+        }
+        guard let attribute else { return (device, device) }
+        guard let found = path(of: attribute, on: p) else {
+            done?(.failure(CBError(.invalidParameters, userInfo: [NSLocalizedDescriptionKey: "\(what): the attribute is not one of this peripheral's"])))
+            return nil
+        }
+        return found
+    }
+
     /// The device and the GATT object path of one of a peripheral's attributes.
     private func path(of attribute: AnyObject, on p: CBPeripheral) -> (device: String, path: String)? {
         guard let device = devicePaths[p.identifier], let path = gatt[device]?.paths[ObjectIdentifier(attribute)] else { return nil }
@@ -515,10 +561,10 @@ final class BlueZCentral: @unchecked Sendable {
         return nil
     }
 
-    func discoverServices(_ p: CBPeripheral, _ uuids: [CBUUID]?) {
+    func discoverServices(_ p: CBPeripheral, _ uuids: [CBUUID]?, done: Done<[CBService]>? = nil) {
         let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
         queue.async { [self] in
-            guard let device = connectedDevice(p, "discoverServices") else { return }
+            guard let (device, _) = target(p, nil, "discoverServices", done) else { return }
             var objects = gatt[device] ?? GATTObjects()
             let paths = tree.paths(with: BlueZObjectTree.serviceInterface, where: "Device", is: device)
             var found: [CBService] = []
@@ -541,9 +587,10 @@ final class BlueZCentral: @unchecked Sendable {
             gatt[device] = objects
             let kept = found
             guard kept.count <= CBPeripheral.maximumServices else {
-                return p.deliver { $0.peripheral(p, didDiscoverServices: CBPeripheral.tooLarge("services", kept.count)) }
+                let e = CBPeripheral.tooLarge("services", kept.count)
+                return finish(p, done, .failure(e)) { $0.peripheral(p, didDiscoverServices: e) }
             }
-            p.deliver({ $0.peripheral(p, didDiscoverServices: nil) }, prepare: { merge(into: p, kept) })
+            finish(p, done, .success(kept), prepare: { merge(into: p, kept) }) { $0.peripheral(p, didDiscoverServices: nil) }
         }
     }
 
@@ -580,14 +627,15 @@ final class BlueZCentral: @unchecked Sendable {
         }
     }
 
-    func discoverCharacteristics(_ p: CBPeripheral, _ uuids: [CBUUID]?, for service: CBService) {
+    func discoverCharacteristics(_ p: CBPeripheral, _ uuids: [CBUUID]?, for service: CBService, done: Done<[CBCharacteristic]>? = nil) {
         let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
         queue.async { [self] in
-            guard connectedDevice(p, "discoverCharacteristics") != nil, let (device, servicePath) = path(of: service, on: p) else { return }
+            guard let (device, servicePath) = target(p, service, "discoverCharacteristics", done) else { return }
             var objects = gatt[device]!
             let paths = tree.paths(with: BlueZObjectTree.characteristicInterface, where: "Service", is: servicePath)
             guard paths.count <= CBPeripheral.maximumCharacteristicsPerService else {
-                return p.deliver { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: CBPeripheral.tooLarge("characteristics", paths.count)) }
+                let e = CBPeripheral.tooLarge("characteristics", paths.count)
+                return finish(p, done, .failure(e)) { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: e) }
             }
             var found: [CBCharacteristic] = []
             for (i, path) in paths.enumerated() {
@@ -611,24 +659,26 @@ final class BlueZCentral: @unchecked Sendable {
             }
             gatt[device] = objects
             let kept = found
-            p.deliver(
-                { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: nil) },
+            finish(
+                p, done, .success(kept),
                 prepare: {
                     var list = service._characteristics ?? []
                     for c in kept where !list.contains(where: { $0 === c }) { list.append(c) }
                     list.sort { $0.handle < $1.handle }
                     service._characteristics = list
-                })
+                }
+            ) { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: nil) }
         }
     }
 
-    func discoverDescriptors(_ p: CBPeripheral, for characteristic: CBCharacteristic) {
+    func discoverDescriptors(_ p: CBPeripheral, for characteristic: CBCharacteristic, done: Done<[CBDescriptor]>? = nil) {
         queue.async { [self] in
-            guard connectedDevice(p, "discoverDescriptors") != nil, let (device, charPath) = path(of: characteristic, on: p) else { return }
+            guard let (device, charPath) = target(p, characteristic, "discoverDescriptors", done) else { return }
             var objects = gatt[device]!
             let paths = tree.paths(with: BlueZObjectTree.descriptorInterface, where: "Characteristic", is: charPath)
             guard paths.count <= CBPeripheral.maximumDescriptorsPerCharacteristic else {
-                return p.deliver { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: CBPeripheral.tooLarge("descriptors", paths.count)) }
+                let e = CBPeripheral.tooLarge("descriptors", paths.count)
+                return finish(p, done, .failure(e)) { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: e) }
             }
             var found: [CBDescriptor] = []
             for path in paths {
@@ -645,20 +695,21 @@ final class BlueZCentral: @unchecked Sendable {
             }
             gatt[device] = objects
             let kept = found
-            p.deliver(
-                { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: nil) },
+            finish(
+                p, done, .success(kept),
                 prepare: {
                     var list = characteristic._descriptors ?? []
                     for d in kept where !list.contains(where: { $0 === d }) { list.append(d) }
                     list.sort { $0.handle < $1.handle }
                     characteristic._descriptors = list
-                })
+                }
+            ) { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: nil) }
         }
     }
 
-    func read(_ p: CBPeripheral, _ characteristic: CBCharacteristic) {
+    func read(_ p: CBPeripheral, _ characteristic: CBCharacteristic, done: Done<Data>? = nil) {
         queue.async { [self] in
-            guard connectedDevice(p, "readValue") != nil, let (device, path) = path(of: characteristic, on: p) else { return }
+            guard let (device, path) = target(p, characteristic, "readValue", done) else { return }
             gatt[device]?.readsInFlight[path, default: 0] += 1
             call(path, BlueZObjectTree.characteristicInterface, "ReadValue", [.stringVariantDictionary([:])]) { [self] r in
                 var held: [[UInt8]] = []
@@ -672,19 +723,22 @@ final class BlueZCentral: @unchecked Sendable {
                     // BlueZ's echo of what it read, as a change of Value, is not a notification.
                     if let i = held.firstIndex(of: value) { held.remove(at: i) } else { gatt[device]?.readEcho[path] = value }
                     let data = Data(value)
-                    p.deliver({ $0.peripheral(p, didUpdateValueFor: characteristic, error: nil) }, prepare: { characteristic._value = data })
+                    finish(p, done, .success(data), prepare: { characteristic._value = data }) {
+                        $0.peripheral(p, didUpdateValueFor: characteristic, error: nil)
+                    }
                 case let .failure(e):
-                    p.deliver { $0.peripheral(p, didUpdateValueFor: characteristic, error: BlueZErrors.cbError(e, during: .read)) }
+                    let error = BlueZErrors.cbError(e, during: .read)
+                    finish(p, done, .failure(error)) { $0.peripheral(p, didUpdateValueFor: characteristic, error: error) }
                 }
                 for v in held { deliverNotification(device, path, v) }
             }
         }
     }
 
-    func write(_ p: CBPeripheral, _ data: Data, _ characteristic: CBCharacteristic, type: CBCharacteristicWriteType) {
+    func write(_ p: CBPeripheral, _ data: Data, _ characteristic: CBCharacteristic, type: CBCharacteristicWriteType, done: Done<Void>? = nil) {
         let bytes = [UInt8](data)
         queue.async { [self] in
-            guard connectedDevice(p, "writeValue") != nil, let (_, path) = path(of: characteristic, on: p) else { return }
+            guard let (_, path) = target(p, characteristic, "writeValue", done) else { return }
             if type == .withoutResponse {
                 let room = p.maximumWriteValueLength(for: .withoutResponse)
                 call(
@@ -693,22 +747,23 @@ final class BlueZCentral: @unchecked Sendable {
                 ) { r in
                     if case let .failure(e) = r { CBLog.warning("BlueZ backend: write without response failed: \(e)") }
                     p.readyToSendWriteWithoutResponse()
+                    done?(.success(()))
                 }
             } else {
                 call(
                     path, BlueZObjectTree.characteristicInterface, "WriteValue",
                     [.bytes(bytes), .stringVariantDictionary(["type": .string("request")])]
-                ) { r in
+                ) { [self] r in
                     let error: (any Error)? = if case let .failure(e) = r { BlueZErrors.cbError(e, during: .write) } else { nil }
-                    p.deliver { $0.peripheral(p, didWriteValueFor: characteristic, error: error) }
+                    finish(p, done, error.map { .failure($0) } ?? .success(())) { $0.peripheral(p, didWriteValueFor: characteristic, error: error) }
                 }
             }
         }
     }
 
-    func setNotify(_ p: CBPeripheral, _ enabled: Bool, _ characteristic: CBCharacteristic) {
+    func setNotify(_ p: CBPeripheral, _ enabled: Bool, _ characteristic: CBCharacteristic, done: Done<Void>? = nil) {
         queue.async { [self] in
-            guard connectedDevice(p, "setNotifyValue") != nil, let (device, path) = path(of: characteristic, on: p) else { return }
+            guard let (device, path) = target(p, characteristic, "setNotifyValue", done) else { return }
             call(path, BlueZObjectTree.characteristicInterface, enabled ? "StartNotify" : "StopNotify") { [self] r in
                 var failure: (any Error)?
                 if case let .failure(e) = r {
@@ -720,12 +775,12 @@ final class BlueZCentral: @unchecked Sendable {
                     if !already { failure = BlueZErrors.cbError(e, during: .notify) }
                 }
                 if let failure {
-                    return p.deliver { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: failure) }
+                    return finish(p, done, .failure(failure)) { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: failure) }
                 }
                 if enabled { gatt[device]?.notifying.insert(path) } else { gatt[device]?.notifying.remove(path) }
-                p.deliver(
-                    { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: nil) },
-                    prepare: { characteristic._isNotifying = enabled })
+                finish(p, done, .success(()), prepare: { characteristic._isNotifying = enabled }) {
+                    $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: nil)
+                }
             }
         }
     }
@@ -785,22 +840,17 @@ final class BlueZCentral: @unchecked Sendable {
     }
 
     /// BlueZ reports a device's RSSI only while discovering (Device1.RSSI); outside that, the last one is gone.
-    func readRSSI(_ p: CBPeripheral) {
+    func readRSSI(_ p: CBPeripheral, done: Done<Int>? = nil) {
         queue.async { [self] in
-            guard let device = connectedDevice(p, "readRSSI") else { return }
+            guard let (device, _) = target(p, nil, "readRSSI", done) else { return }
             if let v = tree[device, BlueZObjectTree.deviceInterface]?["RSSI"]?.integer {
                 let n = NSNumber(value: Int(v))
-                p.deliver { $0.peripheral(p, didReadRSSI: n, error: nil) }
+                finish(p, done, .success(Int(v))) { $0.peripheral(p, didReadRSSI: n, error: nil) }
             } else {
-                p.deliver {
-                    $0.peripheral(
-                        p, didReadRSSI: NSNumber(value: 127),
-                        error: CBError(
-                            .operationNotSupported,
-                            userInfo: [
-                                NSLocalizedDescriptionKey: "BlueZ reports a connected device's RSSI only while it is discovering"
-                            ]))
-                }
+                let e = CBError(
+                    .operationNotSupported,
+                    userInfo: [NSLocalizedDescriptionKey: "BlueZ reports a connected device's RSSI only while it is discovering"])
+                finish(p, done, .failure(e)) { $0.peripheral(p, didReadRSSI: NSNumber(value: 127), error: e) }
             }
         }
     }
@@ -828,14 +878,13 @@ private func merge(into p: CBPeripheral, _ found: [CBService]) {
 }
 
 extension CBPeripheral {
-    /// Why an async GATT call cannot run: not connected, or on the BlueZ backend, which serves the delegate API only
-    /// for now.
-    var asyncUnavailable: CBError {
-        guard bluez != nil, state == .connected else { return CBError(.notConnected) }
-        return CBError(
-            .operationNotSupported,
-            userInfo: [
-                NSLocalizedDescriptionKey: "The async GATT calls are not available on BLE_TRANSPORT=bluez yet; use the delegate methods"
-            ])
+    /// Why an async GATT call cannot run on our own host: not connected.
+    var asyncUnavailable: CBError { CBError(.notConnected) }
+
+    /// An async GATT call on the BlueZ backend: `start` hands the backend a completion that resumes the caller once
+    /// (on the delegate queue, after the model changed), with the CBError / CBATTError BlueZ's answer maps to.
+    func bluezAsync<T: Sendable>(_ start: (@escaping @Sendable (Result<T, any Error>) -> Void) -> Void) async throws -> T {
+        guard state == .connected else { throw CBError(.notConnected) }
+        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in start { c.resume(with: $0) } }
     }
 }

@@ -9,12 +9,5 @@ btctl "advertise.name on"
 btctl "advertise on"
 wait_for "$BTCTL_LOG" "Advertising object registered" 20 || fail "bluetoothctl did not advertise"
 release 1
-bundle=$(ls -d "$OCB_REPO"/.build/debug/*PackageTests.xctest | head -1)
-[ -x "$bundle" ] || fail "no test bundle (swift build --build-tests)"
-rc=0
-OCB_KERNEL_GUEST=1 OCB_PEER_NAME=KernelPeer BLE_TRANSPORT=hci-socket:1 \
-    "$bundle" --testing-library swift-testing --filter "KernelGuestTests/managerFollowsTheAdapter" > "$OCB_OUT/$OCB_SCENARIO.test.log" 2>&1 || rc=$?
-cat "$OCB_OUT/$OCB_SCENARIO.test.log"
-[ $rc -eq 0 ] || fail "KernelGuestTests exited $rc"
-grep -q "passed" "$OCB_OUT/$OCB_SCENARIO.test.log" || fail "no test ran"
+guest_test "KernelGuestTests/managerFollowsTheAdapter" OCB_PEER_NAME=KernelPeer BLE_TRANSPORT=hci-socket:1 || fail "KernelGuestTests failed"
 log "ok"
