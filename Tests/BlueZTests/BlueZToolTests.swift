@@ -125,7 +125,7 @@ struct BlueZToolTests {
         // A command that runs our own host says what runs on bluez instead.
         let gatt = try await BLE.run(["gatt", "C0:FF:EE:00:00:0B"], bus: bus.address)
         #expect(gatt.status != 0)
-        #expect(gatt.stderr.contains("bluetoothd keeps the adapter") && gatt.stderr.contains("`ble read`, `ble write`, `ble pair`, `ble bonds`"), "\(gatt.stderr)")
+        #expect(gatt.stderr.contains("bluetoothd keeps the adapter") && gatt.stderr.contains("`ble read`, `ble write`, `ble subscribe`, `ble pair`, `ble bonds`"), "\(gatt.stderr)")
         // No bluetoothd for the adapter named: a clear failure, not a hang.
         let wrong = try await BLE.run(["bonds"], bus: bus.address, adapter: "hci7")
         #expect(wrong.status != 0 && wrong.stderr.contains("no bluetoothd with hci7"), "\(wrong.stderr)")
@@ -159,6 +159,29 @@ struct BlueZToolTests {
         #expect(command.status == 0 && command.stdout.contains("without response"), "\(command.stdout) \(command.stderr)")
         #expect(fake.lastWrites.map(\.value) == [[1, 2], Array("hi".utf8)])
         #expect(fake.lastWrites.map(\.type) == ["request", "command"])
+
+        // subscribe: StartNotify, each value printed decoded, until --count; then the link's loss ends it with an error.
+        let charPath = device + "/service0001/char0002"
+        let address = bus.address
+        async let counted = BLE.run(["subscribe", "HRM", "2A37", "--count", "2"], bus: address)
+        try await fake.wait("the subscription") { _ in fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true) }
+        fake.notify(charPath, [0x06, 80])
+        fake.notify(charPath, [0x06, 81])
+        let sub = try await counted
+        #expect(sub.status == 0, "\(sub.stdout) \(sub.stderr)")
+        #expect(sub.stderr.contains("subscribed to 0x0003 2A37 Heart Rate Measurement (notifications)"))
+        let lines = sub.stdout.split(separator: "\n")
+        #expect(lines.count == 2 && lines[0].contains("notification 0x0003 2A37 Heart Rate Measurement: 80 bpm") && lines[1].contains(": 81 bpm"), "\(lines)")
+        async let endless = BLE.run(["subscribe", "HRM", "2A37", "--json"], bus: address)
+        try await fake.wait("the second subscription") { _ in fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true) }
+        fake.notify(charPath, [0x06, 82])
+        try await pause(nanoseconds: 300_000_000)
+        fake.dropLink(device)
+        let dropped = try await endless
+        #expect(dropped.status != 0 && dropped.stderr.contains("the link went down"), "\(dropped.stderr)")
+        #expect(dropped.stdout.contains("\"value\":\"0652\""), "\(dropped.stdout)")
+        let flat = try await BLE.run(["subscribe", "HRM", "2A39"], bus: bus.address)
+        #expect(flat.status != 0 && flat.stderr.contains("neither notifies nor indicates"), "\(flat.stderr)")
 
         // BlueZ's refusal, as the tool's error.
         fake.failNext("ReadValue", name: "org.bluez.Error.NotPermitted", message: "Read not permitted")
