@@ -143,6 +143,8 @@ struct BlueZToolTests {
                     FakeCharacteristic(uuid: "00002a39-0000-1000-8000-00805f9b34fb", flags: ["write", "write-without-response"], value: []),
                 ])
         ]
+        // WriteValue {type: command}, as BlueZ before 5.46 (no AcquireWrite) takes a write without response.
+        fake.offersAcquireWrite = false
         let device = fake.addDevice(address: "C0:FF:EE:00:00:0D", random: true, ["Name": .string("HRM")])
 
         let read = try await BLE.run(["read", "HRM", "2A37"], bus: bus.address)
