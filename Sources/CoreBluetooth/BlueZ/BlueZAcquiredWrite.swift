@@ -34,14 +34,13 @@ final class BlueZAcquiredWrite {
         close(fd)
     }
 
-    enum Outcome { case sent, queued, broken(String) }
+    /// sent: gone; queued: waits for room (`sent` runs then); dropped: one already waits (the app wrote while
+    /// canSendWriteWithoutResponse was false; as on iOS the write is lost); broken: the socket failed.
+    enum Outcome { case sent, queued, dropped, broken(String) }
 
     /// Sends one Write Command; `sent` runs (on the queue) once a queued value has left.
     func send(_ value: [UInt8], sent: @escaping () -> Void) -> Outcome {
-        guard waiting == nil else {
-            // The app wrote while canSendWriteWithoutResponse was false: as on iOS, the write is dropped.
-            return .broken("a write without response is already waiting for room")
-        }
+        guard waiting == nil else { return .dropped }
         let n = value.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         if n == value.count { return .sent }
         guard n < 0, errno == EAGAIN || errno == EWOULDBLOCK else {

@@ -806,10 +806,13 @@ final class BlueZCentral: @unchecked Sendable {
             switch socket.send(Array(value.prefix(max(socket.mtu - 3, 0))), sent: { ready() }) {
             case .sent: ready()
             case .queued: break
+            case .dropped:
+                // The waiting value's departure tells the app when to write again.
+                CBLog.misuse("writeValue(_:for:type: .withoutResponse) while canSendWriteWithoutResponse is false: the write is dropped")
             case .broken(let why):
                 CBLog.warning("BlueZ backend: write without response through AcquireWrite's socket failed: \(why)")
                 // A closed socket (bluetoothd restarted, the characteristic went): ask again next time.
-                if why != "a write without response is already waiting for room" { gatt[device]?.writeChannels[path] = nil }
+                gatt[device]?.writeChannels[path] = nil
                 ready()
             }
         case .dbus?:
