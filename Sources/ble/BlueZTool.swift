@@ -18,7 +18,7 @@ enum BlueZTool {
     /// Why a command that opens a controller of its own does not run on bluez.
     static func needsOwnController(_ o: BlueZOptions) -> String {
         "BLE_TRANSPORT=\(transportName(o)): this command runs our own host on a controller of its own, and bluetoothd keeps the "
-            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble read`, `ble write`, `ble pair`, `ble bonds`, `ble demo`; the others need hci-socket:N "
+            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble read`, `ble write`, `ble subscribe`, `ble pair`, `ble bonds`, `ble demo`; the others need hci-socket:N "
             + "(an adapter bluetoothd lets go; `ble doctor` says which)"
     }
 
@@ -330,6 +330,86 @@ extension BlueZTool {
             return BlueZTool.label(ch)
         }
         say("wrote \(v.count) octet(s) to \(label)" + (noResponse ? " without response" : ""))
+    }
+}
+
+// MARK: ble subscribe
+
+extension BlueZTool {
+    /// `ble subscribe` through bluetoothd: `updates(of:)` per characteristic (StartNotify; BlueZ picks notifications
+    /// where the characteristic offers them), values printed as they come, until --count, Ctrl-C (which unsubscribes
+    /// first) or the link's loss.
+    static func subscribe(_ o: BlueZOptions, _ c: SubscribeCommand) throws {
+        if c.indicate {
+            throw ValidationError("--indicate: bluetoothd chooses notifications where the characteristic offers them (BLE_TRANSPORT=bluez)")
+        }
+        let (stop, stopper) = AsyncStream<Void>.makeStream()
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let sources = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            s.setEventHandler { stopper.yield() }
+            s.resume()
+            return s
+        }
+        defer { sources.forEach { $0.cancel() } }
+        let limit = c.count
+        let asJSON = c.json
+        let attributes = c.attributes
+        let failure = try withPeripheral(o, c.connect) { p, list -> String? in
+            var streams: [(CBCharacteristic, AsyncStream<Data>)] = []
+            for spec in attributes {
+                let ch = try characteristic(spec, in: list)
+                guard ch.properties.contains(.notify) || ch.properties.contains(.indicate) else {
+                    throw ToolError("\(BlueZTool.label(ch)) neither notifies nor indicates")
+                }
+                do { streams.append((ch, try await p.updates(of: ch))) } catch {
+                    throw ToolError("subscribing to \(BlueZTool.label(ch)): \((error as NSError).localizedDescription)")
+                }
+                warn("subscribed to \(BlueZTool.label(ch)) (\(ch.properties.contains(.notify) ? "notifications" : "indications"))")
+            }
+            let received = CBMutex(0)
+            return await withTaskGroup(of: String?.self) { group in
+                for (ch, values) in streams {
+                    group.addTask {
+                        for await v in values {
+                            let n = received.withLock { n -> Int in
+                                n += 1
+                                return n
+                            }
+                            guard limit == 0 || n <= limit else { return nil }
+                            say(line(ch, [UInt8](v), json: asJSON))
+                            if limit > 0 && n == limit { return nil }
+                        }
+                        return Task.isCancelled ? nil : "the link went down"
+                    }
+                }
+                group.addTask {
+                    for await _ in stop { return nil }
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+        }
+        if let failure { throw ToolError(failure) }
+    }
+
+    static func line(_ c: CBCharacteristic, _ value: [UInt8], json: Bool) -> String {
+        let u = c.uuid.bluetoothUUID
+        let decoded = ValueDecoding.characteristic(u, value, presentation: nil)
+        let kind = c.properties.contains(.notify) ? "notification" : "indication"
+        let now = Date()
+        if json {
+            var o: [String: Any] = [
+                "time": ISO8601DateFormatter.withFractionalSeconds.string(from: now), "kind": kind, "handle": Int(c.valueHandle),
+                "uuid": u.uuidString, "value": value.map { String(format: "%02x", $0) }.joined(),
+            ]
+            if let decoded { o["decoded"] = decoded }
+            return jsonText(o, pretty: false)
+        }
+        return "\(SubscribeCommand.clock.string(from: now)) \(kind) \(label(c)): " + RemoteDatabase.render(value: value, error: nil, decoded: decoded)
     }
 }
 

@@ -196,6 +196,7 @@ struct SubscribeCommand: ParsableCommand {
     }
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.subscribe(bluez, self) }
         try connect.withLink { link, _ in
             let db = try RemoteDatabase.discover(link, values: false)
             let chars = try attributes.map { try db.characteristic($0) }

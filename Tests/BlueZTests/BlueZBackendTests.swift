@@ -231,7 +231,9 @@ struct BlueZBackendTests {
         try await r.wait(for: "wrote")
         p.writeValue(Data([2, 3]), for: chars[1], type: .withoutResponse)
         try await r.wait("the command") { _ in fake.lastWrites.count == 2 }
-        #expect(fake.lastWrites.map(\.type) == ["request", "command"])
+        // The write without response went through AcquireWrite's socket (BlueZ offers WriteAcquired).
+        #expect(fake.lastWrites.map(\.type) == ["request", "acquired"])
+        #expect(fake.calls.contains("org.bluez.GattCharacteristic1.AcquireWrite \(charPath.replacingOccurrences(of: "char0002", with: "char0005"))"))
         #expect(fake.lastWrites.map(\.value) == [[1], [2, 3]])
 
         p.setNotifyValue(true, for: chars[0])
@@ -296,6 +298,42 @@ struct BlueZBackendTests {
         try await r.wait(for: "disconnect error")
         #expect(Array(r.events[before...]) == ["value [6, 90]", "value [6, 91]", "disconnect error"])
         await #expect(throws: CBError(.notConnected)) { try await p.value(for: chars[0]) }
+    }
+
+    @Test func aWriteWithoutResponseFloodIsPacedByAcquireWritesSocket() async throws {
+        let rig = try await Rig()
+        let fake = rig.fake
+        // A small socket whose reader (bluetoothd, sending to a slow link) stops for a while.
+        fake.acquiredSocketBuffer = 2048
+        fake.setAcquiredReaderPaused(true)
+        let (p, s, _) = try await rig.connected()
+        let control = try #require(s.characteristics?[1])
+        let total = 200
+        let writer = Task {
+            var sent = 0
+            while sent < total {
+                guard p.canSendWriteWithoutResponse else {
+                    try await pause(nanoseconds: 2_000_000)
+                    continue
+                }
+                p.writeValue(Data([UInt8(sent), UInt8(sent >> 8)] + [UInt8](repeating: 0xAB, count: 18)), for: control, type: .withoutResponse)
+                sent += 1
+            }
+            return sent
+        }
+        // The writer is held back: canSendWriteWithoutResponse stays false while nothing is read.
+        try await rig.recorder.wait("the writer held back") { _ in !p.canSendWriteWithoutResponse }
+        try await pause(nanoseconds: 300_000_000)
+        #expect(!p.canSendWriteWithoutResponse)
+        #expect(fake.lastWrites.isEmpty)
+        fake.setAcquiredReaderPaused(false)
+        #expect(try await writer.value == total)
+        try await rig.recorder.wait("every write") { _ in fake.lastWrites.count == total }
+        // All of them, in order, each one Write Command through the socket; AcquireWrite asked once.
+        #expect(fake.lastWrites.map { Int($0.value[0]) | Int($0.value[1]) << 8 } == Array(0..<total))
+        #expect(Set(fake.lastWrites.map(\.type)) == ["acquired"])
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.GattCharacteristic1.AcquireWrite") }.count == 1)
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.GattCharacteristic1.WriteValue") }.isEmpty)
     }
 
     @Test func blueZErrorsBecomeTheErrorsAnIPhoneAppSees() async throws {

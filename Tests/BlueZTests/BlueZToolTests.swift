@@ -125,7 +125,7 @@ struct BlueZToolTests {
         // A command that runs our own host says what runs on bluez instead.
         let gatt = try await BLE.run(["gatt", "C0:FF:EE:00:00:0B"], bus: bus.address)
         #expect(gatt.status != 0)
-        #expect(gatt.stderr.contains("bluetoothd keeps the adapter") && gatt.stderr.contains("`ble read`, `ble write`, `ble pair`, `ble bonds`"), "\(gatt.stderr)")
+        #expect(gatt.stderr.contains("bluetoothd keeps the adapter") && gatt.stderr.contains("`ble read`, `ble write`, `ble subscribe`, `ble pair`, `ble bonds`"), "\(gatt.stderr)")
         // No bluetoothd for the adapter named: a clear failure, not a hang.
         let wrong = try await BLE.run(["bonds"], bus: bus.address, adapter: "hci7")
         #expect(wrong.status != 0 && wrong.stderr.contains("no bluetoothd with hci7"), "\(wrong.stderr)")
@@ -143,6 +143,8 @@ struct BlueZToolTests {
                     FakeCharacteristic(uuid: "00002a39-0000-1000-8000-00805f9b34fb", flags: ["write", "write-without-response"], value: []),
                 ])
         ]
+        // WriteValue {type: command}, as BlueZ before 5.46 (no AcquireWrite) takes a write without response.
+        fake.offersAcquireWrite = false
         let device = fake.addDevice(address: "C0:FF:EE:00:00:0D", random: true, ["Name": .string("HRM")])
 
         let read = try await BLE.run(["read", "HRM", "2A37"], bus: bus.address)
@@ -159,6 +161,37 @@ struct BlueZToolTests {
         #expect(command.status == 0 && command.stdout.contains("without response"), "\(command.stdout) \(command.stderr)")
         #expect(fake.lastWrites.map(\.value) == [[1, 2], Array("hi".utf8)])
         #expect(fake.lastWrites.map(\.type) == ["request", "command"])
+
+        // subscribe: StartNotify, each value printed decoded, until --count; then the link's loss ends it with an error.
+        // The fake sets Notifying before its answer to StartNotify leaves, so the test notifies until the tool is done
+        // (a value that overtakes the answer is not one the app subscribed to yet).
+        let charPath = device + "/service0001/char0002"
+        let address = bus.address
+        let beats = Task {
+            var bpm: UInt8 = 80
+            while !Task.isCancelled {
+                if fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true) {
+                    fake.notify(charPath, [0x06, bpm])
+                    bpm &+= 1
+                }
+                try? await pause(nanoseconds: 50_000_000)
+            }
+        }
+        let sub = try await BLE.run(["subscribe", "HRM", "2A37", "--count", "2"], bus: address)
+        #expect(sub.status == 0, "\(sub.stdout) \(sub.stderr)")
+        #expect(sub.stderr.contains("subscribed to 0x0003 2A37 Heart Rate Measurement (notifications)"))
+        let lines = sub.stdout.split(separator: "\n")
+        #expect(lines.count == 2 && lines.allSatisfy { $0.contains("notification 0x0003 2A37 Heart Rate Measurement: ") && $0.contains(" bpm") }, "\(lines)")
+        async let endless = BLE.run(["subscribe", "HRM", "2A37", "--json"], bus: address)
+        try await fake.wait("the second subscription") { _ in fake.property(charPath, "org.bluez.GattCharacteristic1", "Notifying") == .boolean(true) }
+        try await pause(nanoseconds: 600_000_000)
+        fake.dropLink(device)
+        let dropped = try await endless
+        beats.cancel()
+        #expect(dropped.status != 0 && dropped.stderr.contains("the link went down"), "\(dropped.stderr)")
+        #expect(dropped.stdout.contains("\"value\":\"06"), "\(dropped.stdout)")
+        let flat = try await BLE.run(["subscribe", "HRM", "2A39"], bus: bus.address)
+        #expect(flat.status != 0 && flat.stderr.contains("neither notifies nor indicates"), "\(flat.stderr)")
 
         // BlueZ's refusal, as the tool's error.
         fake.failNext("ReadValue", name: "org.bluez.Error.NotPermitted", message: "Read not permitted")

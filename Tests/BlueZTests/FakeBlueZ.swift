@@ -52,6 +52,13 @@ final class FakeBlueZ: @unchecked Sendable {
     /// The agent's answers to Pair's prompts (reply bodies, or the error name).
     private var agentAnswers: [String] = []
     var holdConnect = false
+    /// Whether characteristics that take writes without response offer AcquireWrite (WriteAcquired, BlueZ 5.46+).
+    var offersAcquireWrite = true
+    /// The socket buffer of an acquired write's socket (small to make the sender wait), and whether its reader
+    /// pauses, as a link that is slower than the writer.
+    var acquiredSocketBuffer: Int32 = 0
+    let acquiredReaderPaused = NSCondition()
+    var pauseAcquiredReader = false
     var mtu: UInt16 = 247
     /// The GATT database every device shows once connected.
     var database: [FakeService] = []
@@ -351,6 +358,8 @@ final class FakeBlueZ: @unchecked Sendable {
             let path = call.body.first?.string ?? ""
             guard lock.withLock({ adverts.removeValue(forKey: path) }) != nil else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
             return call.reply()
+        case ("org.bluez.GattCharacteristic1", "AcquireWrite"):
+            return acquireWrite(call, path)
         case ("org.bluez.GattCharacteristic1", "StartNotify"):
             change(path, "org.bluez.GattCharacteristic1", ["Notifying": .boolean(true)])
             return call.reply()
@@ -418,6 +427,50 @@ final class FakeBlueZ: @unchecked Sendable {
         return nil
     }
 
+    /// AcquireWrite as bluetoothd answers it: one end of a SOCK_SEQPACKET pair and the MTU; each packet read from the
+    /// other end is one Write Command (recorded with the type "acquired") until we close our end.
+    private func acquireWrite(_ call: DBusMessage, _ path: String) -> DBusMessage? {
+        var ends: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &ends) == 0 else {
+            return call.errorReply(name: "org.bluez.Error.Failed", message: "socketpair failed")
+        }
+        let buffer = acquiredSocketBuffer
+        if buffer > 0 {
+            var b = buffer
+            setsockopt(ends[0], SOL_SOCKET, SO_SNDBUF, &b, socklen_t(MemoryLayout<Int32>.size))
+            setsockopt(ends[1], SOL_SOCKET, SO_RCVBUF, &b, socklen_t(MemoryLayout<Int32>.size))
+        }
+        change(path, "org.bluez.GattCharacteristic1", ["WriteAcquired": .boolean(true)])
+        var reply = call.reply([.unixFD(0), .uint16(mtu)])
+        reply.unixFDs = [ends[0]]
+        _ = try? connection.send(reply)
+        close(ends[0])
+        let theirs = ends[1]
+        Thread.detachNewThread { [weak self] in
+            var packet = [UInt8](repeating: 0, count: 1024)
+            while true {
+                if let self {
+                    self.acquiredReaderPaused.lock()
+                    while self.pauseAcquiredReader { self.acquiredReaderPaused.wait() }
+                    self.acquiredReaderPaused.unlock()
+                }
+                let n = read(theirs, &packet, packet.count)
+                guard n > 0, let self else { break }
+                let value = Array(packet[0..<n])
+                self.lock.withLock { self.writes.append((path, value, "acquired")) }
+            }
+            close(theirs)
+        }
+        return nil
+    }
+
+    func setAcquiredReaderPaused(_ paused: Bool) {
+        acquiredReaderPaused.lock()
+        pauseAcquiredReader = paused
+        acquiredReaderPaused.broadcast()
+        acquiredReaderPaused.unlock()
+    }
+
     private func hex(_ h: Int) -> String { String(format: "%04x", h) }
 
     private func registerApplication(_ call: DBusMessage) -> DBusMessage? {
@@ -477,7 +530,7 @@ final class FakeBlueZ: @unchecked Sendable {
                     [
                         "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
                         "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
-                    ])
+                    ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a })
                 handle += 2
                 for d in c.descriptors {
                     add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])

@@ -25,6 +25,9 @@
 import Foundation
 import BLEWire
 import DBus
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Where the BlueZ backend finds bluetoothd.
 package struct BlueZOptions: Sendable, Equatable {
@@ -106,6 +109,16 @@ final class BlueZCentral: @unchecked Sendable {
         var readsInFlight: [String: Int] = [:]
         var heldDuringRead: [String: [[UInt8]]] = [:]
         var readEcho: [String: [UInt8]] = [:]
+        /// How writes without response go, per characteristic (AcquireWrite's socket where BlueZ offers it).
+        var writeChannels: [String: WriteChannel] = [:]
+    }
+
+    enum WriteChannel {
+        /// AcquireWrite asked; the values written meanwhile, in order.
+        case acquiring([[UInt8]])
+        case socket(BlueZAcquiredWrite)
+        /// WriteValue {type: command} (no WriteAcquired property: BlueZ before 5.46, or AcquireWrite refused).
+        case dbus
     }
 
     static let maximumHeldValues = 256
@@ -738,17 +751,10 @@ final class BlueZCentral: @unchecked Sendable {
     func write(_ p: CBPeripheral, _ data: Data, _ characteristic: CBCharacteristic, type: CBCharacteristicWriteType, done: Done<Void>? = nil) {
         let bytes = [UInt8](data)
         queue.async { [self] in
-            guard let (_, path) = target(p, characteristic, "writeValue", done) else { return }
+            guard let (device, path) = target(p, characteristic, "writeValue", done) else { return }
             if type == .withoutResponse {
-                let room = p.maximumWriteValueLength(for: .withoutResponse)
-                call(
-                    path, BlueZObjectTree.characteristicInterface, "WriteValue",
-                    [.bytes(Array(bytes.prefix(room))), .stringVariantDictionary(["type": .string("command")])]
-                ) { r in
-                    if case let .failure(e) = r { CBLog.warning("BlueZ backend: write without response failed: \(e)") }
-                    p.readyToSendWriteWithoutResponse()
-                    done?(.success(()))
-                }
+                let value = Array(bytes.prefix(p.maximumWriteValueLength(for: .withoutResponse)))
+                writeWithoutResponse(p, device, path, value, done)
             } else {
                 call(
                     path, BlueZObjectTree.characteristicInterface, "WriteValue",
@@ -758,6 +764,66 @@ final class BlueZCentral: @unchecked Sendable {
                     finish(p, done, error.map { .failure($0) } ?? .success(())) { $0.peripheral(p, didWriteValueFor: characteristic, error: error) }
                 }
             }
+        }
+    }
+
+    /// A write without response: through AcquireWrite's socket where BlueZ offers one (the first write asks for it),
+    /// else WriteValue {type: command}; the app hears peripheralIsReady once the value has left.
+    private func writeWithoutResponse(_ p: CBPeripheral, _ device: String, _ path: String, _ value: [UInt8], _ done: Done<Void>?) {
+        let ready: @Sendable () -> Void = {
+            p.readyToSendWriteWithoutResponse()
+            done?(.success(()))
+        }
+        switch gatt[device]?.writeChannels[path] {
+        case nil:
+            guard tree[path, BlueZObjectTree.characteristicInterface]?["WriteAcquired"] != nil else {
+                gatt[device]?.writeChannels[path] = .dbus
+                return writeCommand(path, value, ready)
+            }
+            gatt[device]?.writeChannels[path] = .acquiring([value])
+            call(path, BlueZObjectTree.characteristicInterface, "AcquireWrite", [.stringVariantDictionary([:])]) { [self] r in
+                var received: [Int32] = []
+                if case let .success(m) = r { received = m.unixFDs }
+                guard case let .acquiring(queued)? = gatt[device]?.writeChannels[path] else {
+                    for d in received { Glibc.close(d) }   // the link went meanwhile
+                    return
+                }
+                if case let .success(m) = r, let fd = received.first, let mtu = m.body.count > 1 ? m.body[1].integer : nil {
+                    for d in received.dropFirst() { Glibc.close(d) }
+                    gatt[device]?.writeChannels[path] = .socket(BlueZAcquiredWrite(fd: fd, mtu: Int(mtu), queue: queue))
+                } else {
+                    for d in received { Glibc.close(d) }
+                    if case let .failure(e) = r { CBLog.warning("BlueZ backend: AcquireWrite failed (\(e)); writing with WriteValue") }
+                    gatt[device]?.writeChannels[path] = .dbus
+                }
+                for v in queued { writeWithoutResponse(p, device, path, v, nil) }
+                ready()
+            }
+        case .acquiring(var queued)?:
+            if queued.count < Self.maximumHeldValues { queued.append(value) }
+            gatt[device]?.writeChannels[path] = .acquiring(queued)
+        case .socket(let socket)?:
+            switch socket.send(Array(value.prefix(max(socket.mtu - 3, 0))), sent: { ready() }) {
+            case .sent: ready()
+            case .queued: break
+            case .dropped:
+                // The waiting value's departure tells the app when to write again.
+                CBLog.misuse("writeValue(_:for:type: .withoutResponse) while canSendWriteWithoutResponse is false: the write is dropped")
+            case .broken(let why):
+                CBLog.warning("BlueZ backend: write without response through AcquireWrite's socket failed: \(why)")
+                // A closed socket (bluetoothd restarted, the characteristic went): ask again next time.
+                gatt[device]?.writeChannels[path] = nil
+                ready()
+            }
+        case .dbus?:
+            writeCommand(path, value, ready)
+        }
+    }
+
+    private func writeCommand(_ path: String, _ value: [UInt8], _ ready: @escaping @Sendable () -> Void) {
+        call(path, BlueZObjectTree.characteristicInterface, "WriteValue", [.bytes(value), .stringVariantDictionary(["type": .string("command")])]) { r in
+            if case let .failure(e) = r { CBLog.warning("BlueZ backend: write without response failed: \(e)") }
+            ready()
         }
     }
 
