@@ -179,7 +179,8 @@ final class InteropPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked
         let text = String(decoding: value, as: UTF8.self)
         interopSay(
             "peripheral",
-            "write \(first.characteristic.uuid): \(value.count) octets in \(requests.count) request(s) at offsets \(requests.map { String($0.offset) }.joined(separator: ",")): \(text.prefix(24))…\(text.suffix(8))")
+            "write \(first.characteristic.uuid): \(value.count) octets in \(requests.count) request(s) at offsets \(requests.map { String($0.offset) }.joined(separator: ",")): \(text.prefix(24))…\(text.suffix(8))"
+        )
         peripheral.respond(to: first, withResult: .success)
     }
 

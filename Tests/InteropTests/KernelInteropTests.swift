@@ -119,7 +119,9 @@ struct KernelInteropTests {
 
     // MARK: Core Bluetooth programs on the HCI user channel, BlueZ as the peer
 
-    @Test("bluetoothctl as GATT client of a CBPeripheralManager program on hci-socket: discovery, long read and long write through CBATTRequest offsets, notifications, indications, a 2000-write write-without-response flood")
+    @Test(
+        "bluetoothctl as GATT client of a CBPeripheralManager program on hci-socket: discovery, long read and long write through CBATTRequest offsets, notifications, indications, a 2000-write write-without-response flood"
+    )
     func blueZUsesOurCoreBluetoothPeripheral() throws {
         try KernelGuest.expectPassed("cb-peripheral-hci")
         let program = try KernelGuest.log("cb-peripheral-hci", "peripheral.log")
@@ -137,7 +139,9 @@ struct KernelInteropTests {
         #expect(central.contains("notification 1 on 7D2E1001-5B6A-4C3E-9A6D-2F4B1C0E8A10: 4f4b"))
     }
 
-    @Test("a bond deleted on one side: our central's connection fails with Peer removed pairing information (no silent re-pairing); BlueZ's stale key is refused by us; both recover once the bond is forgotten")
+    @Test(
+        "a bond deleted on one side: our central's connection fails with Peer removed pairing information (no silent re-pairing); BlueZ's stale key is refused by us; both recover once the bond is forgotten"
+    )
     func aDeletedBondEndsAsOnIOS() throws {
         try KernelGuest.expectPassed("bond-deleted")
         #expect(try KernelGuest.log("bond-deleted", "A.central.log").contains("failed to connect: Peer removed pairing information (CBErrorDomain code 14)"))
