@@ -27,6 +27,7 @@ public struct AdapterFollower: Sendable, Equatable {
     /// The adapters present when ours vanished; nil while ours has not vanished since it was last bound.
     public private(set) var presentAtLoss: Set<Int>?
 
+    /// Follows adapter `index` (hci0 is 0), which has not vanished.
     public init(index: Int) { self.index = index }
 
     /// Our adapter vanished while `present` were listed (ours among them or not).
