@@ -64,7 +64,11 @@ enum AdapterWatch {
                     watch.lastReason = nil
                     // An adapter that came back at another index (see HCISocketTransport) is named.
                     let now = host.transport.name
-                    warn(now == spec.description ? "\(spec): the adapter is back" : "\(spec): the adapter is back, as \(now)")
+                    if case .hciSocket = spec, now != spec.description {
+                        warn("\(spec): the adapter is back, as \(now)")
+                    } else {
+                        warn("\(spec): the adapter is back")
+                    }
                     s.onReturn?(host)
                 default:
                     break
