@@ -56,7 +56,6 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     public var name: String { "hci-socket:\(index)" }
     private let openSocket: (Int) throws -> Int32
     private let listAdapters: () -> [Int]
-    private let isUp: (Int) -> Bool
     private let state: Mutex<(fd: Int32, wake: Int32, closed: Bool, follower: AdapterFollower)>
 
     static let AF_BLUETOOTH: Int32 = 31
@@ -65,9 +64,7 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
 
     /// A transport for adapter `index` (hci0 is 0) that follows it to a new index when it is replaced.
     public convenience init(index: Int) {
-        self.init(
-            index: index, openAdapter: { try HCISocketTransport.openUserChannel(index: $0) }, listAdapters: { HCISocketTransport.adapters() },
-            isUp: { HCISocketTransport.isUp(index: $0) })
+        self.init(index: index, openAdapter: { try HCISocketTransport.openUserChannel(index: $0) }, listAdapters: { HCISocketTransport.adapters() })
     }
 
     /// A transport over any packet socket (tests pass one end of a socketpair); it never changes adapter.
@@ -77,31 +74,11 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
 
     /// A transport that opens adapter N with `openAdapter(N)` and learns which adapters exist from
     /// `listAdapters` (tests give a fake kernel; `adapters()` reads sysfs).
-    /// `isUp(N)`: whether the kernel has hciN up (HCI_UP) now; an adapter that comes back is bound only once it
-    /// is down (see `bindFollowedAdapter`).
-    public init(
-        index: Int, openAdapter: @escaping (Int) throws -> Int32, listAdapters: @escaping () -> [Int], isUp: @escaping (Int) -> Bool = { _ in false }
-    ) {
+    public init(index: Int, openAdapter: @escaping (Int) throws -> Int32, listAdapters: @escaping () -> [Int]) {
         self.requestedIndex = index
         self.openSocket = openAdapter
         self.listAdapters = listAdapters
-        self.isUp = isUp
         self.state = Mutex((-1, -1, false, AdapterFollower(index: index)))
-    }
-
-    /// Whether the kernel has hciN up (HCIGETDEVINFO's HCI_UP flag, through a raw HCI socket bound to nothing).
-    public static func isUp(index: Int) -> Bool {
-        let fd = socket(AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), BTPROTO_HCI)
-        guard fd >= 0 else { return false }
-        defer { _ = Glibc.close(fd) }
-        // struct hci_dev_info: dev_id (u16), name[8], bdaddr[6], flags (u32, at offset 16), … (92 octets in all).
-        var info = [UInt8](repeating: 0, count: 128)
-        info[0] = UInt8(index & 0xFF)
-        info[1] = UInt8(index >> 8)
-        let HCIGETDEVINFO: UInt = 0x8004_48D3   // _IOR('H', 211, int)
-        let rc = info.withUnsafeMutableBytes { ioctl(fd, HCIGETDEVINFO, $0.baseAddress!) }
-        guard rc == 0 else { return false }
-        return info[16] & 1 != 0   // HCI_UP
     }
 
     /// The adapters the kernel lists now (`/sys/class/bluetooth/hciN`; connections there are `hciN:H`).
@@ -221,16 +198,6 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         let candidates = follower.presentAtLoss == nil ? [follower.index] : follower.candidates(present: listAdapters())
         var firstError: (any Error)?
         for candidate in candidates {
-            // An adapter that comes back is left alone while the kernel has it up: it sets a new adapter up and keeps
-            // it up for two seconds in case someone powers it (HCI_AUTO_OFF). Taken during those seconds (the bind
-            // succeeds), and unplugged later while still taken, it never left: hci_unregister_dev did not end and hciN
-            // stayed in sysfs (Linux 6.1 in the kernel guest). Up for longer, bluetoothd has it (the bind says so).
-            if follower.presentAtLoss != nil, isUp(candidate) {
-                if firstError == nil {
-                    firstError = TransportError.connectFailed(Self.explainBindFailure(index: candidate, errno: EALREADY))
-                }
-                continue
-            }
             do {
                 let fd = try openSocket(candidate)
                 state.withLock {
