@@ -111,7 +111,7 @@ struct KernelGuestTests {
         // The adapter comes back, as hci2: the host, retrying every second, may bind it while the kernel is still
         // setting it up (the guest's bluetoothd, AutoEnable=false, leaves it).
         let index = try guestShell("plug_controller")
-        #expect(index == "2", "the kernel kept index 1 while it was held")
+        #expect(index != "1", "the kernel kept index 1 while it was held")
         step("waiting for poweredOn again, at hci\(index)")
         try await waitFor("poweredOn again", seconds: 40) { central.log.count(prefix: on) >= 2 }
         let before = central.log.count(prefix: "discovered")

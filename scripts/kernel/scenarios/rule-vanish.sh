@@ -60,8 +60,9 @@ remove_controller 1
 wait_for "$OCB_OUT/$OCB_SCENARIO.scan3.log" "^hci-socket:1: the adapter went away" 15 || fail "ble scan did not say the adapter went away"
 lines=$(grep -c "^$peer" "$OCB_OUT/$OCB_SCENARIO.scan3.log")
 idx=$(plug_controller) || fail "no new controller"
-[ "$idx" = 2 ] || fail "the new controller is hci$idx, not hci2 (hci1's index was held)"
-wait_for "$OCB_OUT/$OCB_SCENARIO.scan3.log" "^hci-socket:1: the adapter is back, as hci-socket:2" 40 || fail "ble scan did not follow the adapter to hci2"
+# hci2 unless an adapter an earlier scenario unplugged is still in the kernel's list (see the README's matrix).
+[ "$idx" != 1 ] || fail "the new controller is hci1 although hci1's index was held"
+wait_for "$OCB_OUT/$OCB_SCENARIO.scan3.log" "^hci-socket:1: the adapter is back, as hci-socket:$idx" 40 || fail "ble scan did not follow the adapter to hci$idx"
 start=$SECONDS
 until [ "$(grep -c "^$peer" "$OCB_OUT/$OCB_SCENARIO.scan3.log")" -gt "$lines" ]; do
     [ $((SECONDS - start)) -lt 30 ] || fail "ble scan did not scan again from hci2"
@@ -70,7 +71,7 @@ done
 kill $scan
 wait_exit $scan 20
 grep -v "^$peer" "$OCB_OUT/$OCB_SCENARIO.scan3.log"
-remove_controller 2
+remove_controller "$idx"
 release_holds
 add_controller > /dev/null || fail "hci1 did not come back"
 
