@@ -2,6 +2,14 @@
 // UART dongles the kernel knows as hciN. The user channel gives this process exclusive access to the
 // controller: the kernel's own Bluetooth stack (and bluetoothd) must not be using it. Each read returns one
 // packet with its H4 indicator; each write sends one.
+//
+// An adapter that vanishes (a dongle pulled out, a driver that removed it) is followed: the host opens the
+// transport again every second, and each attempt tries hciN first; while hciN is absent, it also tries the
+// adapters that appeared since hciN vanished, lowest index first, and stays with the first it can bind
+// (`AdapterFollower`). The kernel gives a dongle plugged in again the lowest free index, which is N again
+// unless something still held the old adapter (then N+1 or another): either way the manager comes back.
+// Adapters that were there when hciN vanished are never taken (they belong to someone else, and one that
+// bluetoothd powers cannot be bound anyway).
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,25 +18,76 @@ import BLEHCI
 import BLETransport
 import Synchronization
 
+/// Which adapter an HCI user channel opens (pure: the transport gives it the adapters present and tries the
+/// indices it returns, in order). Until the adapter vanishes, only its own index; once it has vanished, its
+/// own index while the kernel lists it, and otherwise also every adapter that was not there when it vanished.
+public struct AdapterFollower: Sendable, Equatable {
+    /// The adapter followed now: the one asked for, until a replacement was bound.
+    public private(set) var index: Int
+    /// The adapters present when ours vanished; nil while ours has not vanished since it was last bound.
+    public private(set) var presentAtLoss: Set<Int>?
+
+    /// Follows adapter `index` (hci0 is 0), which has not vanished.
+    public init(index: Int) { self.index = index }
+
+    /// Our adapter vanished while `present` were listed (ours among them or not).
+    public mutating func lost(present: [Int]) {
+        presentAtLoss = Set(present).union([index])
+    }
+
+    /// The indices to try, in order, when `present` are listed now.
+    public func candidates(present: [Int]) -> [Int] {
+        guard let before = presentAtLoss, !present.contains(index) else { return [index] }
+        return [index] + present.filter { !before.contains($0) }.sorted()
+    }
+
+    /// The adapter at `index` was bound: it is the one followed from now on.
+    public mutating func bound(_ index: Int) {
+        self.index = index
+        presentAtLoss = nil
+    }
+}
+
 public final class HCISocketTransport: HCITransport, @unchecked Sendable {
-    public let index: Int
+    /// The adapter asked for (hci0 is 0).
+    public let requestedIndex: Int
+    /// The adapter this transport opens now: `requestedIndex`, or the adapter that replaced it (see above).
+    public var index: Int { state.withLock { $0.follower.index } }
     public var name: String { "hci-socket:\(index)" }
-    private let openSocket: () throws -> Int32
-    private let state = Mutex<(fd: Int32, closed: Bool)>((-1, false))
+    private let openSocket: (Int) throws -> Int32
+    private let listAdapters: () -> [Int]
+    private let state: Mutex<(fd: Int32, wake: Int32, closed: Bool, follower: AdapterFollower)>
 
     static let AF_BLUETOOTH: Int32 = 31
     static let BTPROTO_HCI: Int32 = 1
     static let HCI_CHANNEL_USER: UInt16 = 1
 
-    /// A transport for adapter `index` (hci0 is 0).
+    /// A transport for adapter `index` (hci0 is 0) that follows it to a new index when it is replaced.
     public convenience init(index: Int) {
-        self.init(index: index) { try HCISocketTransport.openUserChannel(index: index) }
+        self.init(index: index, openAdapter: { try HCISocketTransport.openUserChannel(index: $0) }, listAdapters: { HCISocketTransport.adapters() })
     }
 
-    /// A transport over any packet socket (tests pass one end of a socketpair).
-    public init(index: Int, socketFactory: @escaping () throws -> Int32) {
-        self.index = index
-        self.openSocket = socketFactory
+    /// A transport over any packet socket (tests pass one end of a socketpair); it never changes adapter.
+    public convenience init(index: Int, socketFactory: @escaping () throws -> Int32) {
+        self.init(index: index, openAdapter: { _ in try socketFactory() }, listAdapters: { [] })
+    }
+
+    /// A transport that opens adapter N with `openAdapter(N)` and learns which adapters exist from
+    /// `listAdapters` (tests give a fake kernel; `adapters()` reads sysfs).
+    public init(index: Int, openAdapter: @escaping (Int) throws -> Int32, listAdapters: @escaping () -> [Int]) {
+        self.requestedIndex = index
+        self.openSocket = openAdapter
+        self.listAdapters = listAdapters
+        self.state = Mutex((-1, -1, false, AdapterFollower(index: index)))
+    }
+
+    /// The adapters the kernel lists now (`/sys/class/bluetooth/hciN`; connections there are `hciN:H`).
+    public static func adapters(sysfs: String = "/sys/class/bluetooth") -> [Int] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: sysfs)) ?? []
+        return names.compactMap { name in
+            guard name.hasPrefix("hci"), let n = Int(name.dropFirst(3)), n >= 0 else { return nil }
+            return n
+        }.sorted()
     }
 
     /// sockaddr_hci { sa_family_t hci_family; unsigned short hci_dev; unsigned short hci_channel; }
@@ -84,31 +143,73 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     }
 
     public func open(sink: any HCITransportSink) throws {
-        let fd = try openSocket()
-        state.withLock { $0 = (fd, false) }
+        // close() wakes the reader through a pipe: HCI sockets have no shutdown(2) (the kernel answers
+        // EOPNOTSUPP), and closing a descriptor another thread is reading leaves that read blocked and the
+        // adapter bound until the next packet.
+        var pair: [Int32] = [-1, -1]
+        guard pipe(&pair) == 0 else { throw TransportError.io("pipe: \(String(cString: strerror(errno)))") }
+        for d in pair { _ = fcntl(d, F_SETFD, FD_CLOEXEC) }
+        let wake = pair
+        let fd: Int32
+        do { fd = try bindFollowedAdapter(wake: wake[1]) } catch {
+            _ = Glibc.close(wake[0]); _ = Glibc.close(wake[1])
+            throw error
+        }
         let thread = Thread { [self] in
             var buffer = [UInt8](repeating: 0, count: 4096)
             var closeError: (any Error)?
-            while true {
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
+            reading: while true {
+                if poll(&fds, 2, -1) < 0 {
+                    if errno == EINTR { continue }
+                    closeError = TransportError.io("poll: \(String(cString: strerror(errno)))")
+                    break
+                }
+                if fds[1].revents != 0 { break }   // close()
+                guard fds[0].revents != 0 else { continue }
                 let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                 if n < 0 {
-                    if errno == EINTR { continue }
-                    if !isClosed { closeError = TransportError.io(String(cString: strerror(errno))) }
-                    break
+                    if errno == EINTR || errno == EAGAIN { continue }
+                    closeError = TransportError.io(String(cString: strerror(errno)))
+                    break reading
                 }
                 if n == 0 { break }
                 // One packet per read, H4 indicator first.
                 guard let type = HCIPacketType(rawValue: buffer[0]) else { continue }
                 sink.transport(didReceive: HCIPacket(type: type, bytes: Array(buffer[1..<n])))
             }
-            close()
-            sink.transportDidClose(error: closeError)
+            // Not closed by us: the adapter went away (the kernel ends the user channel with EPIPE). A socket we
+            // closed is no news: the host may already have opened the next one, which must not read as lost.
+            let vanished = state.withLock { !$0.closed && $0.fd == fd }
+            if vanished {
+                let present = listAdapters()
+                state.withLock { $0.follower.lost(present: present) }
+            }
+            finish(fd, wake: wake)
+            if vanished { sink.transportDidClose(error: closeError) }
         }
         thread.name = name
         thread.start()
     }
 
-    private var isClosed: Bool { state.withLock { $0.closed } }
+    /// Binds the adapter followed now, or one that replaced it; the error is the followed adapter's.
+    private func bindFollowedAdapter(wake: Int32) throws -> Int32 {
+        let follower = state.withLock { $0.follower }
+        let candidates = follower.presentAtLoss == nil ? [follower.index] : follower.candidates(present: listAdapters())
+        var firstError: (any Error)?
+        for candidate in candidates {
+            do {
+                let fd = try openSocket(candidate)
+                state.withLock {
+                    $0.fd = fd; $0.wake = wake; $0.closed = false; $0.follower.bound(candidate)
+                }
+                return fd
+            } catch {
+                if firstError == nil { firstError = error }
+            }
+        }
+        throw firstError ?? TransportError.connectFailed(Self.explainBindFailure(index: follower.index, errno: ENODEV))
+    }
 
     public func send(_ packet: HCIPacket) {
         let fd = state.withLock { $0.closed ? -1 : $0.fd }
@@ -118,15 +219,26 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
+    /// Stops reading and lets the adapter go: the reader thread closes the socket (at once: it is woken).
     public func close() {
-        let fd = state.withLock { s -> Int32 in
-            if s.closed { return -1 }
+        state.withLock { s in
+            guard !s.closed else { return }
             s.closed = true
-            return s.fd
+            // Under the lock: the reader closes the pipe under it too, so this never writes to a reused descriptor.
+            if s.wake >= 0 {
+                var one: UInt8 = 1
+                _ = write(s.wake, &one, 1)
+            }
         }
-        if fd >= 0 {
-            _ = shutdown(fd, Int32(SHUT_RDWR))
-            _ = Glibc.close(fd)
+    }
+
+    /// Ends one socket and its wake pipe: only its reader thread calls this, once it has stopped reading.
+    private func finish(_ fd: Int32, wake: [Int32]) {
+        state.withLock { s in
+            if s.fd == fd { s.closed = true; s.fd = -1; s.wake = -1 }
+            _ = Glibc.close(wake[1])
         }
+        _ = Glibc.close(fd)
+        _ = Glibc.close(wake[0])
     }
 }

@@ -6,7 +6,8 @@
 //   adapter is gone and exits 1: its result would be incomplete.
 // - A command whose job is to keep running (`ble serve`, `ble scan --duration 0`) says so, waits while the host
 //   retries, says why it cannot have the adapter yet when that changes (gone, or taken by bluetoothd), says when
-//   it is back, and carries on: `onReturn` starts again what a new controller does not know (scanning).
+//   it is back (naming it when it came back at another index: a dongle plugged in again as hci2), and carries
+//   on: `onReturn` starts again what a new controller does not know (scanning).
 //
 // Threading: `install` runs on the command's thread; the observer and `onReturn` run on the host's loop.
 import Foundation
@@ -61,7 +62,13 @@ enum AdapterWatch {
                 case .on where watch.lost:
                     watch.lost = false
                     watch.lastReason = nil
-                    warn("\(spec): the adapter is back")
+                    // An adapter that came back at another index (see HCISocketTransport) is named.
+                    let now = host.transport.name
+                    if case .hciSocket = spec, now != spec.description {
+                        warn("\(spec): the adapter is back, as \(now)")
+                    } else {
+                        warn("\(spec): the adapter is back")
+                    }
                     s.onReturn?(host)
                 default:
                     break

@@ -4,8 +4,11 @@
 # vhci bridges), OCB_STATE_DIR (our stack's state, one per scenario).
 OCB_BLE="$OCB_REPO/.build/debug/ble"
 OCB_RUN=/run/ocb
-# Captures (btsnoop) are written here, in the guest's memory, and copied to the results after each scenario:
-# written straight to the 9p results share they stopped growing after a few seconds.
+# Captures (btsnoop) and the chatty logs (rootcanal writes a line per ACL packet, bluetoothd -d many per event) are
+# written here, in the guest's memory, and copied to the results when the guest ends (a scenario's own captures,
+# $OCB_CAP/$OCB_SCENARIO.*, after it): written straight to the 9p results share, captures stopped growing after a
+# few seconds, and rootcanal, blocked on each log line, forwarded one LE ACL packet per ~40 ms (20 K-frames a
+# second between our host and l2test).
 OCB_CAP=/tmp/ocb-cap
 mkdir -p "$OCB_RUN" "$OCB_CAP"
 
@@ -40,14 +43,16 @@ wait_exit() {
     wait "$pid"
 }
 
+# start_rootcanal [NAME PORT BASE]: rootcanal (NAME "rootcanal" on $OCB_RC_PORT unless given), its other ports
+# from BASE (6401: test, +1 HCI, +2 link, +3 LE link), its log in $OCB_CAP/NAME.log.
 start_rootcanal() {
-    local bin
+    local bin name=${1:-rootcanal} port=${2:-$OCB_RC_PORT} base=${3:-6401}
     bin=$(ls "$OCB_REPO"/.venv/lib/*/site-packages/rootcanal/bin/linux-x86_64/rootcanal 2>/dev/null | head -1)
     [ -x "$bin" ] || { log "rootcanal not found in $OCB_REPO/.venv (scripts/setup-venv.sh installs it)"; return 1; }
-    "$bin" --hci_port=6402 --test_port=6401 --link_port=6403 --link_ble_port=6404 \
-        "-configuration=tcp_server { tcp_port: $OCB_RC_PORT configuration { strict: false } }" \
-        > "$OCB_OUT/rootcanal.log" 2>&1 &
-    echo $! > "$OCB_RUN/rootcanal.pid"
+    "$bin" --test_port=$base --hci_port=$((base + 1)) --link_port=$((base + 2)) --link_ble_port=$((base + 3)) \
+        "-configuration=tcp_server { tcp_port: $port configuration { strict: false } }" \
+        > "$OCB_CAP/$name.log" 2>&1 &
+    echo $! > "$OCB_RUN/$name.pid"
 }
 
 # add_controller: one more vhci controller on rootcanal; prints its index once the kernel has set it up.
@@ -70,7 +75,7 @@ plug_controller() { try_add_controller nowait; }
 try_add_controller() {
     local out idx pid start=$SECONDS nowait=${1:-}
     out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
-    "$OCB_CACHE/vhci-bridge" 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
+    "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
     until grep -q '^hci' "$out"; do
         kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
@@ -79,6 +84,8 @@ try_add_controller() {
     done
     idx=$(sed -n 's/^hci//p' "$out" | head -1)
     rm -f "$out"
+    # A controller with other buffers is made ordinary again after the scenario (restore_controllers).
+    if [ -n "${OCB_LE_BUFFER:-}" ]; then touch "$OCB_RUN/hci$idx.renew"; else rm -f "$OCB_RUN/hci$idx.renew"; fi
     if [ -n "$nowait" ]; then echo "$pid" > "$OCB_RUN/hci$idx.pid"; echo "$idx"; return 0; fi
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
     # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
@@ -102,8 +109,51 @@ remove_controller() {
     rm -f "$OCB_RUN/hci$1.pid"
     local start=$SECONDS
     while [ -e "/sys/class/bluetooth/hci$1" ]; do
-        [ $((SECONDS - start)) -lt 20 ] || { log "hci$1 is still there 20 s after its bridge ended"; return 1; }
+        [ $((SECONDS - start)) -lt 40 ] || { log "hci$1 is still there 40 s after its bridge ended"; return 1; }
         sleep 0.1
+    done
+}
+
+# fast_controllers: hci0 (BlueZ's, powered again through bluetoothd) and hci1 made anew with 1021-octet LE ACL
+# buffers (vhci-bridge -l: rootcanal forwards ACL packets of any length whole), for bulk data, on a rootcanal of
+# their own (port 6501): rootcanal 1.10 spun for good on "remote disconnected" once these two were unplugged, and
+# answered no controller after. restore_controllers ends it and makes both ordinary again afterwards.
+fast_controllers() {
+    local i
+    start_rootcanal rootcanal-fast 6501 6411 || return 1
+    for i in 1 0; do remove_controller "$i" || return 1; done
+    for i in 0 1; do
+        [ "$(OCB_RC_PORT=6501 OCB_LE_BUFFER=1021 add_controller)" = "$i" ] || { log "the fast controller is not hci$i"; return 1; }
+    done
+    bluez_up 0 40
+}
+
+# hold_index N: a process keeps a raw HCI socket bound to hciN (as a program that still has an adapter open when
+# it is unplugged: hcidump, a stuck process). The kernel then keeps hciN's index until that socket closes, so the
+# next controller plugged in gets a new index, as a re-plugged dongle often does. release_holds ends them. The
+# holder closes every inherited descriptor (see vhci-bridge.c: a Swift test waits for those to close).
+hold_index() {
+    local out="$OCB_RUN/hold$1.out" start=$SECONDS
+    python3 -c '
+import os, socket, sys, time
+os.closerange(3, 65536)
+s = socket.socket(socket.AF_BLUETOOTH, socket.SOCK_RAW, socket.BTPROTO_HCI)
+s.bind((int(sys.argv[1]),))
+print("held", flush=True)
+time.sleep(100000)' "$1" > "$out" 2>&1 < /dev/null &
+    echo $! > "$OCB_RUN/hold$1.pid"
+    until grep -q '^held' "$out"; do
+        kill -0 "$(cat "$OCB_RUN/hold$1.pid")" 2>/dev/null || { log "cannot hold hci$1: $(cat "$out")"; return 1; }
+        [ $((SECONDS - start)) -lt 20 ] || { log "cannot hold hci$1: no answer"; return 1; }
+        sleep 0.1
+    done
+}
+release_holds() {
+    local f
+    for f in "$OCB_RUN"/hold*.pid; do
+        [ -f "$f" ] || continue
+        kill -KILL "$(cat "$f")" 2>/dev/null
+        rm -f "$f"
     done
 }
 
@@ -111,8 +161,19 @@ remove_controller() {
 # left on them (a link, a channel, a half-finished pairing, an rfkill block) reaches the next; hci0 (BlueZ's)
 # is made again only if a scenario removed it.
 restore_controllers() {
-    local i
+    local i f
+    release_holds
     for i in $(seq 1 $(( ${ocb_controllers:-2} - 1 ))); do remove_controller "$i" 2>/dev/null; done
+    # hci0 too when a scenario changed it for good (fast_controllers, or privacy: the kernel keeps an adapter's
+    # privacy after bluetoothd ends) and marked it with $OCB_RUN/hci0.renew; and the fast controllers' rootcanal.
+    [ -f "$OCB_RUN/hci0.renew" ] && remove_controller 0 2>/dev/null
+    kill -KILL "$(cat "$OCB_RUN/rootcanal-fast.pid" 2>/dev/null)" 2>/dev/null && rm -f "$OCB_RUN/rootcanal-fast.pid"
+    # Controllers a scenario plugged in beyond those (a dongle back at a new index) go too.
+    for f in "$OCB_RUN"/hci*.pid; do
+        [ -f "$f" ] || continue
+        i=${f##*/hci}; i=${i%.pid}
+        [ "$i" -ge "${ocb_controllers:-2}" ] && remove_controller "$i" 2>/dev/null
+    done
     for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
         if ! kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null; then add_controller > /dev/null; fi
     done
@@ -147,7 +208,7 @@ start_bluez() {
     fi
     if ! kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null; then
         [ -n "$conf" ] || conf=$(bluez_conf)
-        bluetoothd -n -d -f "$conf" >> "$OCB_OUT/bluetoothd.log" 2>&1 &
+        bluetoothd -n -d -f "$conf" >> "$OCB_CAP/bluetoothd.log" 2>&1 &
         echo $! > "$OCB_RUN/bluetoothd.pid"
     fi
     # bluetoothd has registered hci0 once its adapter object is on the bus.

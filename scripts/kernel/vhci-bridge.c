@@ -3,7 +3,12 @@
  * reached over TCP in H4 framing (rootcanal's HCI port). Runs inside the kernel test guest
  * (scripts/kernel/guest); standard C and POSIX only.
  *
- *   vhci-bridge HOST PORT      prints "hciN" on standard output once the kernel has made the adapter
+ *   vhci-bridge [-l LENGTH] HOST PORT   prints "hciN" on standard output once the kernel has made the adapter
+ *
+ * -l LENGTH reports LE ACL buffers of LENGTH octets to the host instead of the controller's own (the answers to
+ * LE Read Buffer Size [v1] and [v2]): rootcanal's default controller has 27-octet LE buffers but forwards ACL
+ * packets of any length whole, so bulk-data scenarios run with fewer, larger packets (1 MB over L2CAP is about
+ * 1,000 packets with 1021-octet buffers, 50,000 with 27, at about 20 a second under emulation).
  *
  * /dev/vhci takes exactly one whole H4 packet per write and returns one per read. The first packet this
  * program writes is the vendor packet 0xff 0x00, which creates a primary (BR/EDR+LE) controller at once
@@ -47,8 +52,25 @@ static long h4_length(const unsigned char *buf, size_t have) {
     }
 }
 
+/* An LE Read Buffer Size [v1] (0x2002) or [v2] (0x2060) Command Complete from the controller, as H4: its
+ * LE_ACL_Data_Packet_Length set to `length` when the controller reported LE buffers of its own. */
+static void rewrite_le_buffer_size(unsigned char *p, long n, unsigned length) {
+    if (n < 10 || p[0] != 0x04 || p[1] != 0x0e) return;
+    unsigned opcode = p[4] | (p[5] << 8);
+    if ((opcode != 0x2002 && opcode != 0x2060) || p[6] != 0x00) return;
+    if ((p[7] | (p[8] << 8)) == 0) return;   /* 0: LE shares the BR/EDR buffers */
+    p[7] = length & 0xff;
+    p[8] = (length >> 8) & 0xff;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) { fprintf(stderr, "usage: vhci-bridge HOST PORT\n"); return 64; }
+    unsigned le_length = 0;
+    if (argc == 5 && strcmp(argv[1], "-l") == 0) {
+        le_length = (unsigned)atoi(argv[2]);
+        if (le_length < 27 || le_length > 0xffff) { fprintf(stderr, "vhci-bridge: -l takes 27 to 65535\n"); return 64; }
+        argv += 2; argc -= 2;
+    }
+    if (argc != 3) { fprintf(stderr, "usage: vhci-bridge [-l LENGTH] HOST PORT\n"); return 64; }
     signal(SIGPIPE, SIG_IGN);
     /* Every descriptor beyond the standard three is closed: the bridge outlives whoever started it, and a
      * descriptor it inherited would stay open as long as it runs. Foundation's Process notices its child's end
@@ -103,6 +125,7 @@ int main(int argc, char **argv) {
                 long len = h4_length(in, have);
                 if (len < 0) { fprintf(stderr, "vhci-bridge: unknown H4 packet type 0x%02x\n", in[0]); return 1; }
                 if (len == 0 || (size_t)len > have) break;
+                if (le_length) rewrite_le_buffer_size(in, len, le_length);
                 if (write_all(vhci, in, (size_t)len) < 0) {
                     /* ENXIO: the kernel has the adapter down (closed, or between a user channel's close and the
                      * next open) and drops what the controller sends, as it would from a real one; rootcanal

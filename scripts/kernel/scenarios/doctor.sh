@@ -38,7 +38,7 @@ release 1
 cat "$out.busy.log"
 [ $rc -eq 1 ] || fail "ble doctor exited $rc (not 1) with hci1 held by bluetoothd"
 sed -n '/^  hci1/,/^$/p' "$out.busy.log" | grep -q "up, held by the kernel stack (bluetoothd is running)" || fail "hci1 is not reported held"
-expect "$out.busy.log" "→ sudo systemctl stop bluetooth; sudo btmgmt --index 1 power off"
+expect "$out.busy.log" "sudo systemctl stop bluetooth; sudo btmgmt --index 1 power off"
 expect "$out.busy.log" "hci1 is in use by the kernel's Bluetooth stack (bluetoothd)"
 
 rc=0; setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \

@@ -1,5 +1,6 @@
-# A CBCentralManager on hci-socket:1 whose adapter vanishes while connected and comes back (Swift Testing,
-# Tests/InteropTests/KernelGuestTests.swift, run from the built test bundle inside the guest).
+# A CBCentralManager on hci-socket:1 whose adapter vanishes while connected and comes back, while a program holds
+# the old index, as hci2 (Swift Testing, Tests/InteropTests/KernelGuestTests.swift, run from
+# the built test bundle inside the guest; restore_controllers removes hci2 afterwards).
 # timeout: 400
 start_bluez || fail "BlueZ did not start"
 btctl_start
