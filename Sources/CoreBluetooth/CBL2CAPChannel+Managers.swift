@@ -15,6 +15,7 @@ extension CBPeripheral {
             queue.async { [self] in delegate?.peripheral(self, didOpen: nil, error: CBError(.invalidParameters)) }
             return
         }
+        if let b = bluez { return b.openL2CAPChannel(self, psm: PSM) }
         withConnection("openL2CAPChannel") { [self] c in
             guard let host = c.host else { return }
             c.openL2CAPChannel(psm: PSM) { [self] result in
@@ -35,7 +36,9 @@ extension CBPeripheralManager {
     /// `encryptionRequired`, a central must pair (or encrypt with its bond) before it may open a channel.
     /// Channels centrals open arrive in `peripheralManager(_:didOpen:error:)`.
     public func publishL2CAPChannel(withEncryption encryptionRequired: Bool) {
-        guard !misusedOutsidePoweredOn(), let host = leHost else { return }
+        guard !misusedOutsidePoweredOn() else { return }
+        if let bluez { return bluez.publishL2CAPChannel(encryption: encryptionRequired) }
+        guard let host = leHost else { return }
         host.loop.execute { [self] in
             let psm = host.publishL2CAP(security: encryptionRequired ? .encryption() : .none) { [weak self] ch in
                 guard let self, let c = ch.connection else { return ch.close() }
@@ -54,6 +57,7 @@ extension CBPeripheralManager {
 
     /// Stops accepting channels on `PSM` and closes the channels open on it.
     public func unpublishL2CAPChannel(_ PSM: CBL2CAPPSM) {
+        if let bluez { return bluez.unpublishL2CAPChannel(PSM) }
         guard let host = leHost else { return }
         host.loop.execute { [self] in
             let existed = host.unpublishL2CAP(psm: PSM)

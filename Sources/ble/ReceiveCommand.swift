@@ -51,6 +51,8 @@ final class FileReceiver: NSObject, CBPeripheralManagerDelegate, @unchecked Send
 
     /// Opens the controller first, so that one that cannot be opened fails with its reason.
     func start() throws {
+        // BLE_TRANSPORT=bluez: through bluetoothd, the channel published on the kernel's L2CAP sockets.
+        if let bluez = BlueZTool.options { return manager = CBPeripheralManager(delegate: self, queue: nil, options: nil, bluez: bluez) }
         manager = CBPeripheralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "receive"))
     }
 

@@ -66,6 +66,8 @@ final class FileSender: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate
 
     /// Opens the controller first, so that one that cannot be opened fails with its reason.
     func start() throws {
+        // BLE_TRANSPORT=bluez: through bluetoothd, the channel on the kernel's L2CAP sockets.
+        if let bluez = BlueZTool.options { return manager = CBCentralManager(delegate: self, queue: nil, options: nil, bluez: bluez) }
         manager = CBCentralManager(delegate: self, queue: nil, options: nil, host: try Controller.open(name: "central"))
     }
 

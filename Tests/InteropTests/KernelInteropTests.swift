@@ -18,7 +18,7 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez", "cb-tool-bluez",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez", "cb-tool-bluez", "cb-l2cap-bluez",
         // Core Bluetooth programs on hci-socket:1 with BlueZ as the peer (cb-peripheral-hci restarts bluetoothd
         // with its own configuration and stops it; pair-bluez-initiates starts it again).
         "cb-central-hci", "bond-deleted", "cb-peripheral-hci",
@@ -116,6 +116,9 @@ struct KernelInteropTests {
 
     @Test("ble scan, read (long values too) and write on BLE_TRANSPORT=bluez, through bluetoothd, against ble serve on hci-socket:1")
     func toolCommandsOnBlueZ() throws { try KernelGuest.expectPassed("cb-tool-bluez") }
+
+    @Test("64 KB each way over L2CAP channels on BLE_TRANSPORT=bluez (the kernel's L2CAP sockets): opened to ble receive on hci-socket:1, and published for ble send on hci-socket:1")
+    func l2capChannelOnBlueZ() throws { try KernelGuest.expectPassed("cb-l2cap-bluez") }
 
     // MARK: Core Bluetooth programs on the HCI user channel, BlueZ as the peer
 

@@ -520,6 +520,17 @@ final class BlueZCentral: @unchecked Sendable {
         }
     }
 
+    /// For an L2CAP channel (BlueZCentral+L2CAP): the connected peripheral's address and type, and the adapter's
+    /// address; nil (after Apple's warning) when it is not connected. On `queue`.
+    func l2capEndpoints(_ p: CBPeripheral) -> (peer: String, type: String?, adapter: String?)? {
+        guard let path = connectedDevice(p, "openL2CAPChannel"),
+            let address = tree[path, BlueZObjectTree.deviceInterface]?["Address"]?.string
+        else { return nil }
+        let type = tree[path, BlueZObjectTree.deviceInterface]?["AddressType"]?.string
+        let adapter = adapterPath.flatMap { tree[$0, BlueZObjectTree.adapterInterface]?["Address"]?.string }
+        return (address, type, adapter)
+    }
+
     // MARK: GATT client
 
     /// The device path of a connected peripheral, or nil (after Apple's warning) when it is not connected.

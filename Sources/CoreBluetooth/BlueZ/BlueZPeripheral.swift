@@ -21,7 +21,7 @@ import DBus
 
 final class BlueZPeripheral: @unchecked Sendable {
     let session: BlueZCentral
-    private weak var manager: CBPeripheralManager?
+    private(set) weak var manager: CBPeripheralManager?
     private var queue: DispatchQueue { session.queue }
     private let root: String
 
@@ -30,8 +30,10 @@ final class BlueZPeripheral: @unchecked Sendable {
     private var nextApplication = 0
     private var pending: [ObjectIdentifier: DBusMessage] = [:]
     private var advertising = false
+    /// Published L2CAP PSMs and their listening sockets (BlueZPeripheral+L2CAP).
+    var l2capListeners: [CBL2CAPPSM: BlueZL2CAPListener] = [:]
     /// BlueZ subscribes once for all the centrals it serves: one CBCentral stands for them.
-    private let central = CBCentral(identifier: UUID(), maximumUpdateValueLength: 20)
+    let central = CBCentral(identifier: UUID(), maximumUpdateValueLength: 20)
 
     private struct Application {
         let path: String
@@ -64,6 +66,8 @@ final class BlueZPeripheral: @unchecked Sendable {
                 bus.unexport(path: advertisementPath)
             }
             applications.removeAll()
+            for l in l2capListeners.values { l.close() }
+            l2capListeners.removeAll()
         }
         session.close()
     }
