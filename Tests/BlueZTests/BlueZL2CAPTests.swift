@@ -65,7 +65,7 @@ struct BlueZL2CAPTests {
         let b = try #require(BlueZL2CAP.SocketAddress(psm: 0x00F1, address: "00:11:22:33:44:55", type: .lePublic))
         #expect(b.bytes == [31, 0, 0xF1, 0x00, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00, 0, 0, 1, 0])
         var decoded = b.bytes
-        decoded[10] = 0x40  // a CID as getpeername gives it
+        decoded[10] = 0x40   // a CID as getpeername gives it
         #expect(BlueZL2CAP.SocketAddress(bytes: decoded)?.cid == 0x0040)
         for bad in ["", "C0:FF:EE:00:00", "C0:FF:EE:00:00:01:02", "C0:FF:EE:00:00:0G", "C0:FF:EE:00:00:001", "C0-FF-EE-00-00-01"] {
             #expect(BlueZL2CAP.SocketAddress(psm: 0x80, address: bad, type: .lePublic) == nil, "\(bad)")

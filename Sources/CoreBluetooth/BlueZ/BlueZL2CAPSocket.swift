@@ -109,14 +109,17 @@ enum BlueZL2CAP {
             case EINVAL: kind = .invalidParameters
             default: kind = .connectionFailed
             }
-            let why = code == EAFNOSUPPORT
+            let why =
+                code == EAFNOSUPPORT
                 ? "this kernel has no Bluetooth sockets (AF_BLUETOOTH): \(description)"
                 : "L2CAP socket \(description)"
-            return CBError(kind, userInfo: [
-                NSLocalizedDescriptionKey: CBError(kind).localizedDescription + " (\(why))",
-                NSLocalizedFailureReasonErrorKey: why,
-                "errno": Int(code),
-            ])
+            return CBError(
+                kind,
+                userInfo: [
+                    NSLocalizedDescriptionKey: CBError(kind).localizedDescription + " (\(why))",
+                    NSLocalizedFailureReasonErrorKey: why,
+                    "errno": Int(code),
+                ])
         }
     }
 

@@ -12,7 +12,8 @@ extension BlueZPeripheral {
     func publishL2CAPChannel(encryption: Bool) {
         session.queue.async { [self] in
             let adapter = session.adapterPath.flatMap { session.tree[$0, BlueZObjectTree.adapterInterface]?["Address"]?.string }
-            let local = adapter.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
+            let local =
+                adapter.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
                 ?? BlueZL2CAP.SocketAddress(psm: 0, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
             let security = encryption ? BlueZL2CAP.securityMedium : BlueZL2CAP.securityLow
             let result = Result { () throws(BlueZL2CAP.SocketError) -> BlueZL2CAPListener in
