@@ -6,6 +6,11 @@ start_bluez || fail "BlueZ did not start"
 release 1
 btctl_start
 btctl "select $(address 0)"
+# A bond an earlier scenario left in bluetoothd makes BlueZ refuse our Just Works (JustWorksRepairing = never:
+# bluetoothd rejects the kernel's confirmation, the kernel sends Passkey Entry Failed). Seen in a whole-group run
+# after pair-passkey; start from no bond, as a single run does.
+btctl "remove $(address 1)"
+sleep 1
 btctl_agent KeyboardDisplay || fail "no agent"
 btctl_answer_yes
 btctl "advertise.name on"
