@@ -118,7 +118,7 @@ struct KernelInteropTests {
     func toolCommandsOnBlueZ() throws { try KernelGuest.expectPassed("cb-tool-bluez") }
 
     @Test(
-        "64 KB each way over L2CAP channels on BLE_TRANSPORT=bluez (the kernel's L2CAP sockets): opened to ble receive on hci-socket:1, and published for ble send on hci-socket:1")
+        "1 MB each way over L2CAP channels on BLE_TRANSPORT=bluez (the kernel's L2CAP sockets): opened to ble receive on hci-socket:1, and published for ble send on hci-socket:1")
     func l2capChannelOnBlueZ() throws { try KernelGuest.expectPassed("cb-l2cap-bluez") }
 
     // MARK: Core Bluetooth programs on the HCI user channel, BlueZ as the peer
