@@ -18,14 +18,17 @@ enum KernelGuest {
 
     /// Every scenario, in the order the guest runs them.
     static let scenarios = [
-        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez", "cb-tool-bluez", "cb-l2cap-bluez",
+        "scan-bluez", "bluez-scans", "gatt-bluez-client", "gatt-bluez-server", "cb-central-bluez", "cb-peripheral-bluez", "cb-pair-bluez", "cb-tool-bluez",
         // Core Bluetooth programs on hci-socket:1 with BlueZ as the peer (cb-peripheral-hci restarts bluetoothd
         // with its own configuration and stops it; pair-bluez-initiates starts it again).
         "cb-central-hci", "bond-deleted", "cb-peripheral-hci",
         "pair-bluez-initiates", "pair-we-initiate", "pair-passkey", "pair-legacy",
         "rule-busy", "rule-no-cap", "rule-rfkill", "doctor", "rule-vanish",
-        // privacy marks hci0 to be made anew afterwards (the kernel keeps an adapter's privacy after bluetoothd ends).
-        "manager-vanish", "l2cap-l2test", "privacy",
+        // The rows that make hci0 anew come last: the two L2CAP rows make fast controllers (1021-octet buffers) and
+        // privacy marks hci0 (the kernel keeps an adapter's privacy after bluetoothd ends). In a boot running
+        // cb-l2cap-bluez, cb-central-bluez and l2cap-l2test, the second failed after the first (its central on
+        // bluez found no advertisement): not explained yet, so nothing that runs after them uses bluez's scan.
+        "manager-vanish", "cb-l2cap-bluez", "l2cap-l2test", "privacy",
     ]
 
     struct Run {
