@@ -41,8 +41,12 @@ enum BlueZAdvertisement {
 
     /// The device's address (`Address`, `AddressType` "public" / "random").
     static func address(_ device: BlueZObjectTree.Properties) -> BluetoothAddress? {
-        guard let s = device["Address"]?.string else { return nil }
-        return BluetoothAddress(string: s, type: device["AddressType"]?.string == "random" ? .random : .public)
+        device["Address"]?.string.flatMap { address($0, type: device["AddressType"]?.string) }
+    }
+
+    /// An address as BlueZ writes it, with its `AddressType` ("random"; anything else is public).
+    static func address(_ text: String, type: String?) -> BluetoothAddress? {
+        BluetoothAddress(string: text, type: type == "random" ? .random : .public)
     }
 
     /// A stable identifier for a device at an address: the same across runs, as iOS keeps a device's identifier.

@@ -80,7 +80,7 @@ package final class BlueZDevices: @unchecked Sendable {
 
     /// The identifier a Core Bluetooth manager on the same adapter gives this device (retrievePeripherals).
     package func identifier(of d: Device) -> UUID {
-        let address = BluetoothAddress(string: d.address, type: d.addressType == "random" ? .random : .public) ?? BluetoothAddress(bytes: [0, 0, 0, 0, 0, 0], type: .public)
+        let address = BlueZAdvertisement.address(d.address, type: d.addressType) ?? BluetoothAddress(bytes: [0, 0, 0, 0, 0, 0], type: .public)
         return BlueZAdvertisement.identifier(for: address, adapter: session.options.adapter ?? "")
     }
 
