@@ -124,8 +124,21 @@ struct NamespaceDiscoveryTests {
         let mine = try pair.spawn(pair.b, [Netns.tool, "register", "--name", "Mine", "--port", "8"])
         #expect(mine.waitFor("registered Mine", timeout: 30) != nil)
         let theirs = try pair.spawn(pair.a, [Netns.python, "-u", "-c", Self.zeroconfRegister, "Mine", "10.77.0.9", "1"])
-        // Either outcome ends the wait; only the conflict passes.
         _ = theirs.waitFor(" Mine", timeout: 30)
-        #expect(theirs.lines(containing: "conflict Mine").count == 1 && theirs.lines(containing: "registered Mine").isEmpty, "zeroconf:\n\(theirs.output)")
+        // We must answer every probe for the name we hold, at once (MDNSEngineTests checks "at once" on a
+        // virtual clock).
+        #expect(mine.waitFor("defending Mine._chat._tcp.local.", timeout: 10) != nil, "ours:\n\(mine.output)\nzeroconf:\n\(theirs.output)")
+        if theirs.lines(containing: "conflict Mine").count == 1 {
+            #expect(theirs.lines(containing: "registered Mine").isEmpty)
+        } else {
+            // python-zeroconf checks its cache only before its 2nd and 3rd probes, 175 ms apart: an answer it
+            // has not processed within ~350 ms of its first probe is too late for it. On a saturated machine
+            // a process can wait a second for the processor (a 5 ms nanosleep loop in C measured 1011 ms at
+            // load 19 here), so both then hold "Mine" and RFC 6762 §9 must resolve it: one of us renames.
+            // Our answers are in our log above (`defending`); judge the resolution.
+            #expect(theirs.lines(containing: "registered Mine").count == 1, "zeroconf:\n\(theirs.output)")
+            #expect(mine.waitFor("renamed Mine -> Mine (2)", timeout: 30) != nil, "ours:\n\(mine.output)")
+            print("SLOW: zeroconf registered Mine before our defence reached it; resolved by our §9 rename")
+        }
     }
 }

@@ -212,6 +212,35 @@ import Testing
         #expect(m.answers.allSatisfy { $0.ttl <= 10 && !$0.cacheFlush })
     }
 
+    /// python-zeroconf probes with a QU question for the service type and its PTR to the new instance in the
+    /// authority section, and checks its cache only before its second and third probes (175 ms apart). A
+    /// holder of the name must answer in the same step that receives each probe: no shared-record delay.
+    @Test func aZeroconfStyleProbeForOurNameIsAnsweredAtOnceEveryTime() throws {
+        var lan = VirtualLAN(machines: 2)
+        _ = Self.register(&lan, 0, "Alice")
+        lan.run(for: 6000)
+        let alice = try Self.type.prepending("Alice")
+        let prober = MDNSPeer(address: .v4([10, 0, 0, 2]))
+        func probe(_ instance: DNSName) -> [UInt8] {
+            DNSMessage(
+                header: .mdnsQuery, questions: [DNSQuestion(name: Self.type, type: .ptr, unicastResponse: true)],
+                authorities: [DNSRecord(name: Self.type, type: .ptr, ttl: 4500, rdata: .ptr(instance))]
+            ).encode()
+        }
+        for step in 0..<3 {
+            let actions = lan.machines[0].engine.receive(probe(alice), from: prober, now: lan.now + Int64(step) * 175)
+            let answers = actions.compactMap { action -> DNSMessage? in
+                guard case .send(let bytes, .unicast(prober)) = action else { return nil }
+                return try? DNSMessage(decoding: bytes)
+            }
+            #expect(answers.contains { $0.answers.contains { $0.rdata == .ptr(alice) } }, "probe \(step): \(actions)")
+            #expect(actions.contains { if case .log(let l) = $0 { l.contains("defending \(alice)") } else { false } }, "probe \(step)")
+        }
+        // A probe for a name we do not hold is answered (the PTR question is ours too) but is no defence.
+        let other = lan.machines[0].engine.receive(probe(try Self.type.prepending("Bob")), from: prober, now: lan.now + 600)
+        #expect(!other.contains { if case .log(let l) = $0 { l.contains("defending") } else { false } })
+    }
+
     @Test func responsesWithErrorsOrWrongPortAreIgnoredAndGarbageIsLogged() throws {
         var engine = MDNSEngine(hostName: try DNSName("h.local"), addresses: [], seed: 1)
         let (b, _) = engine.startBrowsing(serviceType: Self.type, now: MDNSInstant(milliseconds: 0))

@@ -169,6 +169,7 @@ extension MDNSEngine {
             send(reply, to: .unicast(source), out: &out)
             return
         }
+        if isProbe { logDefence(of: msg, answering: unicast + immediate + delayed, from: source, out: &out) }
         if !unicast.isEmpty {
             send(
                 DNSMessage(header: .mdnsResponse, answers: unicast, additionals: additionals(for: unicast, excluding: msg.answers)),
@@ -186,6 +187,26 @@ extension MDNSEngine {
             for rr in delayed where !p.records.contains(where: { $0.sameRecord(as: rr) }) { p.records.append(rr) }
             p.at = min(p.at, now + delay)
             pending = p
+        }
+    }
+
+    /// Logs a probe for a name we hold, answered now (§8.1): what a conflict on the network looked like from
+    /// here. A prober that registers the name anyway received our answer late (or not at all); §9 then
+    /// resolves the conflict, and this line tells whose timing it was.
+    func logDefence(of msg: DNSMessage, answering answers: [DNSRecord], from source: MDNSPeer, out: inout [MDNSAction]) {
+        for reg in registrations where reg.isAnnounced {
+            let name = reg.instanceName
+            let probed = msg.authorities.contains { rr in
+                if rr.name == name { return true }
+                if case .ptr(let target) = rr.rdata { return target == name }
+                return false
+            }
+            let answered = answers.contains { rr in
+                if rr.name == name { return true }
+                if case .ptr(let target) = rr.rdata { return target == name }
+                return false
+            }
+            if probed && answered { out.append(.log("mDNS: defending \(name) against a probe from \(source.address)")) }
         }
     }
 
