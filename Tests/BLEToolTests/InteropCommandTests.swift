@@ -9,13 +9,14 @@ import Testing
     @Test func theCentralProgramRunsEveryStepAgainstThePeripheralProgram() throws {
         let bench = try Bench()
         defer { bench.stop() }
-        let peripheral = try bench.start(["interop", "peripheral", "--name", "Interop Test", "--updates", "3", "--timeout", "60"])
+        let peripheral = try bench.start(["interop", "peripheral", "--name", "Interop Test", "--updates", "3", "--timeout", "170"])
         try peripheral.waitFor("advertising as \"Interop Test\"")
         let value = String(repeating: "4142", count: 150)
-        let r = try bench.run([
-            "interop", "central", "--name", "Interop Test", "--service", "7D2E0000-5B6A-4C3E-9A6D-2F4B1C0E8A10",
-            "--write-hex", value, "--notifications", "3", "--timeout", "60",
-        ])
+        let r = try bench.run(
+            [
+                "interop", "central", "--name", "Interop Test", "--service", "7D2E0000-5B6A-4C3E-9A6D-2F4B1C0E8A10",
+                "--write-hex", value, "--notifications", "3", "--timeout", "150",
+            ], timeout: 160)
         #expect(r.status == 0, "\(r)")
         let out = r.stdout
         #expect(out.contains("[central] connected"))
@@ -30,9 +31,12 @@ import Testing
         #expect(out.contains("[central] disconnected (by us)"))
         try peripheral.waitFor("central unsubscribed from 7D2E0003", seconds: 10)
         let p = peripheral.stdout
-        #expect(p.contains("read 7D2E0001-5B6A-4C3E-9A6D-2F4B1C0E8A10 at offset 0 of 512"))
-        #expect(p.contains("write 7D2E0002-5B6A-4C3E-9A6D-2F4B1C0E8A10: 300 octets in 1 request(s) at offsets 0: ABABAB"))
-        #expect(p.contains("sent notification 3 of 3"))
+        // Both sides' whole output on failure: once under saturation (sat6) the peripheral's output held
+        // its "unsubscribed" line without the read, write and notification lines that must precede it.
+        let both = "peripheral:\n\(p)\(peripheral.stderr)\ncentral:\n\(r.stdout)\(r.stderr)"
+        #expect(p.contains("read 7D2E0001-5B6A-4C3E-9A6D-2F4B1C0E8A10 at offset 0 of 512"), "\(both)")
+        #expect(p.contains("write 7D2E0002-5B6A-4C3E-9A6D-2F4B1C0E8A10: 300 octets in 1 request(s) at offsets 0: ABABAB"), "\(both)")
+        #expect(p.contains("sent notification 3 of 3"), "\(both)")
     }
 
     @Test func findingNothingTimesOutWithExitOne() throws {
