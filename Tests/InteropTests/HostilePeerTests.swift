@@ -5,7 +5,7 @@
 // channel or request the peers left behind.
 //
 // - Bumble centrals against our peripheral (peers/bumble_hostile_central.py): every ATT opcode with empty,
-//   short and random payloads, MTU abuse, forbidden handle ranges, pipelined requests, 3,000 prepare writes, broken ACL/L2CAP
+//   short and random payloads, MTU abuse, forbidden handle ranges, pipelined requests, 800 prepare writes (a 64-entry queue), broken ACL/L2CAP
 //   fragmentation, LE signalling abuse, credit-based channel abuse, malformed and out-of-sequence SMP,
 //   40 connect/disconnect cycles; then ten centrals flooding at once. A second Bumble central reads all along.
 // - Malicious Bumble peripherals against our central (peers/bumble_hostile_peripheral.py), all at once:

@@ -73,6 +73,20 @@ class Raw:
         except asyncio.TimeoutError:
             return None
 
+    async def until(self, cid, wanted, seconds=ATT_TRANSACTION_TIMEOUT):
+        """Every PDU that arrives on `cid` up to and including the first one equal to `wanted` (at most
+        `seconds`): an outcome waited for, not a window that a busy machine may miss."""
+        out = []
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            p = await self.next(cid, left)
+            if p is None:
+                break
+            out.append(p)
+            if p == wanted:
+                break
+        return out
+
     async def collect(self, cid, seconds, want=None):
         """Every PDU that arrives on `cid` within `seconds` (or until `want` have)."""
         out = []
@@ -268,10 +282,16 @@ class Attacker:
         self.raw.drain(ATT_CID)
         for _ in range(300):
             self.raw.send(ATT_CID, struct.pack('<BH', 0x0A, self.handles['FFF1']))
-        got = await self.raw.collect(ATT_CID, 3, want=300)
+        # Static values are answered by the stack, every one: wait for all 300 (up to ATT's 30 s).
+        got = await self.raw.collect(ATT_CID, ATT_TRANSACTION_TIMEOUT, want=300)
         for _ in range(50):
             self.raw.send(ATT_CID, struct.pack('<BH', 0x0A, self.handles['FFF2']))
+        # A dynamic read waits for the app, and requests that arrive meanwhile are dropped (§3.3.2), so
+        # how many are answered depends on timing. Take every answer until none has come for 3 s: one
+        # still on its way would otherwise be taken for the health check's (sat7, at load 15-20).
         got2 = await self.raw.collect(ATT_CID, 1.5, want=50)
+        while (late := await self.raw.next(ATT_CID, 3.0)) is not None:
+            got2.append(late)
         violations = [f'answered {p.hex()}' for p in got if p != b'\x0b' + HEALTH_VALUE]
         violations += [f'answered {p[:8].hex()}' for p in got2 if p[0] not in (0x0B, 0x01)]
         if not got or not got2:
@@ -279,11 +299,13 @@ class Attacker:
         return {'violations': violations, 'answered': len(got), 'answered_dynamic': len(got2)}
 
     async def prepare(self):
-        """1,500 Prepare Writes of 18 octets (27 KB), then Execute Write cancel; then 1,500 more and execute."""
+        """400 Prepare Writes of 18 octets, then Execute Write cancel; then 400 more and execute. The queue
+        holds 64, so each round finds it full 336 times. (Rounds of 1,500 took over 60 s at load 20: every
+        write is a round trip through this Python process.)"""
         violations, accepted, full = [], 0, 0
         handle = self.handles['FFF3']
         for flags in (0x00, 0x01):
-            for i in range(1500):
+            for i in range(400):
                 value = bytes([i & 0xFF]) * 18
                 pdu = struct.pack('<BHH', 0x16, handle, i * 18) + value
                 rsp = await self.raw.att(pdu)
@@ -314,7 +336,7 @@ class Attacker:
         self.raw.acl(1, b'\x0a\x01\x02')                        # continuation with no frame started
         self.raw.acl(0, struct.pack('<HH', 32, ATT_CID) + b'\x0a')   # announces 32, carries 1
         self.raw.acl(0, read)                                   # a complete Read right after
-        rsp = await self.raw.next(ATT_CID, 3)
+        rsp = await self.raw.next(ATT_CID, ATT_TRANSACTION_TIMEOUT)
         if rsp != b'\x0b' + HEALTH_VALUE:
             violations.append(f'Read after an incomplete frame: {rsp.hex() if rsp else None}')
         self.raw.acl(0, struct.pack('<HH', 0, ATT_CID))          # an empty ATT PDU
@@ -328,7 +350,7 @@ class Attacker:
         self.raw.acl(0, pieces[:1])
         for b in pieces[1:]:
             self.raw.acl(1, bytes([b]))
-        got = await self.raw.collect(ATT_CID, 1.5)
+        got = await self.raw.until(ATT_CID, b'\x0b' + HEALTH_VALUE)
         if b'\x0b' + HEALTH_VALUE not in got:
             violations.append(f'Read sent one octet per fragment: {[p.hex() for p in got]}')
         return {'violations': violations}
@@ -362,7 +384,7 @@ class Attacker:
         await raw.collect(LE_SIGNALING_CID, 0.5)
         # 200 unknown commands in one burst: each rejected.
         ids = [raw.signal(0x7E, b'') for _ in range(200)]
-        got = await raw.collect(LE_SIGNALING_CID, 3, want=200)
+        got = await raw.collect(LE_SIGNALING_CID, 30, want=200)   # all 200 however slow (185 in 3 s at load 20)
         rejected = {p[1] for p in got if p[0] == 0x01}
         if len(rejected) < len(set(ids)):
             violations.append(f'burst: {len(rejected)} of {len(set(ids))} identifiers rejected')
@@ -482,10 +504,17 @@ class Attacker:
         raw = self.raw
         pairing_request = bytes([0x01, 0x03, 0x00, 0x09, 16, 0x00, 0x00])   # NoInputNoOutput, SC+bonding
 
-        async def answer(pdu):
+        async def answer(pdu, silence_ok=False):
             raw.drain(SMP_CID)
             raw.send(SMP_CID, pdu)
-            first = await raw.next(SMP_CID, 0.6)
+            if silence_ok:
+                # Silence is judged by a fence, not a window (an answer 1 s late at load 15 was taken for the
+                # next case's): a Read sent after `pdu` on the same link is answered after whatever the
+                # host answers to `pdu`, so what SMP holds once the Read's answer is here is the whole answer.
+                raw.drain(ATT_CID)
+                await raw.att(struct.pack('<BH', 0x0A, self.handles['FFF1']))
+                return raw.drain(SMP_CID)
+            first = await raw.next(SMP_CID, 30.0)   # waited for, up to SMP's 30 s
             return [first] + await raw.collect(SMP_CID, 0.1) if first is not None else []
 
         def failed(got, reasons=None):
@@ -501,7 +530,7 @@ class Attacker:
             ('Pairing Request with key size 6', pairing_request[:4] + b'\x06' + pairing_request[5:], (0x06, 0x0A), False),
             ('Pairing Request with key size 200', pairing_request[:4] + b'\xc8' + pairing_request[5:], (0x0A, 0x06), False),
         ]:
-            got = await answer(pdu)
+            got = await answer(pdu, silence_ok)
             if not (failed(got, reasons) or (silence_ok and not got)):
                 violations.append(f'{what}: {[p.hex() for p in got]}')
         # A valid request, then the steps out of order: a Random before any Confirm, then an invalid public key.
