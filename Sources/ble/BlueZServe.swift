@@ -63,7 +63,9 @@ struct BlueZServePlan {
             if !s.includedServices.isEmpty || including.contains(i) {
                 warnings.append("\(at): its includes are not served (each service is an application of its own for bluetoothd)")
             }
-            var service = Service(uuid: s.uuid, primary: s.isPrimary, characteristics: [])
+            // A secondary service is reached only through an include, which bluetoothd cannot make across applications.
+            if !s.isPrimary { warnings.append("\(at): served as a primary service (nothing can include it through bluetoothd)") }
+            var service = Service(uuid: s.uuid, primary: true, characteristics: [])
             for (j, c) in s.characteristics.enumerated() {
                 let cat = "\(at).characteristics[\(j)]"
                 var props = CBCharacteristicProperties(rawValue: UInt(c.properties.rawValue))
