@@ -4,20 +4,24 @@
 # (secondary Battery service included by Heart Rate, the long value read whole, the CCCD bluetoothd keeps), and a
 # scripted `ble shell` reads, writes, subscribes and unsubscribes. (2) `ble serve` on bluez serves the same file
 # through RegisterApplication and an advertisement; our stack on hci-socket:1 is the client: `ble gatt` sees the
-# services bluetoothd built from our applications, a write is read back, and notifications come every second.
+# services bluetoothd built from our applications, a write is read back, and notifications come every second. The
+# file's 6E400005 needs encryption: each side pairs through its agent (--yes) to read it.
 start_bluez || fail "BlueZ did not start"
 bz() { BLE_TRANSPORT=bluez:hci0 "$OCB_BLE" "$@"; }
-# (1) bluez as the client.
-release 1
+# (1) bluez as the client. (bluetoothd may power hci1 again a moment after it was released: a keeper takes it down
+# every 0.3 s until `ble serve` has it; the kernel then refuses the keeper.)
+( while :; do hciconfig hci1 down 2>/dev/null; sleep 0.3; done ) &
+keeper=$!
 ble serve "$OCB_REPO/examples/heart-rate.json" --notify-every 1 > "$OCB_OUT/$OCB_SCENARIO.serve.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-wait_for "$OCB_OUT/$OCB_SCENARIO.serve.log" "^advertising " 30 || fail "ble serve did not advertise"
+trap 'kill $server $keeper 2>/dev/null || true' EXIT
+wait_for "$OCB_OUT/$OCB_SCENARIO.serve.log" "^advertising " 60 || fail "ble serve did not advertise"
+kill $keeper 2>/dev/null; wait $keeper 2>/dev/null
 ours=$(served_address "$OCB_OUT/$OCB_SCENARIO.serve.log")
 [ -n "$ours" ] || fail "no address in ble serve's output"
 g="$OCB_OUT/$OCB_SCENARIO.gatt.log"
 start=$SECONDS
-bz gatt "$ours" --timeout 30 > "$g" 2> "$g.err" || { cat "$g" "$g.err"; fail "ble gatt on bluez failed"; }
+bz gatt "$ours" --yes --timeout 30 > "$g" 2> "$g.err" || { cat "$g" "$g.err"; fail "ble gatt on bluez failed"; }
 log "ble gatt on bluez: $((SECONDS - start)) s"
 cat "$g" "$g.err"
 grep -q "service 180D Heart Rate" "$g" || fail "no Heart Rate service"
@@ -29,12 +33,14 @@ grep -q "descriptor 2901 Characteristic User Description = \"Heart Rate Measurem
 grep -q "descriptor 2902 Client Characteristic Configuration" "$g" || fail "no CCCD"
 grep -q "so that long reads are exercised" "$g" || fail "the long value was not read whole"
 grep -q "bluetoothd keeps the GAP service" "$g.err" || fail "no note on the GAP service"
-bz gatt "$ours" --json --no-values --timeout 30 > "$g.json" 2>&1 || { cat "$g.json"; fail "ble gatt --json on bluez failed"; }
+# 6E400005 needs encryption: bluetoothd pairs (Just Works, through our Agent1 answering with --yes) and reads it.
+grep -q "secret" "$g" || fail "the encrypted value was not read after pairing"
+bz gatt "$ours" --json --no-values --yes --timeout 30 > "$g.json" 2>&1 || { cat "$g.json"; fail "ble gatt --json on bluez failed"; }
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [s["uuid"] for s in d["services"] if s["uuid"] in ("180D","180F")] == ["180F","180D"], d' "$g.json" \
     || fail "the JSON dump lacks the services"
 sh="$OCB_OUT/$OCB_SCENARIO.shell.log"
 rm -f "$OCB_RUN/shell.in"; mkfifo "$OCB_RUN/shell.in"
-bz shell "$ours" --timeout 30 < "$OCB_RUN/shell.in" > "$sh" 2>&1 &
+bz shell "$ours" --yes --timeout 30 < "$OCB_RUN/shell.in" > "$sh" 2>&1 &
 shell=$!
 exec 8> "$OCB_RUN/shell.in"
 trap 'kill $server $shell 2>/dev/null || true' EXIT
@@ -53,7 +59,11 @@ grep -q "service 180D Heart Rate" "$sh" || fail "the shell's list"
 kill $server 2>/dev/null || true
 wait $server 2>/dev/null || true
 cat "$OCB_OUT/$OCB_SCENARIO.serve.log"
-# (2) bluez as the server, our stack as the client.
+# (2) bluez as the server, our stack as the client. Both sides forget the bond part (1) made first: the roles change,
+# and bluetoothd refuses to pair again over a bond it keeps (JustWorksRepairing = never).
+bz bonds --remove "${ours%/*}" || log "bluetoothd kept no bond with ${ours%/*}"
+release 1
+ble bonds --remove "$(address 0)" || log "our stack kept no bond with hci0"
 s="$OCB_OUT/$OCB_SCENARIO.serve-bluez.log"
 bz serve "$OCB_REPO/examples/heart-rate.json" --notify-every 1 > "$s" 2>&1 &
 server=$!
@@ -72,16 +82,16 @@ check() {   # check NAME ARGS…: one `ble` command on hci1 (released first: blu
     cat "$OCB_OUT/$OCB_SCENARIO.$name.txt"
     [ $rc -eq 0 ] || fail "ble $1 exited $rc"
 }
-check gatt2 gatt "$peer" --timeout 30
+check gatt2 gatt "$peer" --yes --timeout 30
 for want in "service 180D Heart Rate" "service 180F Battery" "characteristic 2A38 Body Sensor Location" "= Chest  \[01\]" \
-    "descriptor 2901 Characteristic User Description = \"Heart Rate Measurement\"" "so that long reads are exercised" "service 1800 Generic Access"; do
+    "descriptor 2901 Characteristic User Description = \"Heart Rate Measurement\"" "so that long reads are exercised" "service 1800 Generic Access" "secret"; do
     grep -q "$want" "$OCB_OUT/$OCB_SCENARIO.gatt2.txt" || fail "our client does not see /$want/ in bluez's database"
 done
-check write2 write "$peer" 6E400002-B5A3-F393-E0A9-E50E24DCCA9E --text "written through bluetoothd" --timeout 30
+check write2 write "$peer" 6E400002-B5A3-F393-E0A9-E50E24DCCA9E --text "written through bluetoothd" --yes --timeout 30
 wait_for "$s" "^write 6E400002-B5A3-F393-E0A9-E50E24DCCA9E offset 0: " 10 || fail "the write did not reach ble serve on bluez"
-check read2 read "$peer" 6E400002-B5A3-F393-E0A9-E50E24DCCA9E --timeout 30
+check read2 read "$peer" 6E400002-B5A3-F393-E0A9-E50E24DCCA9E --yes --timeout 30
 grep -q "written through bluetoothd" "$OCB_OUT/$OCB_SCENARIO.read2.txt" || fail "the written value was not read back"
-check subscribe2 subscribe "$peer" 2A37 --count 3 --timeout 30
+check subscribe2 subscribe "$peer" 2A37 --count 3 --yes --timeout 30
 [ "$(grep -c "notification 0x[0-9a-f]* 2A37 Heart Rate Measurement" "$OCB_OUT/$OCB_SCENARIO.subscribe2.txt")" -ge 3 ] || fail "fewer than 3 notifications from ble serve on bluez"
 wait_for "$s" "^subscription 2A37: on" 10 || fail "ble serve on bluez saw no subscription"
 kill $server 2>/dev/null || true
