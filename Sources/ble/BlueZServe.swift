@@ -23,7 +23,8 @@ extension BlueZTool {
         let devices = try open(o)
         let address = devices.adapterAddress
         devices.close()
-        let server = BlueZServer(plan: plan, name: description.advertise.name, services: description.advertise.serviceUUIDs.map { CBUUID($0) }, transport: transportName(o), address: address)
+        let server = BlueZServer(
+            plan: plan, name: description.advertise.name, services: description.advertise.serviceUUIDs.map { CBUUID($0) }, transport: transportName(o), address: address)
         let manager = CBPeripheralManager(delegate: server, queue: server.queue, options: nil, bluez: o)
         manager.pairingAgent = TerminalPairingAgent(capability(c.io.capability), autoAccept: c.yes || c.io.capability == .noInputNoOutput)
         server.notifyEvery = c.notifyEvery
@@ -127,7 +128,9 @@ final class BlueZServer: NSObject, CBPeripheralManagerDelegate, @unchecked Senda
             wasOn = true
             publish(pm)
         case .poweredOff, .unsupported, .unauthorized:
-            if wasOn { say("controller \(pm.state == .poweredOff ? "off" : "gone")") } else if pm.state != .poweredOff {
+            if wasOn {
+                say("controller \(pm.state == .poweredOff ? "off" : "gone")")
+            } else if pm.state != .poweredOff {
                 warn("Error: \(transport): no bluetoothd with this adapter on the system bus")
                 Foundation.exit(1)
             } else {

@@ -248,7 +248,11 @@ extension BlueZTool {
             let result: Result<T, any Error>
             var connected: CBPeripheral?
             do {
-                try await manager.waitUntilPoweredOn()
+                do { try await manager.waitUntilPoweredOn() } catch {
+                    throw ToolError(
+                        "BLE_TRANSPORT=\(transportName(o)): the Core Bluetooth manager is \(manager.state == .poweredOff ? "powered off" : "unsupported"): "
+                            + "bluetoothd or its adapter went away (BLE_LOG=1 shows why)")
+                }
                 guard let p = manager.retrievePeripherals(withIdentifiers: [identifier]).first else {
                     throw ToolError("bluetoothd no longer knows \(device.address)")
                 }

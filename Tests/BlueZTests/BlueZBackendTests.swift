@@ -255,7 +255,8 @@ struct BlueZBackendTests {
         m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
         try await r.wait("discovery started") { _ in fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
         // … nor a device whose advertised UUIDs (no GAP service among them: not a database) lack it.
-        fake.addDevice(address: "AA:AA:AA:AA:AA:AA", ["Name": .string("Battery"), "RSSI": .int16(-50), "UUIDs": .array(.string, [.string("0000180f-0000-1000-8000-00805f9b34fb")])])
+        fake.addDevice(
+            address: "AA:AA:AA:AA:AA:AA", ["Name": .string("Battery"), "RSSI": .int16(-50), "UUIDs": .array(.string, [.string("0000180f-0000-1000-8000-00805f9b34fb")])])
         // bluetoothd 5.66 as in the guest: the advertisement's name and RSSI change, UUIDs is announced (its eir list
         // grew) but reads as the database.
         fake.change(known, "org.bluez.Device1", ["RSSI": .int16(-77), "Name": .string("Served HR"), "UUIDs": database])

@@ -7,7 +7,7 @@
 # services bluetoothd built from our applications, a write is read back, and notifications come every second. The
 # file's 6E400005 needs encryption: each side pairs through its agent (--yes) to read it.
 start_bluez || fail "BlueZ did not start"
-bz() { BLE_TRANSPORT=bluez:hci0 "$OCB_BLE" "$@"; }
+bz() { BLE_TRANSPORT=bluez:hci0 BLE_LOG=1 "$OCB_BLE" "$@"; }
 # (1) bluez as the client. (bluetoothd may power hci1 again a moment after it was released: a keeper takes it down
 # every 0.3 s until `ble serve` has it; the kernel then refuses the keeper.)
 ( while :; do hciconfig hci1 down 2>/dev/null; sleep 0.3; done ) &
