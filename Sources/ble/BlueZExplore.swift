@@ -116,7 +116,7 @@ extension BlueZTool {
             let waiter = BlueZGATTWaiter()
             p.delegate = waiter
             let db = try await database(p, values: values, waiter: waiter)
-            return (db, p.deviceAddress.description, p.maximumWriteValueLength(for: .withoutResponse) + 3)
+            return (db, p.deviceAddress.description, Int(p.attMTU))
         }
         if c.json {
             say(jsonText(db.json(device: ["address": address, "mtu": mtu]), pretty: true))

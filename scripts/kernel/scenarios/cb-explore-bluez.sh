@@ -10,7 +10,7 @@ start_bluez || fail "BlueZ did not start"
 bz() { BLE_TRANSPORT=bluez:hci0 BLE_LOG=1 "$OCB_BLE" "$@"; }
 # (1) bluez as the client. (bluetoothd may power hci1 again a moment after it was released: a keeper takes it down
 # every 0.3 s until `ble serve` has it; the kernel then refuses the keeper.)
-( while :; do hciconfig hci1 down 2>/dev/null; sleep 0.3; done ) &
+( while :; do bluez_power 1 false 2>/dev/null; hciconfig hci1 down 2>/dev/null; sleep 0.3; done ) &
 keeper=$!
 ble serve "$OCB_REPO/examples/heart-rate.json" --notify-every 1 > "$OCB_OUT/$OCB_SCENARIO.serve.log" 2>&1 &
 server=$!
@@ -35,7 +35,7 @@ grep -q "so that long reads are exercised" "$g" || fail "the long value was not 
 grep -q "bluetoothd keeps the GAP service" "$g.err" || fail "no note on the GAP service"
 # 6E400005 needs encryption: bluetoothd pairs (Just Works, through our Agent1 answering with --yes) and reads it.
 grep -q "secret" "$g" || fail "the encrypted value was not read after pairing"
-bz gatt "$ours" --json --no-values --yes --timeout 30 > "$g.json" 2>&1 || { cat "$g.json"; fail "ble gatt --json on bluez failed"; }
+bz gatt "$ours" --json --no-values --yes --timeout 30 > "$g.json" 2> "$g.json.err" || { cat "$g.json" "$g.json.err"; fail "ble gatt --json on bluez failed"; }
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [s["uuid"] for s in d["services"] if s["uuid"] in ("180D","180F")] == ["180F","180D"], d' "$g.json" \
     || fail "the JSON dump lacks the services"
 sh="$OCB_OUT/$OCB_SCENARIO.shell.log"
