@@ -73,7 +73,9 @@ grep -q "as $peer on bluez:hci0" "$s" || fail "ble serve on bluez does not name 
 check() {   # check NAME ARGS…: one `ble` command on hci1 (released first: bluetoothd may take it back after each)
     local name=$1; shift
     local rc attempt
-    for attempt in 1 2 3; do
+    # (Up to 10 s: after a command of ours on hci1 ends, the emulated kernel takes a few seconds to close its user
+    # channel, and both hciconfig and our bind get EBUSY meanwhile.)
+    for attempt in 1 2 3 4 5 6 7 8 9 10; do
         release 1; sleep 0.7; release 1
         rc=0; ble "$@" > "$OCB_OUT/$OCB_SCENARIO.$name.txt" 2>&1 || rc=$?
         grep -q "in use by the kernel" "$OCB_OUT/$OCB_SCENARIO.$name.txt" || break
