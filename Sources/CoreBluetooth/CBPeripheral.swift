@@ -100,6 +100,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     package func setAdvertisedName(_ n: String) { lock.withLock { storedName = n } }
     package func addAdvertisedServices(_ uuids: [CBUUID]) { lock.withLock { advertisedServiceUUIDs.formUnion(uuids) } }
     package func setMTU(_ m: UInt16) { lock.withLock { mtu = m } }
+    /// The link's ATT_MTU as the stack (or bluetoothd) reports it (`ble gatt` prints it).
+    package var attMTU: UInt16 { lock.withLock { mtu } }
     package func setServices(_ s: [CBService]?) { lock.withLock { storedServices = s } }
     package func updateWritesPending(_ body: (inout Int) -> Void) { lock.withLock { body(&writesPending) } }
 

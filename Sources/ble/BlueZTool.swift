@@ -18,7 +18,7 @@ enum BlueZTool {
     /// Why a command that opens a controller of its own does not run on bluez.
     static func needsOwnController(_ o: BlueZOptions) -> String {
         "BLE_TRANSPORT=\(transportName(o)): this command runs our own host on a controller of its own, and bluetoothd keeps the "
-            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble read`, `ble write`, `ble subscribe`, `ble pair`, `ble bonds`, `ble send`, `ble receive`, `ble demo`; the others need hci-socket:N "
+            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble gatt`, `ble read`, `ble write`, `ble subscribe`, `ble shell`, `ble serve`, `ble pair`, `ble bonds`, `ble send`, `ble receive`, `ble demo`; the others need hci-socket:N "
             + "(an adapter bluetoothd lets go; `ble doctor` says which)"
     }
 
@@ -226,8 +226,11 @@ extension BlueZTool {
 extension BlueZTool {
     /// Finds the device through bluetoothd, connects a Core Bluetooth central to it (pairing prompts on the terminal),
     /// discovers its characteristics, runs `body` with the async GATT calls, and disconnects.
+    /// `timeLimit`: seconds past the connection's timeout the whole command may take (nil: as long as the user types,
+    /// for `ble shell`).
     static func withPeripheral<T: Sendable>(
-        _ o: BlueZOptions, _ connect: ConnectOptions, _ body: @escaping @Sendable (CBPeripheral, [CBCharacteristic]) async throws -> T
+        _ o: BlueZOptions, _ connect: ConnectOptions, timeLimit: Double? = 120,
+        _ body: @escaping @Sendable (CBPeripheral, [CBCharacteristic]) async throws -> T
     ) throws -> T {
         let devices = try open(o)
         let device: BlueZDevices.Device
@@ -245,7 +248,11 @@ extension BlueZTool {
             let result: Result<T, any Error>
             var connected: CBPeripheral?
             do {
-                try await manager.waitUntilPoweredOn()
+                do { try await manager.waitUntilPoweredOn() } catch {
+                    throw ToolError(
+                        "BLE_TRANSPORT=\(transportName(o)): the Core Bluetooth manager is \(manager.state == .poweredOff ? "powered off" : "unsupported"): "
+                            + "bluetoothd or its adapter went away (BLE_LOG=1 shows why)")
+                }
                 guard let p = manager.retrievePeripherals(withIdentifiers: [identifier]).first else {
                     throw ToolError("bluetoothd no longer knows \(device.address)")
                 }
@@ -265,9 +272,9 @@ extension BlueZTool {
             outcome.lock.withLock { outcome.result = result }
             done.signal()
         }
-        if done.wait(timeout: .now() + connect.timeout + 120) == .timedOut {
+        if done.wait(timeout: timeLimit.map { .now() + connect.timeout + $0 } ?? .distantFuture) == .timedOut {
             work.cancel()
-            throw ToolError("\(device.address): no answer from bluetoothd within \(Int(connect.timeout + 120)) s")
+            throw ToolError("\(device.address): no answer from bluetoothd within \(Int(connect.timeout + (timeLimit ?? 0))) s")
         }
         do {
             return try outcome.lock.withLock { outcome.result! }.get()

@@ -244,7 +244,8 @@ struct DoctorSystem {
             "  backend that fits: "
                 + (daemons.isEmpty
                     ? "hci-socket:N (no bluetoothd: the adapter is free for the HCI user channel and our own host)"
-                    : "bluez (BLE_TRANSPORT=bluez or bluez:hciN: Core Bluetooth and ble scan, read, write, subscribe, pair and bonds through bluetoothd, which keeps the adapter for the system's devices; no L2CAP channels yet). hci-socket:N needs the adapter to itself")
+                    : "bluez (BLE_TRANSPORT=bluez or bluez:hciN: Core Bluetooth, L2CAP channels, and ble scan, gatt, read, write, subscribe, shell, serve, pair, bonds, send, receive and demo through bluetoothd, which keeps the adapter for the system's devices). "
+                        + "hci-socket:N needs the adapter to itself (ble bench peer, and what bluetoothd decides for us: connection parameters, the MTU exchange, pairing methods)")
         )
         out.append("")
         out.append(Terminal.bold("Permissions"))

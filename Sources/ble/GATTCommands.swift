@@ -57,6 +57,7 @@ struct GattCommand: ParsableCommand {
     var values = true
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.gatt(bluez, self) }
         try connect.withLink { link, c in
             let db = try RemoteDatabase.discover(link, values: values)
             let (address, mtu) = link.host.loop.sync { (c.peerAddress, c.attMTU) }

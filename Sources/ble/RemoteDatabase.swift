@@ -165,7 +165,9 @@ struct RemoteDatabase {
             for inc in s.includes {
                 n += 1
                 lines.append(
-                    sp + (n == children ? "└── " : "├── ") + Terminal.cyan(String(format: "0x%04x", inc.declarationHandle))
+                    sp + (n == children ? "└── " : "├── ")
+                        // 0: not known (bluetoothd gives the included service, not its include declaration).
+                        + Terminal.cyan(inc.declarationHandle == 0 ? "------" : String(format: "0x%04x", inc.declarationHandle))
                         + " includes " + Self.label(inc.uuid, AssignedNumbers.name(ofService: inc.uuid))
                         + String(format: " (0x%04x–0x%04x)", inc.startHandle, inc.endHandle))
             }
@@ -209,7 +211,9 @@ struct RemoteDatabase {
             var o: [String: Any] = ["uuid": s.uuid.uuidString, "handle": Int(s.handle), "end_handle": Int(s.endHandle), "primary": s.primary]
             if let n = AssignedNumbers.name(ofService: s.uuid) { o["name"] = n }
             o["includes"] = s.includes.map {
-                ["handle": Int($0.declarationHandle), "start_handle": Int($0.startHandle), "end_handle": Int($0.endHandle), "uuid": $0.uuid.uuidString] as [String: Any]
+                var i: [String: Any] = ["start_handle": Int($0.startHandle), "end_handle": Int($0.endHandle), "uuid": $0.uuid.uuidString]
+                if $0.declarationHandle != 0 { i["handle"] = Int($0.declarationHandle) }
+                return i
             }
             o["characteristics"] = s.characteristics.map { c -> [String: Any] in
                 var co: [String: Any] = [

@@ -43,6 +43,10 @@ struct ServeCommand: ParsableCommand {
     func run() throws {
         let description: GATTDatabaseFile
         let database: GATTDatabase
+        if let bluez = BlueZTool.options {
+            do { description = try GATTDatabaseFile(path: file) } catch { throw ToolError("\(file): \(error)") }
+            return try BlueZTool.serve(bluez, self, description, file: file)
+        }
         do {
             description = try GATTDatabaseFile(path: file)
             database = try description.makeDatabase(deviceName: description.advertise.name ?? "OpenCoreBluetooth")

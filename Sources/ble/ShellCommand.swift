@@ -15,6 +15,7 @@ struct ShellCommand: ParsableCommand {
     @OptionGroup var connect: ConnectOptions
 
     func run() throws {
+        if let bluez = BlueZTool.options { return try BlueZTool.shell(bluez, self) }
         try connect.withLink { link, _ in
             let db = try RemoteDatabase.discover(link, values: false)
             let interactive = isatty(STDIN_FILENO) == 1 && Terminal.isTerminal

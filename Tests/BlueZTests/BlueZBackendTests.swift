@@ -208,6 +208,64 @@ struct BlueZBackendTests {
         try await r.wait(for: "discover Tag -61")
     }
 
+    /// bluetoothd has known devices long before a scan starts (a desktop's stored devices, another program's discovery):
+    /// a device already in view (RSSI set) is reported when the scan starts, though no property of it changes; a known
+    /// device not in view (no RSSI) only once its advertisements arrive.
+    @Test func devicesBlueZAlreadyHasInViewAreReportedWhenTheScanStarts() async throws {
+        let rig = try await Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        // Found by another program's discovery, still going on (the adapter discovers; RSSI is set).
+        fake.change("/org/bluez/hci0", "org.bluez.Adapter1", ["Discovering": .boolean(true)])
+        fake.addDevice(address: "C0:FF:EE:00:00:02", ["Name": .string("InView"), "RSSI": .int16(-55), "UUIDs": .array(.string, [.string(heartRate)])])
+        // Stored from an earlier connection, not advertising now.
+        let stored = fake.addDevice(address: "C0:FF:EE:00:00:03", ["Name": .string("Stored")])
+        try await pause(nanoseconds: 200_000_000)
+        #expect(r.discovered.isEmpty)   // not scanning: nothing reported
+        m.scanForPeripherals(withServices: nil)
+        try await r.wait(for: "discover InView -55")
+        try await pause(nanoseconds: 200_000_000)
+        #expect(r.events.filter { $0.hasPrefix("discover") } == ["discover InView -55"])
+        #expect((r.advertisements[0][CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) == [CBUUID(string: "180D")])
+        // Its advertisement arrives: BlueZ sets RSSI.
+        fake.change(stored, "org.bluez.Device1", ["RSSI": .int16(-70)])
+        try await r.wait(for: "discover Stored -70")
+        // A scan started anew reports what is in view again (once each, without duplicates).
+        m.stopScan()
+        m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
+        try await r.wait("InView again") { $0.filter { $0 == "discover InView -55" }.count == 2 }
+        try await pause(nanoseconds: 200_000_000)
+        #expect(r.events.filter { $0.hasPrefix("discover") } == ["discover InView -55", "discover Stored -70", "discover InView -55"])
+    }
+
+    /// Of a device it connected to before, BlueZ lists the services of its (stored) database as UUIDs, not what it
+    /// advertises: found in the guest, where our address served another database in an earlier scenario and the central
+    /// scanning for 180D never heard of it. bluetoothd's own filter, set with our UUIDs, has matched the advertisement.
+    @Test func aKnownDeviceIsFoundByItsAdvertisementThoughBlueZListsItsStoredServices() async throws {
+        let rig = try await Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        let database: DBusValue = .array(
+            .string,
+            ["00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb", "6e400001-b5a3-f393-e0a9-e50e24dcca9e"].map { .string($0) })
+        let known = fake.addDevice(address: "DA:4C:10:DE:17:01", ["Name": .string("bluez l2cap"), "UUIDs": database])
+        // In view already, from another program's discovery, with a stored database that lacks 180D: not reported at
+        // the start (nothing says it advertises 180D) …
+        let other = fake.addDevice(address: "DA:4C:10:DE:17:02", ["Name": .string("Other"), "RSSI": .int16(-40), "UUIDs": database])
+        m.scanForPeripherals(withServices: [CBUUID(string: "180D")])
+        try await r.wait("discovery started") { _ in fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
+        // … nor a device whose advertised UUIDs (no GAP service among them: not a database) lack it.
+        fake.addDevice(
+            address: "AA:AA:AA:AA:AA:AA", ["Name": .string("Battery"), "RSSI": .int16(-50), "UUIDs": .array(.string, [.string("0000180f-0000-1000-8000-00805f9b34fb")])])
+        // bluetoothd 5.66 as in the guest: the advertisement's name and RSSI change, UUIDs is announced (its eir list
+        // grew) but reads as the database.
+        fake.change(known, "org.bluez.Device1", ["RSSI": .int16(-77), "Name": .string("Served HR"), "UUIDs": database])
+        try await r.wait(for: "discover Served HR -77")
+        try await pause(nanoseconds: 200_000_000)
+        #expect(r.events.filter { $0.hasPrefix("discover") } == ["discover Served HR -77"])
+        withExtendedLifetime(other) {}
+    }
+
     @Test func aGATTClientSessionMapsOntoBlueZ() async throws {
         let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)

@@ -28,6 +28,9 @@ struct FakeCharacteristic {
 struct FakeService {
     var uuid: String
     var characteristics: [FakeCharacteristic]
+    var primary = true
+    /// The services (indexes in the database) this one includes.
+    var includes: [Int] = []
 }
 
 final class FakeBlueZ: @unchecked Sendable {
@@ -306,6 +309,10 @@ final class FakeBlueZ: @unchecked Sendable {
             if interface == "org.bluez.GattCharacteristic1" { change(path, interface, ["Value": .bytes(value)]) }
             return nil
         case ("org.bluez.GattCharacteristic1", "WriteValue"), ("org.bluez.GattDescriptor1", "WriteValue"):
+            // bluetoothd writes Client Characteristic Configuration itself (StartNotify / StopNotify).
+            if call.interface == "org.bluez.GattDescriptor1", property(path, "org.bluez.GattDescriptor1", "UUID") == .string("00002902-0000-1000-8000-00805f9b34fb") {
+                return call.errorReply(name: "org.bluez.Error.NotPermitted", message: "Write not permitted")
+            }
             guard let value = call.body.first?.byteArray else {
                 return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
             }
@@ -518,10 +525,22 @@ final class FakeBlueZ: @unchecked Sendable {
     }
 
     private func addDatabase(under device: String) {
-        var handle = 1
+        // Each service's path first (its handle), for the includes.
+        var paths: [String] = []
+        var next = 1
         for service in database {
-            let sp = device + "/service" + hex(handle)
-            add(sp, "org.bluez.GattService1", ["UUID": .string(service.uuid), "Primary": .boolean(true), "Device": .objectPath(device), "Includes": .array(.objectPath, [])])
+            paths.append(device + "/service" + hex(next))
+            next += 1 + service.characteristics.reduce(0) { $0 + 2 + $1.descriptors.count }
+        }
+        var handle = 1
+        for (i, service) in database.enumerated() {
+            let sp = paths[i]
+            add(
+                sp, "org.bluez.GattService1",
+                [
+                    "UUID": .string(service.uuid), "Primary": .boolean(service.primary), "Device": .objectPath(device),
+                    "Includes": .array(.objectPath, service.includes.map { .objectPath(paths[$0]) }),
+                ])
             handle += 1
             for c in service.characteristics {
                 let cp = sp + "/char" + hex(handle)

@@ -29,6 +29,7 @@ enum KernelGuest {
         // cb-l2cap-bluez, cb-central-bluez and l2cap-l2test, the second failed after the first (its central on
         // bluez found no advertisement): not explained yet, so nothing that runs after them uses bluez's scan.
         "manager-vanish", "cb-l2cap-bluez", "l2cap-l2test", "privacy",
+        "cb-explore-bluez", "cb-flows-bluez",
     ]
 
     struct Run {
@@ -123,6 +124,12 @@ struct KernelInteropTests {
     @Test(
         "1 MB each way over L2CAP channels on BLE_TRANSPORT=bluez (the kernel's L2CAP sockets): opened to ble receive on hci-socket:1, and published for ble send on hci-socket:1")
     func l2capChannelOnBlueZ() throws { try KernelGuest.expectPassed("cb-l2cap-bluez") }
+
+    @Test("ble gatt and ble shell on BLE_TRANSPORT=bluez against ble serve on hci-socket:1, and ble serve on bluez read, written and subscribed by our stack")
+    func gattShellAndServeOnBlueZ() throws { try KernelGuest.expectPassed("cb-explore-bluez") }
+
+    @Test("the Core Bluetooth flow tests' delegates (heart rate, L2CAP) with one manager on BLE_TRANSPORT=bluez:hci0 and the other on hci-socket:1, each way round")
+    func coreBluetoothFlowsOnBlueZ() throws { try KernelGuest.expectPassed("cb-flows-bluez") }
 
     // MARK: Core Bluetooth programs on the HCI user channel, BlueZ as the peer
 

@@ -34,6 +34,13 @@ enum BlueZAdvertisement {
         return d
     }
 
+    /// Whether Device1.UUIDs is the device's GATT database rather than its advertisement: BlueZ lists the services it
+    /// resolved once it has (a device it connected to, also as stored across restarts), and every GATT server has the
+    /// GAP service (Vol 3 Part C §12), which devices do not advertise.
+    static func listsDatabaseServices(_ device: BlueZObjectTree.Properties) -> Bool {
+        (device["UUIDs"]?.arrayItems ?? []).contains { $0.string.flatMap(cbUUID) == CBUUID(string: "1800") }
+    }
+
     /// A UUID as BlueZ writes it (128-bit, lower case) as a CBUUID, in its short form when it is a SIG UUID.
     static func cbUUID(_ s: String) -> CBUUID? {
         BluetoothUUID(string: s).map { CBUUID($0.shortened) }

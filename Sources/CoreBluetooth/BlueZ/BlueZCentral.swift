@@ -87,7 +87,12 @@ final class BlueZCentral: @unchecked Sendable {
         var services: Set<CBUUID>?
         var allowDuplicates: Bool
         var reported: Set<String> = []
+        /// Which scan this is (a reply to an earlier scan's SetDiscoveryFilter does not count for this one).
+        var generation: Int
+        /// bluetoothd has our filter's UUIDs: what it reports from now on matched them in the advertisement itself.
+        var bluezFilters = false
     }
+    private var scanGeneration = 0
 
     private struct Link {
         weak var peripheral: CBPeripheral?
@@ -302,22 +307,40 @@ final class BlueZCentral: @unchecked Sendable {
         queue.async { [self] in
             guard state == .poweredOn, let adapter = adapterPath else { return scanFailed("the adapter is not powered on") }
             let wanted = services.flatMap { $0.isEmpty ? nil : Set($0) }
-            scan = Scan(services: wanted, allowDuplicates: allowDuplicates)
+            scanGeneration += 1
+            let generation = scanGeneration
+            scan = Scan(services: wanted, allowDuplicates: allowDuplicates, generation: generation)
             var filter: [String: DBusValue] = ["Transport": .string("le"), "DuplicateData": .boolean(allowDuplicates)]
             if let wanted {
                 filter["UUIDs"] = .array(.string, wanted.map { .string($0.bluetoothUUID.uuid128String.lowercased()) }.sorted { $0.string! < $1.string! })
             }
-            call(adapter, BlueZObjectTree.adapterInterface, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) { r in
-                if case let .failure(e) = r { CBLog.warning("BlueZ backend: SetDiscoveryFilter failed: \(e)") }
+            call(adapter, BlueZObjectTree.adapterInterface, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) { [self] r in
+                if case let .failure(e) = r { return CBLog.warning("BlueZ backend: SetDiscoveryFilter failed: \(e)") }
+                if wanted != nil, scan?.generation == generation { scan?.bluezFilters = true }
             }
-            guard !discovering else { return }
+            guard !discovering else { return reportDevicesInView() }
             discovering = true
             call(adapter, BlueZObjectTree.adapterInterface, "StartDiscovery") { [self] r in
-                guard case let .failure(e) = r else { return }
-                if case let .remote(name, _) = e, name == "org.bluez.Error.InProgress" { return }
-                discovering = false
-                scanFailed("StartDiscovery failed: \(e)")
+                if case let .failure(e) = r {
+                    if case let .remote(name, _) = e, name == "org.bluez.Error.InProgress" { return reportDevicesInView() }
+                    discovering = false
+                    return scanFailed("StartDiscovery failed: \(e)")
+                }
+                reportDevicesInView()
             }
+        }
+    }
+
+    /// The devices bluetoothd has in view as the scan starts: those with an RSSI, which BlueZ sets as a device's
+    /// advertisements arrive during a discovery and clears when the discovery ends. A device another program's
+    /// discovery (a desktop's Bluetooth panel) has already found is not announced again while it advertises the same
+    /// data (the kernel filters duplicates within a discovery; BlueZ signals RSSI only when it moves): without this it
+    /// would never reach the app, as iOS reports every device in range once a scan starts.
+    private func reportDevicesInView() {
+        guard scan != nil, let adapter = adapterPath else { return }
+        for path in tree.paths(with: BlueZObjectTree.deviceInterface) where path.hasPrefix(adapter + "/") {
+            guard tree[path, BlueZObjectTree.deviceInterface]?["RSSI"] != nil else { continue }
+            deviceSeen(path, keys: ["RSSI"], duringOurDiscovery: false)
         }
     }
 
@@ -340,7 +363,9 @@ final class BlueZCentral: @unchecked Sendable {
     }
 
     /// A device was added or its advertised properties changed: a discovery, if the scan wants it.
-    private func deviceSeen(_ path: String, keys: Set<String>) {
+    /// `duringOurDiscovery`: BlueZ announced it now, so it passed the discovery filter we set (when no other program's
+    /// discovery widened it); false for what was in view before (reportDevicesInView).
+    private func deviceSeen(_ path: String, keys: Set<String>, duringOurDiscovery: Bool = true) {
         guard var s = scan, let adapter = adapterPath, path.hasPrefix(adapter + "/"),
             let props = tree[path, BlueZObjectTree.deviceInterface], let rssi = props["RSSI"]?.integer
         else { return }
@@ -350,7 +375,12 @@ final class BlueZCentral: @unchecked Sendable {
         if let wanted = s.services {
             let offered = Set((advertisement[CBAdvertisementDataServiceUUIDsKey] as? [CBUUID]) ?? [])
                 .union(((advertisement[CBAdvertisementDataServiceDataKey] as? [CBUUID: Data]) ?? [:]).keys)
-            guard !wanted.isDisjoint(with: offered) else { return }
+            if wanted.isDisjoint(with: offered) {
+                // Of a device it has connected to before, BlueZ's UUIDs are the services it found in its database
+                // (stored, maybe older than what it advertises now), not the advertised ones: then the filter bluetoothd
+                // applied to the advertisement itself, with our UUIDs, is the one that can say.
+                guard duringOurDiscovery, s.bluezFilters, BlueZAdvertisement.listsDatabaseServices(props) else { return }
+            }
         }
         if !s.allowDuplicates {
             // Bounded as the native scan is: past the bound a device still around is reported once more.

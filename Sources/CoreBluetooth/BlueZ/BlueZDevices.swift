@@ -78,6 +78,17 @@ package final class BlueZDevices: @unchecked Sendable {
         }
     }
 
+    /// The adapter's address as bluetoothd gives it, with /P or /R for its type (what it advertises from, unless
+    /// bluetoothd's privacy is on).
+    package var adapterAddress: String? {
+        session.queue.sync {
+            guard let path = session.adapterPath, let a = session.tree[path, BlueZObjectTree.adapterInterface],
+                let address = a["Address"]?.string
+            else { return nil }
+            return address + (a["AddressType"]?.string == "random" ? "/R" : "/P")
+        }
+    }
+
     /// The identifier a Core Bluetooth manager on the same adapter gives this device (retrievePeripherals).
     package func identifier(of d: Device) -> UUID {
         let address = BlueZAdvertisement.address(d.address, type: d.addressType) ?? BluetoothAddress(bytes: [0, 0, 0, 0, 0, 0], type: .public)

@@ -1,0 +1,33 @@
+# timeout: 900
+# The package's Core Bluetooth flow tests on BLE_TRANSPORT=bluez (issue 28): HeartRateFlowTests' and
+# L2CAPChannelTests' delegates, unchanged, in BlueZKernelFlowTests, with one manager on the bluez backend (bluetoothd
+# keeps hci0) and the other on our own stack over the HCI user channel of hci1, each way round: the seeds' heart-rate
+# flow (scan with a service filter, connect, discover, subscribe, 5 notifications in order, a cached read, a write
+# with response, cancel) and an L2CAP channel (1 MB up and 300 KB down through streams on a run loop). Each test runs
+# in a test process of its own, so that hci1 is free again for the next. The controllers have 1021-octet LE buffers
+# (fast_controllers): with rootcanal's 27-octet ones the megabyte would not fit in the time limit.
+start_bluez || fail "BlueZ did not start"
+fast_controllers || fail "no fast controllers"
+# bluetoothd powered the new hci1 again a few seconds after fast_controllers had released it (and after each test
+# process let it go), and kept it: our host then retried "in use by the kernel's Bluetooth stack" for the whole
+# test. A keeper asks bluetoothd to power hci1 off (Adapter1.Powered, so that it stops wanting it on) and takes it
+# down every 0.3 s while a test starts; once our host has bound it, bluetoothd has no hci1 object and the kernel
+# refuses the keeper (EBUSY): nothing changes.
+keep_hci1_down() { while :; do bluez_power 1 false 2>/dev/null; hciconfig hci1 down 2>/dev/null; sleep 0.3; done; }
+failed=""
+for t in heartRateFlowWithTheCentralOnBlueZ heartRateFlowWithThePeripheralOnBlueZ l2capChannelPublishedOnBlueZ l2capChannelOpenedOnBlueZ; do
+    keep_hci1_down &
+    keeper=$!
+    start=$SECONDS
+    if guest_test "BlueZKernelFlowTests/$t"; then
+        log "$t passed in $((SECONDS - start)) s"
+    else
+        log "$t FAILED after $((SECONDS - start)) s; hci1 now: $(hciconfig hci1 | tr '\n' ' ')"
+        failed="$failed $t"
+    fi
+    kill $keeper 2>/dev/null; wait $keeper 2>/dev/null
+    cp "$OCB_OUT/$OCB_SCENARIO.test.log" "$OCB_OUT/$OCB_SCENARIO.$t.log" 2>/dev/null
+    hciconfig hci0 | grep -q "UP RUNNING" || bluez_up 0 20 || fail "hci0 is no longer up after $t"
+done
+[ -z "$failed" ] || fail "failed:$failed"
+log "ok"
