@@ -67,6 +67,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     let queue = DispatchQueue(label: "opencorebluetooth.multipeer.bluez")
     private let bus: DBusConnection
     private let root: String
+    /// Where the node exports its objects on the bus (its adverts are under it).
+    package var objectRoot: String { root }
     private static let instances = Mutex(0)
 
     // MARK: Making nodes

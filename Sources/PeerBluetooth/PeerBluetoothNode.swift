@@ -44,7 +44,7 @@ public enum PeerBluetoothNodes {
     /// The node for peer `token`, nil when there is no Bluetooth to be had (the reason is logged, and kept in
     /// `unavailableReason`).
     public static func acquire(forPeer token: UInt64) -> (any PeerBluetoothNode)? {
-        if let factory = state.withLock({ $0.factory }) { return factory(token) }
+        if let factory = state.withLock({ $0.factory }), let node = factory(token) { return node }
         if !BluetoothPeerNode.hasFactory, let options = BlueZOptions.fromEnvironment() { return BlueZPeerNode.acquire(options: options) }
         return BluetoothPeerNode.acquire(forPeer: token)
     }
@@ -66,7 +66,8 @@ public enum PeerBluetoothNodes {
         if first { PeerLog.warning(why) }
     }
 
-    /// Makes every node with `factory` (tests: nodes of their own on a fake bluetoothd); nil restores the default.
+    /// Makes nodes with `factory` first (tests: nodes of their own on a fake bluetoothd, for the tokens of their
+    /// peers; a nil answer falls through to the usual choice); nil restores the default.
     package static func configure(factory: (@Sendable (UInt64) -> (any PeerBluetoothNode)?)?) {
         state.withLock { $0.factory = factory }
     }
