@@ -40,6 +40,8 @@ package protocol BlueZPeerSockets: Sendable {
     func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, done: @escaping @Sendable (Result<Int32, any Error>) -> Void)
     /// The SDU sizes of a connected socket.
     func mtus(_ fd: Int32) -> (send: Int, receive: Int)
+    /// Who is at the other end of a connected socket ("AA:BB:…" and whether the address is random).
+    func peer(_ fd: Int32) -> (address: String, random: Bool)?
 }
 
 /// The kernel's AF_BLUETOOTH sockets.
@@ -59,6 +61,7 @@ package struct KernelL2CAPSockets: BlueZPeerSockets {
     }
 
     package func mtus(_ fd: Int32) -> (send: Int, receive: Int) { BlueZKernelL2CAP.mtus(fd) }
+    package func peer(_ fd: Int32) -> (address: String, random: Bool)? { BlueZKernelL2CAP.peer(fd) }
 }
 
 public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
@@ -317,6 +320,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         var onFailure: @Sendable (String) -> Void
         var registered = false
         var registering = false
+        var attempts = 0
     }
     private var adverts: [UInt64: Advert] = [:]
     private let ids = Mutex<UInt64>(0)
@@ -399,18 +403,41 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             switch r {
             case .success:
                 adverts[id]?.registered = true
+                adverts[id]?.attempts = 0
+            case let .failure(e) where Self.isAlreadyExists(e):
+                // BlueZ kept it through the power cycle.
+                adverts[id]?.registered = true
             case let .failure(e):
-                if a.name != nil, case let .remote(name, _) = e, name == "org.bluez.Error.InvalidLength" || name == "org.bluez.Error.Failed" {
+                let attempts = (adverts[id]?.attempts ?? 0) + 1
+                adverts[id]?.attempts = attempts
+                if case let .remote(name, _) = e, name == "org.bluez.Error.InvalidLength", a.name != nil {
                     // The name did not fit beside the Service Data: advertise without it (browsers learn it over a channel).
                     PeerLog.write("Bluetooth (BlueZ): advert with the name refused (\(e)); advertising without it")
                     adverts[id]?.name = nil
                     return register(id)
+                }
+                if case let .remote(name, _) = e, name == "org.bluez.Error.Failed", attempts < Self.registrationAttempts {
+                    // The kernel answers Busy while another advertising operation is under way (another process's
+                    // advert added or removed, seen in the guest): a moment later it takes ours.
+                    PeerLog.write("Bluetooth (BlueZ): advert refused (\(e)); trying again (attempt \(attempts + 1) of \(Self.registrationAttempts))")
+                    queue.asyncAfter(deadline: .now() + Self.registrationRetryDelay * Double(attempts)) { [weak self] in self?.register(id) }
+                    return
                 }
                 let why = Self.advertisingFailure(e, adapter: adapterName)
                 PeerLog.warning("Bluetooth (BlueZ): cannot advertise: \(why)")
                 a.onFailure(why)
             }
         }
+    }
+
+    /// How often a registration refused with org.bluez.Error.Failed is tried, and the pause before each retry (times
+    /// the attempt's number).
+    static let registrationAttempts = 5
+    static let registrationRetryDelay: Double = 1
+
+    static func isAlreadyExists(_ e: DBusError) -> Bool {
+        if case let .remote(name, _) = e { return name == "org.bluez.Error.AlreadyExists" }
+        return false
     }
 
     /// What a refused RegisterAdvertisement means to a user.
@@ -561,7 +588,13 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                 do {
                     let l = try sockets.listen(adapterAddress: adapterAddress) { [weak self] fd in
                         guard let self else { return _ = Glibc.close(fd) }
-                        self.queue.async { self.bridge(fd, remoteHost: Self.unknownRemote, asClient: false, tls: tls) { r in if case let .success(link) = r { onLink(link) } } }
+                        self.queue.async {
+                            // The peer's device, as a member's endpoint names it (the session matches the two).
+                            let remote = self.sockets.peer(fd).flatMap { p in
+                                Self.addressOctets(p.address).map { PeerBluetoothEndpoint(address: $0, isRandom: p.random, psm: 0).host }
+                            }
+                            self.bridge(fd, remoteHost: remote ?? Self.unknownRemote, asClient: false, tls: tls) { r in if case let .success(link) = r { onLink(link) } }
+                        }
                     }
                     listeners[l.psm] = l.close
                     completion(l.psm)
@@ -577,8 +610,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         queue.async { [self] in listeners.removeValue(forKey: psm)?() }
     }
 
-    /// The remote host of a channel a peer opened to us (the kernel's accept does not say who in a form the
-    /// session needs; members announce their own endpoint in their hello).
+    /// The remote host of a channel a peer opened to us when the socket does not say who it is.
     static let unknownRemote = "ble:00:00:00:00:00:00/public"
 
     public func connect(

@@ -25,6 +25,8 @@ import Glibc
 final class PairedSockets: BlueZPeerSockets, @unchecked Sendable {
     private let lock = NSLock()
     private var listeners: [String: @Sendable (Int32) -> Void] = [:]
+    /// The accepting end of each pair → the connecting adapter's address (what getpeername gives there).
+    private var peers: [Int32: String] = [:]
     private var nextPSM: UInt16 = 0x80
     private(set) var connects = 0
     /// The SDU size both ends are given (small, so a session's writes are cut into many SDUs).
@@ -52,11 +54,13 @@ final class PairedSockets: BlueZPeerSockets, @unchecked Sendable {
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
             return done(.failure(BlueZPeerNode.Unavailable(description: "socketpair failed")))
         }
+        lock.withLock { peers[ends[1]] = adapterAddress ?? "00:00:00:00:00:00" }
         accept(ends[1])
         done(.success(ends[0]))
     }
 
     func mtus(_ fd: Int32) -> (send: Int, receive: Int) { (mtu, mtu) }
+    func peer(_ fd: Int32) -> (address: String, random: Bool)? { lock.withLock { peers[fd].map { ($0, false) } } }
 }
 
 /// bluetoothd's view of the air: every advertisement a node registered is a Device1 at that node's adapter address
@@ -179,9 +183,12 @@ struct BlueZPeerNodeTests {
         defer { n.release() }
         #expect(n.address == BluetoothAddress(string: "00:11:22:33:44:55", type: .public))
         let advert = PeerAdvert(service: service, token: 0x0123_4567_89AB_CDEF, psm: 0x0081)
+        // The kernel's Busy (another advertising operation under way) reaches us as org.bluez.Error.Failed: tried again.
+        fake.failNext("RegisterAdvertisement", name: "org.bluez.Error.Failed", message: "Failed to register advertisement")
         let id = n.addAdvert(advert, name: "Pat's phone")
         let events = NodeEvents()
         try await events.wait("registered") { _ in !fake.advertisements.isEmpty }
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.LEAdvertisingManager1.RegisterAdvertisement") }.count == 2)
         let (path, props) = try #require(fake.advertisements.first)
         #expect(path.hasPrefix(n.objectRoot + "/"))
         #expect(props["Type"]?.string == "peripheral")
@@ -275,6 +282,31 @@ struct BlueZPeerNodeTests {
         #expect(refused.get()?.contains("06:05:04:03:02:01") == true && refused.get()?.contains("Connection refused") == true)
     }
 
+    @Test func anAdapterThatGoesAndComesBackGetsTheAdvertAndTheDiscoveryAgain() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        let adapter = fake.addAdapter()
+        let n = try node(bus)
+        defer { n.release() }
+        let events = NodeEvents()
+        _ = n.addAdvert(PeerAdvert(service: service, token: 7, psm: 0x81), name: "back") { events.note("failed: \($0)") }
+        _ = n.browse(service: service) { events.record($0) }
+        func count(_ call: String) -> Int { fake.calls.filter { $0.hasPrefix(call) }.count }
+        try await events.wait("first registration") { _ in count("org.bluez.LEAdvertisingManager1.RegisterAdvertisement") == 1 && count("org.bluez.Adapter1.StartDiscovery") == 1 }
+        // Powered off and on: BlueZ released the advert (its Release call) and ended the discovery; both again.
+        fake.setPowered(adapter, false)
+        try await pause(nanoseconds: 200_000_000)
+        fake.setPowered(adapter, true)
+        try await events.wait("second registration") { _ in count("org.bluez.LEAdvertisingManager1.RegisterAdvertisement") == 2 && count("org.bluez.Adapter1.StartDiscovery") == 2 }
+        // Unplugged: the address is gone; plugged in again: everything again.
+        fake.remove(adapter)
+        try await events.wait("no address") { _ in n.address == nil }
+        fake.addAdapter()
+        try await events.wait("third registration") { _ in count("org.bluez.LEAdvertisingManager1.RegisterAdvertisement") == 3 && count("org.bluez.Adapter1.StartDiscovery") == 3 }
+        #expect(n.address != nil)
+        #expect(!events.events.contains { $0.hasPrefix("failed") })
+    }
+
     @Test func theAdvertiserHearsThatBlueZHasNoSlotLeft() async throws {
         let bus = try await PrivateBus()
         let fake = try await FakeBlueZ(address: bus.address)
@@ -353,6 +385,9 @@ struct BlueZPeerNodeTests {
         _ = sb.sendResource(at: file, withName: "photo.bin", toPeer: a) { _ in }
         try await ra.wait(for: "resource photo.bin: 50000 octets, sum \(photo.reduce(0) { $0 &+ Int($1) })")
         #expect(sockets.connects >= 2)   // the info request and the invitation
+        // B's channel to A is known by B's device, as B's member endpoint names it.
+        let remotes = sa.lock.withLock { sa.peers.values.map(\.link.remoteHost) }
+        #expect(remotes == ["ble:00:11:22:33:44:66/public"])
         // Leaving reaches the other side.
         sb.disconnect()
         try await ra.wait(for: "B notConnected")

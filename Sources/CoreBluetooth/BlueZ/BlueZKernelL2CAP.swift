@@ -50,6 +50,11 @@ package enum BlueZKernelL2CAP {
         }
     }
 
+    /// The address of a connected socket's peer ("AA:BB:…", and whether it is an LE random address).
+    package static func peer(_ fd: Int32) -> (address: String, random: Bool)? {
+        BlueZL2CAP.peerAddress(fd).map { ($0.addressString, $0.type == .leRandom) }
+    }
+
     /// The SDU sizes the kernel settled for a connected socket (send: the peer's MTU).
     package static func mtus(_ fd: Int32) -> (send: Int, receive: Int) { BlueZL2CAP.mtus(fd) }
 }
