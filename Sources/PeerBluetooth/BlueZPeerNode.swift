@@ -593,10 +593,12 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                             let remote = self.sockets.peer(fd).flatMap { p in
                                 Self.addressOctets(p.address).map { PeerBluetoothEndpoint(address: $0, isRandom: p.random, psm: 0).host }
                             }
+                            PeerLog.write("Bluetooth (BlueZ): channel from \(remote ?? "an unknown device") accepted")
                             self.bridge(fd, remoteHost: remote ?? Self.unknownRemote, asClient: false, tls: tls) { r in if case let .success(link) = r { onLink(link) } }
                         }
                     }
                     listeners[l.psm] = l.close
+                    PeerLog.write("Bluetooth (BlueZ): listening on PSM 0x\(String(l.psm, radix: 16)) of \(adapterName)")
                     completion(l.psm)
                 } catch {
                     PeerLog.warning("Bluetooth (BlueZ): cannot listen for L2CAP channels on \(adapterName): \(error)")
@@ -622,6 +624,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         queue.async { [self] in
             guard !closed else { return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed"))) }
             whenPoweredOn { [self] in
+                PeerLog.write("Bluetooth (BlueZ): opening a channel to \(endpoint)")
                 sockets.connect(address: text, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress) { [weak self] r in
                     guard let self else {
                         if case let .success(fd) = r { Glibc.close(fd) }

@@ -1,4 +1,4 @@
-# timeout: 900
+# timeout: 600
 # Multipeer Connectivity over Bluetooth on BLE_TRANSPORT=bluez:hci0 (issue 28): the seed's photo demo as two `ble mc`
 # processes, one on bluez (bluetoothd keeps hci0: LEAdvertisingManager1 for its advert, discovery through Device1's
 # ServiceData, the kernel's L2CAP sockets for the session) and one on our own stack on hci-socket:1, Multipeer on
@@ -6,8 +6,8 @@
 # sends a photo as a resource, compared octet for octet. Both directions: the bluez peer browses (session with TLS,
 # 16 KB photo), then it advertises (no encryption, 32 KB photo: under software emulation the debug build's TLS moved
 # only a few KB/s, and a resource chunk queued behind that outlasted the sessions' 10 s silence limit). Both adapters
-# are made anew with 1021-octet LE buffers (fast_controllers), as for the L2CAP rows. Then GameKit's photo demo
-# (`ble gk session` and `ble gk pick`), the bluez peer picking, then serving.
+# are made anew with 1021-octet LE buffers (fast_controllers), as for the L2CAP rows. (GameKit: gk-bluez.sh, not in
+# the group yet.)
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
 release 1
@@ -56,41 +56,5 @@ run_pair bluez-browses "hci-socket:1" "bluez:hci0" required 16
 # The bluez peer advertises (its advert registered through bluetoothd) and our stack's browser invites it.
 run_pair bluez-advertises "bluez:hci0" "hci-socket:1" none 32
 
-# run_gk NAME SESSION_TRANSPORT PICKER_TRANSPORT: GameKit's photo demo on the same engine (MC_TRANSPORTS=bluetooth):
-# `ble gk session` (a GKSession in peer mode, accepting) and `ble gk pick` (GKPeerPickerController), which connects
-# to it and sends an 8 KB photo with sendData(toAllPeers:with:); the session stores it.
-run_gk() {
-    local name=$1 s_env=$2 p_env=$3 id s p rc_s=0 rc_p=0 start=$SECONDS got
-    id="gk$RANDOM"
-    s="$OCB_OUT/$OCB_SCENARIO.$name.session.log"
-    p="$OCB_OUT/$OCB_SCENARIO.$name.picker.log"
-    rm -rf "$dir/a"/* "$dir/b"/*
-    head -c 8192 /dev/urandom > "$photo"
-    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$s_env" BLE_LOG=1 "$OCB_BLE" gk session --name "S $name" --session-id "$id" \
-        --dir "$dir/a" --once --duration 150 > "$s" 2>&1 &
-    local ses=$!
-    pids="$pids $ses"
-    wait_for "$s" "^available as" 30 || { cat "$s"; fail "$name: the GameKit session did not start"; }
-    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$p_env" BLE_LOG=1 "$OCB_BLE" gk pick --name "P $name" --session-id "$id" \
-        --peer "S $name" --photo "$photo" --dir "$dir/b" --duration 150 > "$p" 2>&1 &
-    local pick=$!
-    pids="$pids $pick"
-    wait_exit $ses 160 || rc_s=$?
-    wait_exit $pick 30 || rc_p=$?
-    log "$name: GameKit peers done in $((SECONDS - start)) s"
-    clean "$p" | grep -av "debug\|trace" | tail -10 >&2
-    clean "$s" | grep -av "debug\|trace" | tail -10 >&2
-    [ $rc_s -eq 0 ] || { clean "$s" | tail -60 >&2; fail "$name: the session exited $rc_s"; }
-    [ $rc_p -eq 0 ] || { clean "$p" | tail -60 >&2; fail "$name: the picker exited $rc_p"; }
-    grep -aq "connected to S $name" "$p" || fail "$name: the picker never connected"
-    grep -aq "sent 8192 bytes" "$p" || fail "$name: the picker did not send the photo"
-    grep -aq "received 8192 bytes from P $name" "$s" || fail "$name: the session did not receive the photo"
-    got=$(ls "$dir/a"/received-* 2>/dev/null | head -1)
-    [ -n "$got" ] && cmp "$photo" "$got" || fail "$name: the photo the session stored differs"
-    log "$name: the picker found the session, connected and sent an 8 KB photo"
-}
-
-run_gk gk-bluez-picks "hci-socket:1" "bluez:hci0"
-run_gk gk-bluez-serves "bluez:hci0" "hci-socket:1"
 hciconfig hci0 | grep -q "UP RUNNING" || fail "hci0 is no longer up"
 log "ok"
