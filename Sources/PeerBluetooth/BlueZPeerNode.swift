@@ -291,6 +291,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     // MARK: Power
 
     private var whenOn: [() -> Void] = []
+    /// Counts the times the adapter went off or away.
+    private var epoch = 0
 
     private func poweredOn() {
         let pending = whenOn
@@ -303,6 +305,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
 
     private func poweredOff() {
+        // Answers to calls made before this are about an adapter state that is gone: they are ignored.
+        epoch &+= 1
         for id in adverts.keys { adverts[id]?.registered = false; adverts[id]?.registering = false }
         discovering = false
     }
@@ -393,7 +397,10 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         guard let a = adverts[id], !a.registered, !a.registering, let adapterPath else { return }
         adverts[id]?.registering = true
         let path = advertPath(id)
+        let asked = epoch
         call(adapterPath, "org.bluez.LEAdvertisingManager1", "RegisterAdvertisement", [.objectPath(path), .stringVariantDictionary([:])]) { [self] r in
+            // An answer from before the adapter went off or away: registered again when it is back.
+            guard asked == epoch else { return }
             guard adverts[id] != nil else {
                 // Removed meanwhile.
                 if case .success = r { call(adapterPath, "org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement", [.objectPath(path)]) { _ in } }
@@ -501,8 +508,9 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             call(adapterPath, "org.bluez.Adapter1", "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) { r in
                 if case let .failure(e) = r { PeerLog.warning("Bluetooth (BlueZ): SetDiscoveryFilter failed: \(e)") }
             }
+            let asked = epoch
             call(adapterPath, "org.bluez.Adapter1", "StartDiscovery") { [self] r in
-                guard case let .failure(e) = r else { return }
+                guard case let .failure(e) = r, asked == epoch else { return }
                 if case let .remote(name, _) = e, name == "org.bluez.Error.InProgress" { return }
                 discovering = false
                 PeerLog.warning("Bluetooth (BlueZ): cannot browse on \(adapterName): \(e)")

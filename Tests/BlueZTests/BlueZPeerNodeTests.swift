@@ -215,7 +215,7 @@ struct BlueZPeerNodeTests {
         fake.addAdapter()
         let n = try node(bus)
         defer { n.release() }
-        n.lostAfter = 1.5
+        n.lostAfter = 4
         let events = NodeEvents()
         let id = n.browse(service: service) { events.record($0) }
         try await events.wait("discovery") { _ in fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering")?.bool == true }
@@ -240,7 +240,7 @@ struct BlueZPeerNodeTests {
         let again = fake.addDevice(address: "C0:11:22:33:44:99", ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xCD, psm: 0x85).serviceDataPayload)])])
         try await events.wait(for: "seen cd at ble:C0:11:22:33:44:99/public psm 133")
         for _ in 0..<3 {
-            try await pause(nanoseconds: 700_000_000)
+            try await pause(nanoseconds: 500_000_000)
             fake.change(again, "org.bluez.Device1", ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xCD, psm: 0x85).serviceDataPayload)])])
         }
         #expect(!events.events.contains("lost cd"))

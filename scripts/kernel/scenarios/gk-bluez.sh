@@ -10,6 +10,9 @@
 # bluez advertiser that does not browse (mc-bluez, bluez-advertises) is answered. Run it alone with
 # scripts/kernel/run --out DIR gk-bluez.
 start_bluez || fail "BlueZ did not start"
+# The kernel's L2CAP decisions in dmesg.log (dynamic debug), to see what becomes of the unanswered request.
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+echo 'file l2cap_core.c +p' > /sys/kernel/debug/dynamic_debug/control 2>/dev/null || log "no dynamic debug for l2cap_core.c"
 fast_controllers || fail "no fast controllers"
 release 1
 dir="$OCB_OUT/$OCB_SCENARIO.in"
@@ -52,5 +55,6 @@ run_gk() {
 
 run_gk gk-bluez-picks "hci-socket:1" "bluez:hci0"
 run_gk gk-bluez-serves "bluez:hci0" "hci-socket:1"
+echo 'file l2cap_core.c -p' > /sys/kernel/debug/dynamic_debug/control 2>/dev/null
 hciconfig hci0 | grep -q "UP RUNNING" || fail "hci0 is no longer up"
 log "ok"
