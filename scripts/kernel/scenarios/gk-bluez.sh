@@ -1,19 +1,16 @@
 # timeout: 600
-# GameKit's photo demo over Bluetooth on BLE_TRANSPORT=bluez:hci0 (issue 28): `ble gk session` (a GKSession in peer
-# mode, accepting) and `ble gk pick` (GKPeerPickerController, which connects to it and sends an 8 KB photo with
-# sendData(toAllPeers:with:)), one on bluez and one on our own stack on hci-socket:1, MC_TRANSPORTS=bluetooth; the
-# bluez peer picking, then serving. Run alone it passed (picks: 109 s, serves: 91 s). Run in the same boot right
-# after mc-bluez's pairs it failed once, not explained yet: our host's session connected to the bluez picker
-# (bluez as peripheral) and sent an LE Credit Based Connection Request to the PSM of its advert, which the kernel
-# (6.1) never answered (our host gave up after its 30 s signalling timeout), while a request of the kernel's own to
-# our host 8 s later went through; a later one of the kernel's was refused by our host with "Source CID already
-# allocated" (0x000A). The kernel's L2CAP debug goes to dmesg.log for the next look.
+# GameKit's photo demo over Bluetooth on BLE_TRANSPORT=bluez:hci0 (issue 28), not in the kernel group yet: `ble gk
+# session` (a GKSession in peer mode, accepting) and `ble gk pick` (GKPeerPickerController, which connects to it and
+# sends an 8 KB photo with sendData(toAllPeers:with:)), one on bluez and one on our own stack on hci-socket:1,
+# MC_TRANSPORTS=bluetooth; the bluez peer picking, then serving. Booted alone it passed twice (picks 109 and 129 s,
+# serves 91 and 45 s). After mc-bluez in the same boot it failed twice, not explained yet: once (its pairs then in
+# mc-bluez's script, no new controllers between) our host's session connected to the bluez picker (bluez as
+# peripheral) and sent an LE Credit Based Connection Request to the PSM of its advert, which the kernel (6.1) never
+# answered (our host gave up after its 30 s signalling timeout) while a request of the kernel's own to our host 8 s
+# later went through, and a later one of the kernel's was refused by our host with "Source CID already allocated"
+# (0x000A); once (as its own scenario after mc-bluez) `ble gk session` found hci1 held by the kernel's stack (up)
+# for the whole run. Run it alone: scripts/kernel/run --out DIR gk-bluez.
 start_bluez || fail "BlueZ did not start"
-# The kernel's L2CAP decisions in dmesg.log (dynamic debug), to see what becomes of the unanswered request.
-mount -t debugfs none /sys/kernel/debug 2>/dev/null
-echo 'file l2cap_core.c +p' > /sys/kernel/debug/dynamic_debug/control 2>/dev/null || log "no dynamic debug for l2cap_core.c"
-# Debian's kernel has CONFIG_BT_FEATURE_DEBUG: BT_DBG prints only with the management interface's debug feature on.
-btmgmt exp-debug on > /dev/null 2>&1 || log "btmgmt exp-debug on failed"
 fast_controllers || fail "no fast controllers"
 release 1
 dir="$OCB_OUT/$OCB_SCENARIO.in"
@@ -56,6 +53,5 @@ run_gk() {
 
 run_gk gk-bluez-picks "hci-socket:1" "bluez:hci0"
 run_gk gk-bluez-serves "bluez:hci0" "hci-socket:1"
-echo 'file l2cap_core.c -p' > /sys/kernel/debug/dynamic_debug/control 2>/dev/null
 hciconfig hci0 | grep -q "UP RUNNING" || fail "hci0 is no longer up"
 log "ok"
