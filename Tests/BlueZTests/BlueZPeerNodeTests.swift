@@ -325,6 +325,56 @@ struct BlueZPeerNodeTests {
         advertiser.stopAdvertisingPeer()
     }
 
+    @Test func theBridgeCutsSendsAtThePeersSDUSizeAndPassesTheEndOn() async throws {
+        var l2cap: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &l2cap) == 0)
+        let stream = Mutex2<Int32>(-1)
+        let bridge = SeqPacketBridge.start(fd: l2cap[0], sendMTU: 100, receiveMTU: 100) { stream.set($0) }
+        #expect(bridge != nil)
+        let session = stream.get()
+        defer { if stream.get() >= 0 { close(session) } }
+        // The session writes 10 000 octets as one stream; the peer's socket gets SDUs of at most 100, in order.
+        let sent = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        #expect(sent.withUnsafeBytes { write(session, $0.baseAddress, $0.count) } == sent.count)
+        var got: [UInt8] = []
+        var largest = 0
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let peer = l2cap[1]
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        while got.count < sent.count {
+            let n = buffer.withUnsafeMutableBytes { recv(peer, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { break }
+            largest = max(largest, n)
+            got += buffer[0..<n]
+        }
+        #expect(got == sent)
+        #expect(largest == 100)
+        // SDUs from the peer reach the session's stream whole and in order; the peer closing ends the stream.
+        for k in 0..<5 {
+            let sdu = [UInt8](repeating: UInt8(k), count: 60)
+            _ = sdu.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, 0) }
+        }
+        close(peer)
+        setsockopt(session, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var back: [UInt8] = []
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(session, $0.baseAddress, $0.count) }
+            guard n > 0 else {
+                #expect(n == 0, "the stream ends with EOF, not an error")
+                break
+            }
+            back += buffer[0..<n]
+        }
+        #expect(back == (0..<5).flatMap { [UInt8](repeating: UInt8($0), count: 60) })
+        // The session closing its end too ends the bridge (both descriptors closed).
+        close(session)
+        stream.set(-1)
+        let start = ContinuousClock.now
+        while bridge?.isFinished != true, ContinuousClock.now - start < .seconds(5) { try await pause(nanoseconds: 10_000_000) }
+        #expect(bridge?.isFinished == true)
+    }
+
     @Test func aMultipeerSessionBetweenTwoAdaptersOverSeqPacketSockets() async throws {
         let bus = try await PrivateBus()
         let fake = try await FakeBlueZ(address: bus.address)
