@@ -150,7 +150,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'",
             "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.bluez'",
         ] {
-            bus.call(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)])) { r in
+            bus.call(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)]))
+            { r in
                 if case let .failure(e) = r { PeerLog.warning("Bluetooth (BlueZ): AddMatch failed: \(e)") }
             }
         }
@@ -258,7 +259,9 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                 let wasOn = powered
                 for (k, v) in changed { adapterProperties[k] = v.unwrapped }
                 setAdapter(path, adapterProperties)
-                if powered && !wasOn { poweredOn() } else if !powered && wasOn {
+                if powered && !wasOn {
+                    poweredOn()
+                } else if !powered && wasOn {
                     PeerLog.warning("Bluetooth (BlueZ): \(adapterName) was powered off; adverts and browsing wait for it")
                     poweredOff()
                 }

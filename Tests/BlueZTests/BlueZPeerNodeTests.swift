@@ -148,7 +148,9 @@ final class MCRecorder: NSObject, MCSessionDelegate, MCNearbyServiceAdvertiserDe
         let size = localURL.flatMap { try? Data(contentsOf: $0) }.map { "\($0.count) octets, sum \($0.reduce(0) { $0 &+ Int($1) })" } ?? "failed"
         note("resource \(resourceName): \(size)")
     }
-    func advertiser(_ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?, invitationHandler: @escaping (Bool, MCSession?) -> Void) {
+    func advertiser(
+        _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?, invitationHandler: @escaping (Bool, MCSession?) -> Void
+    ) {
         note("invited by \(peerID.displayName)")
         invitationHandler(true, acceptWith)
     }
@@ -321,7 +323,9 @@ struct BlueZPeerNodeTests {
         advertiser.transports = .bluetooth
         advertiser.delegate = r
         advertiser.startAdvertisingPeer()
-        try await r.wait("didNotStartAdvertisingPeer") { $0.contains { $0.hasPrefix("did not advertise: \(MCError.Code.unavailable.rawValue)") && $0.contains("advertising slot") } }
+        try await r.wait("didNotStartAdvertisingPeer") {
+            $0.contains { $0.hasPrefix("did not advertise: \(MCError.Code.unavailable.rawValue)") && $0.contains("advertising slot") }
+        }
         advertiser.stopAdvertisingPeer()
     }
 
