@@ -2,9 +2,10 @@
 // BlueZ's D-Bus API (doc/org.bluez.*.rst) and the kernel's L2CAP sockets what BluetoothPeerNode does on our own host:
 //
 //   addAdvert        an LEAdvertisement1 object per advert (Type peripheral; ServiceData {UUID: token u64 | SPSM
-//                    u16}; LocalName) registered with LEAdvertisingManager1. BlueZ adds the Flags and puts the name
-//                    in the scan response, so what goes on the air is PeerAdvert's format octet for octet (28 octets
-//                    of Service Data after the kernel's 3 of Flags) and native peers read it unchanged. Several
+//                    u16}; LocalName) registered with LEAdvertisingManager1. On the air (kernel 6.1, BlueZ 5.66):
+//                    legacy connectable PDUs with PeerAdvert's Service Data structure octet for octet (28 octets;
+//                    no Flags structure) and the name in the scan response;
+//                    native browsers need only the Service Data, so they read it unchanged. Several
 //                    adverts are several instances, which the kernel rotates itself (as we rotate them on LEHost).
 //   browse           Adapter1.SetDiscoveryFilter {Transport le, DuplicateData} + StartDiscovery; Device1's
 //                    ServiceData entries whose UUID is browsed and whose value is a token and an SPSM are `seen`;
