@@ -12,6 +12,9 @@
 # for the whole run. Run it alone: scripts/kernel/run --out DIR gk-bluez.
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
+# No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link
+# to our fresh `ble` with the old key, which refused it (no key), and each link ended with Authentication Failure.
+reset_bluez
 release 1
 dir="$OCB_OUT/$OCB_SCENARIO.in"
 photo="$OCB_OUT/$OCB_SCENARIO.photo.bin"

@@ -13,6 +13,9 @@
 # the group yet.)
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
+# No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link
+# to our fresh `ble` with the old key, which refused it (no key), and each link ended with Authentication Failure.
+reset_bluez
 release 1
 dir="$OCB_OUT/$OCB_SCENARIO.in"
 photo="$OCB_OUT/$OCB_SCENARIO.photo.bin"
