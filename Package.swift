@@ -86,7 +86,9 @@ let package = Package(
         .target(name: "DBus"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         // The BlueZ backend of CoreBluetooth against a fake bluetoothd (org.bluez) on a private bus.
-        .testTarget(name: "BlueZTests", dependencies: ["CoreBluetooth", "DBus", "BLEWire", "TestSupport"]),
+        .testTarget(name: "BlueZTests", dependencies: [
+            "CoreBluetooth", "DBus", "BLEWire", "TestSupport", "PeerBluetooth", "PeerSession", "PeerTransport", "MultipeerConnectivity", "GameKit",
+        ]),
         .target(name: "PeerSession", dependencies: ["BLEWire"]),
         .target(name: "DNSSDNIO", dependencies: [
             "DNSSD", "StackLog", logging,
@@ -106,6 +108,8 @@ let package = Package(
         ]),
         .target(name: "PeerBluetooth", dependencies: [
             "BLEWire", "BLEHCI", "BLEL2CAP", "BLEGAP", "BLETransport", "BLEHost", "PeerSession", "PeerTransport",
+            // BLE_TRANSPORT=bluez: BlueZ over D-Bus, and the kernel's L2CAP sockets through CoreBluetooth's BlueZ backend.
+            "DBus", "CoreBluetooth",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             crypto,

@@ -35,7 +35,7 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     package var mdns: MDNSService = .shared
     /// Where it advertises (Linux addition): read when advertising starts.
     public var transports: MCTransports = .default
-    private var bluetooth: BluetoothPeerNode?
+    private var bluetooth: (any PeerBluetoothNode)?
     private var bluetoothPSM: UInt16 = 0
     private var bluetoothAdvert: UInt64?
     private var advertising = false
@@ -108,9 +108,9 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     /// Over Bluetooth: an SPSM where invitations (and info requests) arrive, announced in our advert.
     /// Called with the lock held.
     private func startBluetooth() {
-        if bluetooth == nil { bluetooth = BluetoothPeerNode.acquire(forPeer: myPeerID.token) }
+        if bluetooth == nil { bluetooth = PeerBluetoothNodes.acquire(forPeer: myPeerID.token) }
         guard let node = bluetooth else {
-            let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "no Bluetooth controller"])
+            let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: PeerBluetoothNodes.unavailableReason])
             if !transports.contains(.network) { queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: e) } }
             return
         }
@@ -119,7 +119,12 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
             let advert = PeerAdvert(service: PeerAdvert.serviceUUID(forServiceType: MCServiceType.canonical(serviceType)), token: myPeerID.token, psm: psm)
             lock.withLock {
                 guard advertising, bluetoothAdvert == nil else { return }
-                bluetoothAdvert = node.addAdvert(advert, name: myPeerID.displayName)
+                bluetoothAdvert = node.addAdvert(advert, name: myPeerID.displayName) { [weak self] why in
+                    // The device cannot put us on the air (BlueZ: every advertising slot taken, an adapter without LE).
+                    guard let self else { return }
+                    let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: why])
+                    queue.async { [self] in delegate?.advertiser(self, didNotStartAdvertisingPeer: e) }
+                }
             }
         }
         if bluetoothPSM != 0 { return advertise(bluetoothPSM) }

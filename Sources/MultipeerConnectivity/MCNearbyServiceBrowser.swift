@@ -41,7 +41,7 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     package var mdns: MDNSService = .shared
     /// Where it looks (Linux addition): read when browsing starts.
     public var transports: MCTransports = .default
-    private var bluetooth: BluetoothPeerNode?
+    private var bluetooth: (any PeerBluetoothNode)?
     private var bluetoothBrowse: UInt64?
     private var browsing = false
     /// Bluetooth peers whose info we are fetching, and when a failed fetch may be tried again.
@@ -84,11 +84,11 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
             browse = mdns.browse(serviceType: "_\(MCServiceType.canonical(serviceType))._tcp") { [weak self] e in self?.event(e) }
         }
         if transports.contains(.bluetooth) {
-            if bluetooth == nil { bluetooth = BluetoothPeerNode.acquire(forPeer: myPeerID.token) }
+            if bluetooth == nil { bluetooth = PeerBluetoothNodes.acquire(forPeer: myPeerID.token) }
             if let node = bluetooth {
                 bluetoothBrowse = node.browse(service: PeerAdvert.serviceUUID(forServiceType: MCServiceType.canonical(serviceType))) { [weak self] e in self?.bluetoothEvent(e) }
             } else if !transports.contains(.network) {
-                let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: "no Bluetooth controller"])
+                let e = MCError(.unavailable, userInfo: [NSLocalizedFailureReasonErrorKey: PeerBluetoothNodes.unavailableReason])
                 queue.async { [self] in delegate?.browser(self, didNotStartBrowsingForPeers: e) }
             }
         }
@@ -165,7 +165,7 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
 
     // MARK: Bluetooth
 
-    private func bluetoothEvent(_ e: BluetoothPeerNode.BrowseEvent) {
+    private func bluetoothEvent(_ e: PeerBrowseEvent) {
         switch e {
         case let .seen(token, endpoint):
             guard token != myPeerID.token else { return }

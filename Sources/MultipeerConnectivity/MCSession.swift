@@ -64,7 +64,7 @@ open class MCSession: NSObject, @unchecked Sendable {
     /// The transports this session accepts and makes links on (Linux addition; `MCTransports.default`).
     public let transports: MCTransports
     /// The Bluetooth device of this peer, when `transports` has `.bluetooth` and a controller is there.
-    package var bluetooth: BluetoothPeerNode?
+    package var bluetooth: (any PeerBluetoothNode)?
     /// The SPSM where members connect over Bluetooth (0 until published).
     var memberPSM: UInt16 = 0
     /// Our member advert (while connected to someone, so newcomers over Bluetooth can reach us).
@@ -145,7 +145,7 @@ open class MCSession: NSObject, @unchecked Sendable {
 
     /// Publishes our member SPSM on this peer's Bluetooth device.
     private func openBluetoothListener() {
-        guard let node = BluetoothPeerNode.acquire(forPeer: myPeerID.token) else { return }
+        guard let node = PeerBluetoothNodes.acquire(forPeer: myPeerID.token) else { return }
         bluetooth = node
         node.listen(tls: tls, onLink: { [weak self] link in self?.acceptMember(link) }) { [weak self] psm in
             guard let self, let psm else { return }

@@ -18,7 +18,7 @@ import BLEHost
 import PeerSession
 import PeerTransport
 
-public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
     public let host: LEHost
     let key: UInt64
     var loop: EventLoop { host.loop }
@@ -32,7 +32,6 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
         var nodes: [UInt64: (node: BluetoothPeerNode, users: Int)] = [:]
         var factory: (@Sendable (String) throws -> LEHost)?
         var sharing: Sharing?
-        var warned = false
     }
     private static let registry = Mutex(Registry())
 
@@ -43,6 +42,9 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
             $0.factory = factory; $0.sharing = sharing
         }
     }
+
+    /// Whether a test configured how hosts are made (then no other backend is chosen).
+    static var hasFactory: Bool { registry.withLock { $0.factory != nil } }
 
     /// The node for peer `token` (made and powered on when it is the first user); nil when no controller
     /// can be made (the reason is logged once). Every `acquire` is paired with a `release`.
@@ -61,8 +63,7 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
                 r.nodes[key] = (node, 1)
                 return node
             } catch {
-                if !r.warned { PeerLog.warning("Bluetooth transport unavailable: \(error)") }
-                r.warned = true
+                PeerBluetoothNodes.unavailable("Bluetooth transport unavailable: \(error)")
                 return nil
             }
         }
@@ -156,7 +157,12 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
     /// How long each of several adverts of the process is on the air before the next.
     static let rotation: LoopTime = .milliseconds(300)
 
-    /// Announces `advert` (connectable) until `removeAdvert` with the returned id.
+    /// Announces `advert` (connectable) until `removeAdvert` with the returned id (a controller that refuses
+    /// to advertise is logged: LEHost's adverts rotate, one refusal is not the advert's end).
+    public func addAdvert(_ advert: PeerAdvert, name: String, onFailure: @escaping @Sendable (String) -> Void) -> UInt64 {
+        addAdvert(advert, name: name)
+    }
+
     public func addAdvert(_ advert: PeerAdvert, name: String) -> UInt64 {
         let entry = Advert(data: advert.advertisingData, scanResponse: PeerAdvert.scanResponse(name: name))
         let id = makeID()
@@ -195,10 +201,7 @@ public final class BluetoothPeerNode: HostCentralDelegate, HostPeripheralDelegat
 
     // MARK: Scanning
 
-    public enum BrowseEvent: Sendable {
-        case seen(token: UInt64, endpoint: PeerBluetoothEndpoint)
-        case lost(token: UInt64)
-    }
+    public typealias BrowseEvent = PeerBrowseEvent
     struct Browse {
         var service: [UInt8]
         var handler: (BrowseEvent) -> Void

@@ -8,6 +8,7 @@
 // UUID), the token is the peer's identity (MCPeerID), the SPSM is where its channels are accepted. The scan
 // response carries the display name for ordinary scanners; browsers learn the full name and the
 // discoveryInfo over a channel (`infoRequest`), since neither fits in 31 octets.
+import Foundation
 import Crypto
 import BLEGAP
 
@@ -46,11 +47,45 @@ public struct PeerAdvert: Sendable, Equatable {
         return [be[0..<4], be[4..<6], be[6..<8], be[8..<10], be[10..<16]].map { $0.joined() }.joined(separator: "-")
     }
 
-    public var advertisingData: [UInt8] {
-        var out: [UInt8] = [2, ADType.flags.rawValue, ADFlags([.leGeneralDiscoverable, .brEdrNotSupported]).rawValue]
-        out += [27, ADType.serviceData128.rawValue] + service
+    /// What follows the UUID in the Service Data structure (token u64, SPSM u16, little-endian): the value of
+    /// BlueZ's `ServiceData` entry for the UUID, both when we advertise through LEAdvertisingManager1 and when
+    /// Device1 reports a peer.
+    public var serviceDataPayload: [UInt8] {
+        var out: [UInt8] = []
         withUnsafeBytes(of: token.littleEndian) { out += $0 }
         out += [UInt8(psm & 0xFF), UInt8(psm >> 8)]
+        return out
+    }
+
+    /// From a Service Data entry: the UUID (wire order) and its payload; nil unless the payload is exactly a
+    /// token and a non-zero SPSM.
+    public init?(service: [UInt8], serviceDataPayload body: [UInt8]) {
+        guard service.count == 16, body.count == 10 else { return nil }
+        var token: UInt64 = 0
+        for k in 0..<8 { token |= UInt64(body[k]) << (8 * k) }
+        let psm = UInt16(body[8]) | UInt16(body[9]) << 8
+        guard psm != 0 else { return nil }
+        self.init(service: service, token: token, psm: psm)
+    }
+
+    /// The wire-order UUID of a UUID as BlueZ writes it ("0000180d-0000-…", either case); nil for anything else.
+    public static func uuid(bluezString s: String) -> [UInt8]? {
+        let hex = s.replacingOccurrences(of: "-", with: "")
+        guard s.count == 36, hex.count == 32 else { return nil }
+        var out: [UInt8] = []
+        var i = hex.startIndex
+        while i < hex.endIndex {
+            let j = hex.index(i, offsetBy: 2)
+            guard let b = UInt8(hex[i..<j], radix: 16) else { return nil }
+            out.append(b)
+            i = j
+        }
+        return out.reversed()
+    }
+
+    public var advertisingData: [UInt8] {
+        var out: [UInt8] = [2, ADType.flags.rawValue, ADFlags([.leGeneralDiscoverable, .brEdrNotSupported]).rawValue]
+        out += [27, ADType.serviceData128.rawValue] + service + serviceDataPayload
         return out
     }
 
@@ -64,11 +99,7 @@ public struct PeerAdvert: Sendable, Equatable {
             guard i + 1 + len <= data.count else { return nil }
             if data[i + 1] == ADType.serviceData128.rawValue && len == 27 {
                 let body = Array(data[(i + 2)..<(i + 1 + len)])
-                var token: UInt64 = 0
-                for k in 0..<8 { token |= UInt64(body[16 + k]) << (8 * k) }
-                let psm = UInt16(body[24]) | UInt16(body[25]) << 8
-                guard psm != 0 else { return nil }
-                self.init(service: Array(body[0..<16]), token: token, psm: psm)
+                self.init(service: Array(body[0..<16]), serviceDataPayload: Array(body[16...]))
                 return
             }
             i += 1 + len

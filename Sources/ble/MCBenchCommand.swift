@@ -191,7 +191,7 @@ struct MCBenchCommand: ParsableCommand {
 
     /// The airtime model in force on the session's link (its PHY, data length and interval as negotiated).
     private func linkModel(of session: MCSession, air: VirtualAir) throws -> AirtimeModel {
-        guard let node = session.bluetooth else { throw ValidationError("no Bluetooth node") }
+        guard let node = session.bluetooth as? BluetoothPeerNode else { throw ValidationError("no Bluetooth node on our own host") }
         let c = node.host.loop.sync { node.host.connections.values.first }
         guard let c, let controller = node.host.transport as? VirtualController else { throw ValidationError("no link") }
         return air.loop.sync { controller.linkModel(handle: c.handle) } ?? AirtimeModel(phy: .le2M, dataLength: 251, connectionIntervalMilliseconds: Double(c.interval) * 1.25)

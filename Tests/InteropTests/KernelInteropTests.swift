@@ -30,6 +30,7 @@ enum KernelGuest {
         // bluez found no advertisement): not explained yet, so nothing that runs after them uses bluez's scan.
         "manager-vanish", "cb-l2cap-bluez", "l2cap-l2test", "privacy",
         "cb-explore-bluez", "cb-flows-bluez",
+        "mc-bluez",
     ]
 
     struct Run {
@@ -237,4 +238,9 @@ struct KernelInteropTests {
 
     @Test("a CBCentralManager follows its adapter: .poweredOff and the link fails when it vanishes, .poweredOn when it is back at its index or a new one")
     func managerFollowsAdapter() throws { try KernelGuest.expectPassed("manager-vanish") }
+
+    @Test(
+        "Multipeer Connectivity on BLE_TRANSPORT=bluez (LEAdvertisingManager1, Device1's ServiceData, the kernel's L2CAP sockets) with ble mc on hci-socket:1: found, invited, chat both ways and a photo as a resource; the bluez peer browsing, then advertising"
+    )
+    func multipeerOnBlueZ() throws { try KernelGuest.expectPassed("mc-bluez") }
 }

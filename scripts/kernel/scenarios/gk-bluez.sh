@@ -1,0 +1,60 @@
+# timeout: 600
+# GameKit's photo demo over Bluetooth on BLE_TRANSPORT=bluez:hci0 (issue 28), not in the kernel group yet: `ble gk
+# session` (a GKSession in peer mode, accepting) and `ble gk pick` (GKPeerPickerController, which connects to it and
+# sends an 8 KB photo with sendData(toAllPeers:with:)), one on bluez and one on our own stack on hci-socket:1,
+# MC_TRANSPORTS=bluetooth; the bluez peer picking, then serving. Booted alone it passed twice (picks 109 and 129 s,
+# serves 91 and 45 s). After mc-bluez in the same boot it failed twice, not explained yet: once (its pairs then in
+# mc-bluez's script, no new controllers between) our host's session connected to the bluez picker (bluez as
+# peripheral) and sent an LE Credit Based Connection Request to the PSM of its advert, which the kernel (6.1) never
+# answered (our host gave up after its 30 s signalling timeout) while a request of the kernel's own to our host 8 s
+# later went through, and a later one of the kernel's was refused by our host with "Source CID already allocated"
+# (0x000A); once (as its own scenario after mc-bluez) `ble gk session` found hci1 held by the kernel's stack (up)
+# for the whole run. Run it alone: scripts/kernel/run --out DIR gk-bluez.
+start_bluez || fail "BlueZ did not start"
+fast_controllers || fail "no fast controllers"
+# No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link
+# to our fresh `ble` with the old key, which refused it (no key), and each link ended with Authentication Failure.
+reset_bluez
+release 1
+dir="$OCB_OUT/$OCB_SCENARIO.in"
+photo="$OCB_OUT/$OCB_SCENARIO.photo.bin"
+rm -rf "$dir"; mkdir -p "$dir/a" "$dir/b"
+pids=""
+trap 'kill $pids 2>/dev/null || true; rm -rf "$dir" "$photo"' EXIT
+# run_gk NAME SESSION_TRANSPORT PICKER_TRANSPORT: the session and the picker; the picker connects and sends the
+# photo, the session stores it.
+run_gk() {
+    local name=$1 s_env=$2 p_env=$3 id s p rc_s=0 rc_p=0 start=$SECONDS got
+    id="gk$RANDOM"
+    s="$OCB_OUT/$OCB_SCENARIO.$name.session.log"
+    p="$OCB_OUT/$OCB_SCENARIO.$name.picker.log"
+    rm -rf "$dir/a"/* "$dir/b"/*
+    head -c 8192 /dev/urandom > "$photo"
+    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$s_env" BLE_LOG=1 "$OCB_BLE" gk session --name "S $name" --session-id "$id" \
+        --dir "$dir/a" --once --duration 150 > "$s" 2>&1 &
+    local ses=$!
+    pids="$pids $ses"
+    wait_for "$s" "^available as" 30 || { cat "$s"; fail "$name: the GameKit session did not start"; }
+    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$p_env" BLE_LOG=1 "$OCB_BLE" gk pick --name "P $name" --session-id "$id" \
+        --peer "S $name" --photo "$photo" --dir "$dir/b" --duration 150 > "$p" 2>&1 &
+    local pick=$!
+    pids="$pids $pick"
+    wait_exit $ses 160 || rc_s=$?
+    wait_exit $pick 30 || rc_p=$?
+    log "$name: GameKit peers done in $((SECONDS - start)) s"
+    clean "$p" | grep -av "debug\|trace" | tail -10 >&2
+    clean "$s" | grep -av "debug\|trace" | tail -10 >&2
+    [ $rc_s -eq 0 ] || { clean "$s" | tail -60 >&2; fail "$name: the session exited $rc_s"; }
+    [ $rc_p -eq 0 ] || { clean "$p" | tail -60 >&2; fail "$name: the picker exited $rc_p"; }
+    grep -aq "connected to S $name" "$p" || fail "$name: the picker never connected"
+    grep -aq "sent 8192 bytes" "$p" || fail "$name: the picker did not send the photo"
+    grep -aq "received 8192 bytes from P $name" "$s" || fail "$name: the session did not receive the photo"
+    got=$(ls "$dir/a"/received-* 2>/dev/null | head -1)
+    [ -n "$got" ] && cmp "$photo" "$got" || fail "$name: the photo the session stored differs"
+    log "$name: the picker found the session, connected and sent an 8 KB photo"
+}
+
+run_gk gk-bluez-picks "hci-socket:1" "bluez:hci0"
+run_gk gk-bluez-serves "bluez:hci0" "hci-socket:1"
+hciconfig hci0 | grep -q "UP RUNNING" || fail "hci0 is no longer up"
+log "ok"
