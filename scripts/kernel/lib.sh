@@ -12,7 +12,16 @@ OCB_RUN=/run/ocb
 OCB_CAP=/tmp/ocb-cap
 mkdir -p "$OCB_RUN" "$OCB_CAP"
 
-log() { echo "[$(cut -d" " -f1 /proc/uptime)] $*" >&2; }
+# nap SECONDS: a sleep that starts no program: a read that times out on a FIFO nobody writes to. In the guest
+# every program started is read from the host over 9p and run under emulation, so the polling loops below (five
+# times a second, for minutes) used to start two programs per turn (sleep and grep).
+[ -p "$OCB_RUN/nap" ] || mkfifo "$OCB_RUN/nap" 2>/dev/null
+exec {OCB_NAP_FD}<>"$OCB_RUN/nap"
+nap() { read -r -t "$1" -u "$OCB_NAP_FD" _ 2>/dev/null; return 0; }
+
+# now: the guest's uptime in seconds (as the kernel log shows it), without starting a program.
+now() { local up _; read -r up _ < /proc/uptime; echo "$up"; }
+log() { local up _; read -r up _ < /proc/uptime; echo "[$up] $*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
 
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches the extended regular expression.
@@ -20,7 +29,7 @@ wait_for() {
     local file=$1 re=$2 limit=${3:-30} start=$SECONDS
     until grep -Eq -- "$re" "$file" 2>/dev/null; do
         [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for /$re/ in $(basename "$file")"; return 1; }
-        sleep 0.2
+        nap 0.2
     done
 }
 
@@ -29,7 +38,7 @@ wait_for_count() {
     local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS
     until [ "$(clean "$file" 2>/dev/null | grep -aEc -- "$re")" -ge "$n" ]; do
         [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for $n lines /$re/ in $(basename "$file")"; return 1; }
-        sleep 0.2
+        nap 0.2
     done
 }
 
@@ -38,7 +47,7 @@ wait_exit() {
     local pid=$1 limit=${2:-30} start=$SECONDS
     while kill -0 "$pid" 2>/dev/null; do
         if [ $((SECONDS - start)) -ge "$limit" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 124; fi
-        sleep 0.2
+        nap 0.2
     done
     wait "$pid"
 }
@@ -80,7 +89,7 @@ try_add_controller() {
     until grep -q '^hci' "$out"; do
         kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
         [ $((SECONDS - start)) -lt 30 ] || { log "no adapter from vhci-bridge"; kill "$pid"; rm -f "$out"; return 1; }
-        sleep 0.1
+        nap 0.1
     done
     idx=$(sed -n 's/^hci//p' "$out" | head -1)
     rm -f "$out"
@@ -88,14 +97,29 @@ try_add_controller() {
     if [ -n "${OCB_LE_BUFFER:-}" ]; then touch "$OCB_RUN/hci$idx.renew"; else rm -f "$OCB_RUN/hci$idx.renew"; fi
     if [ -n "$nowait" ]; then echo "$pid" > "$OCB_RUN/hci$idx.pid"; echo "$idx"; return 0; fi
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
-    # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
-    until hciconfig "hci$idx" 2>/dev/null | grep -q 'DOWN'; do
-        if ! kill -0 "$pid" 2>/dev/null || [ $((SECONDS - start)) -ge 40 ]; then
+    # someone powers it on, then closes it: every scenario starts from that quiet, closed adapter. Once the set-up
+    # has begun (the adapter is UP) it is closed at once (HCIDEVDOWN waits for the set-up to end and cancels the
+    # grace), two seconds sooner than the kernel would; closed before the set-up began, the set-up would never run.
+    # (Closed DOWN with its address read and not initialising twice in a row: the kernel had closed it already.)
+    local state seen_up="" quiet=0
+    while :; do
+        if ! kill -0 "$pid" 2>/dev/null || [ $((SECONDS - start)) -ge "${OCB_SETUP_LIMIT:-25}" ]; then
             log "hci$idx never finished its set-up"
             kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
             return 1
         fi
-        sleep 0.2
+        state=$(hciconfig "hci$idx" 2>/dev/null)
+        if [[ $state =~ [[:space:]]UP[[:space:]] ]]; then
+            hciconfig "hci$idx" down 2>/dev/null && seen_up=1
+            quiet=0
+            continue
+        elif [[ $state =~ [[:space:]]DOWN[[:space:]] ]]; then
+            [ -z "$seen_up" ] || break
+            if [[ ! $state =~ [[:space:]]INIT[[:space:]] && $state != *"BD Address: 00:00:00:00:00:00"* ]]; then
+                quiet=$((quiet + 1)); [ $quiet -lt 2 ] || break
+            fi
+        fi
+        nap 0.1
     done
     echo "$pid" > "$OCB_RUN/hci$idx.pid"
     echo "$idx"
@@ -110,7 +134,7 @@ remove_controller() {
     local start=$SECONDS
     while [ -e "/sys/class/bluetooth/hci$1" ]; do
         [ $((SECONDS - start)) -lt 40 ] || { log "hci$1 is still there 40 s after its bridge ended"; return 1; }
-        sleep 0.1
+        nap 0.1
     done
 }
 
@@ -145,7 +169,7 @@ time.sleep(100000)' "$1" > "$out" 2>&1 < /dev/null &
     until grep -q '^held' "$out"; do
         kill -0 "$(cat "$OCB_RUN/hold$1.pid")" 2>/dev/null || { log "cannot hold hci$1: $(cat "$out")"; return 1; }
         [ $((SECONDS - start)) -lt 20 ] || { log "cannot hold hci$1: no answer"; return 1; }
-        sleep 0.1
+        nap 0.1
     done
 }
 release_holds() {
@@ -174,10 +198,63 @@ restore_controllers() {
         i=${f##*/hci}; i=${i%.pid}
         [ "$i" -ge "${ocb_controllers:-2}" ] && remove_controller "$i" 2>/dev/null
     done
-    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
-        if ! kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null; then add_controller > /dev/null; fi
-    done
     rfkill unblock bluetooth 2>/dev/null
+    add_missing_controllers 1 && return 0
+    # A controller that does not finish its set-up: rootcanal answers no new controller. rootcanal 1.10 has been seen
+    # to loop for good on "remote disconnected!" once a controller that had just carried a flood of writes was
+    # removed (after cb-peripheral-hci), its new controllers' packets dropped ("Closed socket"). The air is then
+    # made anew: rootcanal and every controller.
+    log "remaking rootcanal and every controller"
+    for f in "$OCB_RUN"/hci*.pid; do
+        [ -f "$f" ] || continue
+        i=${f##*/hci}; i=${i%.pid}
+        remove_controller "$i" 2>/dev/null
+    done
+    kill -KILL "$(cat "$OCB_RUN/rootcanal.pid" 2>/dev/null)" 2>/dev/null
+    start_rootcanal || return 1
+    add_missing_controllers 3
+}
+
+# add_missing_controllers ATTEMPTS: hci0 … hci(N-1), each that has no bridge made anew (up to ATTEMPTS tries);
+# fails if one cannot be made or comes at another index (the old one still in the kernel's list: controllers_ready).
+add_missing_controllers() {
+    local i idx attempt ok=0
+    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
+        kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null && continue
+        idx=""
+        for attempt in $(seq 1 "$1"); do
+            # (The first try gives up sooner: a set-up takes 2 to 6 s even on a loaded machine, and when rootcanal
+            # answers nothing the air is made anew.)
+            idx=$(if [ "$1" -eq 1 ]; then OCB_SETUP_LIMIT=15 try_add_controller; else try_add_controller; fi) && break
+            log "adding a controller failed (attempt $attempt)"
+            idx=""
+        done
+        [ -n "$idx" ] || { log "no controller for hci$i"; ok=1; continue; }
+        if [ "$idx" != "$i" ]; then
+            log "the new controller is hci$idx, not hci$i"
+            remove_controller "$idx"
+            ok=1
+        fi
+    done
+    return $ok
+}
+
+# controllers_ready: the state every scenario starts from: exactly hci0 … hci(N-1) in /sys/class/bluetooth, each
+# with its bridge running, hci0 up (bluetoothd's) and the others down. An adapter unplugged after our host had
+# taken it again (re-plugged, bound during the kernel's set-up) has stayed in the list for good on Linux 6.1, its
+# bridge gone and its index never given again: the guest cannot give that state any more.
+controllers_ready() {
+    local i want="" have
+    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
+        want+="hci$i "
+        kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null || { log "hci$i has no bridge"; return 1; }
+    done
+    have=$(ls /sys/class/bluetooth | grep -E '^hci[0-9]+$' | sort -V | tr '\n' ' ')
+    [ "$have" = "$want" ] || { log "adapters: $have(expected $want)"; return 1; }
+    hciconfig hci0 | grep -q "UP RUNNING" || { log "hci0 is not up"; return 1; }
+    for i in $(seq 1 $(( ${ocb_controllers:-2} - 1 ))); do
+        hciconfig "hci$i" | grep -q DOWN || { log "hci$i is not down"; return 1; }
+    done
 }
 
 # bluez_conf [LINES…]: a main.conf for bluetoothd (printed path) with AutoEnable off, plus LINES (e.g. a
@@ -203,7 +280,7 @@ start_bluez() {
         echo $! > "$OCB_RUN/dbus.pid"
         until [ -S /run/dbus/system_bus_socket ]; do
             [ $((SECONDS - start)) -lt 20 ] || { log "dbus-daemon did not start"; return 1; }
-            sleep 0.1
+            nap 0.1
         done
     fi
     if ! kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null; then
@@ -214,7 +291,7 @@ start_bluez() {
     # bluetoothd has registered hci0 once its adapter object is on the bus.
     until bluez_has_adapter 0; do
         [ $((SECONDS - start)) -lt 40 ] || { log "bluetoothd shows no hci0"; return 1; }
-        sleep 0.2
+        nap 0.2
     done
     bluez_up 0 $((40 - (SECONDS - start)))
 }
@@ -231,7 +308,7 @@ bluez_up() {
     until hciconfig "hci$1" 2>/dev/null | grep -q "UP RUNNING"; do
         [ $((SECONDS - start)) -lt "$limit" ] || { log "bluetoothd did not power hci$1"; return 1; }
         bluez_power "$1" true 2>/dev/null
-        sleep 0.2
+        nap 0.2
     done
 }
 
@@ -240,13 +317,14 @@ stop_bluez() {
     local pid
     pid=$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null) || return 0
     kill "$pid" 2>/dev/null
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    while kill -0 "$pid" 2>/dev/null; do nap 0.1; done
     rm -f "$OCB_RUN/bluetoothd.pid"
 }
 
-# reset_bluez: between scenarios, BlueZ forgets every device it stored (bonds) and hci0 is powered again.
+# reset_bluez: between scenarios, BlueZ forgets every device it stored (bonds) and hci0 is powered again; a
+# bluetoothd a scenario stopped is started again (with the guest's configuration).
 reset_bluez() {
-    kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null || return 0
+    kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null || start_bluez || return 1
     local dir adapter dev idx
     for dir in /var/lib/bluetooth/*/*:*; do
         [ -d "$dir" ] || continue
@@ -309,7 +387,7 @@ btctl_answer_yes() {
         while kill -0 "$BTCTL_PID" 2>/dev/null; do
             n=$(grep -c "(yes/no)" "$BTCTL_LOG" 2>/dev/null)
             if [ "${n:-0}" -gt "$answered" ]; then echo yes >&7; answered=$((answered + 1)); log "bluetoothctl agent: answered yes"; fi
-            sleep 0.2
+            nap 0.2
         done
     ) &
 }
@@ -335,6 +413,15 @@ guest_test() {
     cat "$tlog" >&2
     [ $rc -eq 0 ] || { log "the tests $filter exited $rc"; return 1; }
     grep -Eq "Test run with [1-9][0-9]* tests?.* passed" "$tlog" || { log "no test of $filter ran"; return 1; }
+}
+
+# cpu_seconds PID: the CPU time (user and system) a process has used, in seconds.
+cpu_seconds() {
+    local stat
+    read -r stat < "/proc/$1/stat" 2>/dev/null || { echo "?"; return; }
+    stat=${stat##*) }
+    local -a f=($stat)
+    echo $(( (f[11] + f[12]) / 100 ))
 }
 
 # address N: hciN's public address.
