@@ -24,20 +24,69 @@ now() { local up _; read -r up _ < /proc/uptime; echo "$up"; }
 log() { local up _; read -r up _ < /proc/uptime; echo "[$up] $*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
 
+# The waits below read each file once, as it grows (bash's own read and regular expressions: no program started
+# per look, each of which took 0.3 to 1.3 s in the guest on a loaded machine), and match line by line as grep -E
+# would, the last line too before it ends.
+
+# _follow_open FILE: opens FILE (once it exists) for _follow; the descriptor in _ffd.
+_follow_open() { _ffd=""; _fpartial=""; [ -e "$1" ] && exec {_ffd}<"$1"; } 2>/dev/null
+_follow_close() { [ -z "$_ffd" ] || exec {_ffd}<&-; _ffd=""; }
+# _follow: the lines added since the last call: the complete ones in _flines, the unfinished last one in _fpartial.
+_follow() {
+    local line
+    _flines=()
+    [ -n "$_ffd" ] || return 0
+    while IFS= read -r -u "$_ffd" line 2>/dev/null; do _flines+=("$_fpartial$line"); _fpartial=""; done
+    _fpartial+=$line
+}
+
+# _clean_pieces LINE: what `clean` makes of one line (readline's \001 and \002 and ANSI colours dropped, carriage
+# returns ending lines), in the array _pieces.
+_ansi=$'^(.*)\e\\[[0-9;]*[A-Za-z](.*)$'
+_clean_pieces() {
+    local s=${1//[$'\001\002']/} piece
+    _pieces=()
+    while :; do
+        piece=${s%%$'\r'*}
+        while [[ $piece =~ $_ansi ]]; do piece=${BASH_REMATCH[1]}${BASH_REMATCH[2]}; done
+        _pieces+=("$piece")
+        [[ $s == *$'\r'* ]] || break
+        s=${s#*$'\r'}
+    done
+}
+
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches the extended regular expression.
 wait_for() {
-    local file=$1 re=$2 limit=${3:-30} start=$SECONDS
-    until grep -Eq -- "$re" "$file" 2>/dev/null; do
-        [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for /$re/ in $(basename "$file")"; return 1; }
+    local file=$1 re=$2 limit=${3:-30} start=$SECONDS line _ffd _fpartial _flines
+    _follow_open "$file"
+    while :; do
+        [ -n "$_ffd" ] || _follow_open "$file"
+        _follow
+        for line in "${_flines[@]}"; do [[ $line =~ $re ]] && { _follow_close; return 0; }; done
+        [ -n "$_fpartial" ] && [[ $_fpartial =~ $re ]] && { _follow_close; return 0; }
+        [ $((SECONDS - start)) -lt "$limit" ] || { _follow_close; log "timed out after ${limit}s waiting for /$re/ in ${file##*/}"; return 1; }
         nap 0.2
     done
 }
 
 # wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE, `clean`ed, match.
 wait_for_count() {
-    local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS
-    until [ "$(clean "$file" 2>/dev/null | grep -aEc -- "$re")" -ge "$n" ]; do
-        [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for $n lines /$re/ in $(basename "$file")"; return 1; }
+    local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS line piece count=0 extra _ffd _fpartial _flines _pieces
+    _follow_open "$file"
+    while :; do
+        [ -n "$_ffd" ] || _follow_open "$file"
+        _follow
+        for line in "${_flines[@]}"; do
+            _clean_pieces "$line"
+            for piece in "${_pieces[@]}"; do [[ $piece =~ $re ]] && count=$((count + 1)); done
+        done
+        extra=0
+        if [ -n "$_fpartial" ]; then
+            _clean_pieces "$_fpartial"
+            for piece in "${_pieces[@]}"; do [[ $piece =~ $re ]] && extra=$((extra + 1)); done
+        fi
+        [ $((count + extra)) -lt "$n" ] || { _follow_close; return 0; }
+        [ $((SECONDS - start)) -lt "$limit" ] || { _follow_close; log "timed out after ${limit}s waiting for $n lines /$re/ in ${file##*/}"; return 1; }
         nap 0.2
     done
 }
@@ -62,6 +111,7 @@ start_rootcanal() {
         "-configuration=tcp_server { tcp_port: $port configuration { strict: false } }" \
         > "$OCB_CAP/$name.log" 2>&1 &
     echo $! > "$OCB_RUN/$name.pid"
+    disown $!   # (killed when the air is made anew: no job report in the log)
 }
 
 # add_controller: one more vhci controller on rootcanal; prints its index once the kernel has set it up.
@@ -83,18 +133,20 @@ plug_controller() { try_add_controller nowait; }
 
 try_add_controller() {
     local out idx pid start=$SECONDS nowait=${1:-}
-    out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
+    local line=""
+    out="$OCB_RUN/bridge.$BASHPID.$RANDOM"
     "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
-    until grep -q '^hci' "$out"; do
+    until [[ $line == hci[0-9]* ]]; do
         kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
         [ $((SECONDS - start)) -lt 30 ] || { log "no adapter from vhci-bridge"; kill "$pid"; rm -f "$out"; return 1; }
         nap 0.1
+        { read -r line < "$out"; } 2>/dev/null
     done
-    idx=$(sed -n 's/^hci//p' "$out" | head -1)
+    idx=${line#hci}
     rm -f "$out"
     # A controller with other buffers is made ordinary again after the scenario (restore_controllers).
-    if [ -n "${OCB_LE_BUFFER:-}" ]; then touch "$OCB_RUN/hci$idx.renew"; else rm -f "$OCB_RUN/hci$idx.renew"; fi
+    if [ -n "${OCB_LE_BUFFER:-}" ]; then : > "$OCB_RUN/hci$idx.renew"; elif [ -e "$OCB_RUN/hci$idx.renew" ]; then rm -f "$OCB_RUN/hci$idx.renew"; fi
     if [ -n "$nowait" ]; then echo "$pid" > "$OCB_RUN/hci$idx.pid"; echo "$idx"; return 0; fi
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
     # someone powers it on, then closes it: every scenario starts from that quiet, closed adapter. Once the set-up
@@ -128,7 +180,7 @@ try_add_controller() {
 # remove_controller N: closes hciN's /dev/vhci, as unplugging a dongle removes it.
 remove_controller() {
     local pid
-    pid=$(cat "$OCB_RUN/hci$1.pid" 2>/dev/null) || return 1
+    { read -r pid < "$OCB_RUN/hci$1.pid"; } 2>/dev/null || return 1
     kill "$pid" 2>/dev/null
     rm -f "$OCB_RUN/hci$1.pid"
     local start=$SECONDS
@@ -187,18 +239,22 @@ release_holds() {
 restore_controllers() {
     local i f
     release_holds
-    for i in $(seq 1 $(( ${ocb_controllers:-2} - 1 ))); do remove_controller "$i" 2>/dev/null; done
+    for ((i = 1; i < ${ocb_controllers:-2}; i++)); do remove_controller "$i" 2>/dev/null; done
     # hci0 too when a scenario changed it for good (fast_controllers, or privacy: the kernel keeps an adapter's
     # privacy after bluetoothd ends) and marked it with $OCB_RUN/hci0.renew; and the fast controllers' rootcanal.
     [ -f "$OCB_RUN/hci0.renew" ] && remove_controller 0 2>/dev/null
-    kill -KILL "$(cat "$OCB_RUN/rootcanal-fast.pid" 2>/dev/null)" 2>/dev/null && rm -f "$OCB_RUN/rootcanal-fast.pid"
+    if [ -e "$OCB_RUN/rootcanal-fast.pid" ]; then
+        read -r f < "$OCB_RUN/rootcanal-fast.pid"; kill -KILL "$f" 2>/dev/null; rm -f "$OCB_RUN/rootcanal-fast.pid"
+    fi
     # Controllers a scenario plugged in beyond those (a dongle back at a new index) go too.
     for f in "$OCB_RUN"/hci*.pid; do
         [ -f "$f" ] || continue
         i=${f##*/hci}; i=${i%.pid}
         [ "$i" -ge "${ocb_controllers:-2}" ] && remove_controller "$i" 2>/dev/null
     done
-    rfkill unblock bluetooth 2>/dev/null
+    for f in /sys/class/rfkill/rfkill*/soft; do
+        { read -r i < "$f"; } 2>/dev/null; [ "$i" != 1 ] || { rfkill unblock bluetooth 2>/dev/null; break; }
+    done
     add_missing_controllers 1 && return 0
     # A controller that does not finish its set-up: rootcanal answers no new controller. rootcanal 1.10 has been seen
     # to loop for good on "remote disconnected!" once a controller that had just carried a flood of writes was
@@ -211,6 +267,7 @@ restore_controllers() {
         remove_controller "$i" 2>/dev/null
     done
     kill -KILL "$(cat "$OCB_RUN/rootcanal.pid" 2>/dev/null)" 2>/dev/null
+    mv "$OCB_CAP/rootcanal.log" "$OCB_CAP/rootcanal.until-$SECONDS.log" 2>/dev/null
     start_rootcanal || return 1
     add_missing_controllers 3
 }
@@ -219,8 +276,8 @@ restore_controllers() {
 # fails if one cannot be made or comes at another index (the old one still in the kernel's list: controllers_ready).
 add_missing_controllers() {
     local i idx attempt ok=0
-    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
-        kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null && continue
+    for ((i = 0; i < ${ocb_controllers:-2}; i++)); do
+        bridge_alive "$i" && continue
         idx=""
         for attempt in $(seq 1 "$1"); do
             # (The first try gives up sooner: a set-up takes 2 to 6 s even on a loaded machine, and when rootcanal
@@ -244,17 +301,31 @@ add_missing_controllers() {
 # taken it again (re-plugged, bound during the kernel's set-up) has stayed in the list for good on Linux 6.1, its
 # bridge gone and its index never given again: the guest cannot give that state any more.
 controllers_ready() {
-    local i want="" have
-    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
+    local i want="" have="" d
+    hci_states
+    for ((i = 0; i < ${ocb_controllers:-2}; i++)); do
         want+="hci$i "
-        kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null || { log "hci$i has no bridge"; return 1; }
+        bridge_alive "$i" || { log "hci$i has no bridge"; return 1; }
+        if [ "$i" -eq 0 ]; then [ "${HCI_UP[0]}" = 1 ] || { log "hci0 is not up"; return 1; }
+        else [ "${HCI_UP[$i]}" = 0 ] || { log "hci$i is not down"; return 1; }; fi
     done
-    have=$(ls /sys/class/bluetooth | grep -E '^hci[0-9]+$' | sort -V | tr '\n' ' ')
+    for d in /sys/class/bluetooth/hci*; do [[ ${d##*/} =~ ^hci[0-9]+$ ]] && have+="${d##*/} "; done
     [ "$have" = "$want" ] || { log "adapters: $have(expected $want)"; return 1; }
-    hciconfig hci0 | grep -q "UP RUNNING" || { log "hci0 is not up"; return 1; }
-    for i in $(seq 1 $(( ${ocb_controllers:-2} - 1 ))); do
-        hciconfig "hci$i" | grep -q DOWN || { log "hci$i is not down"; return 1; }
-    done
+}
+
+# bridge_alive N: hciN's vhci bridge runs.
+bridge_alive() { local pid; { read -r pid < "$OCB_RUN/hci$1.pid"; } 2>/dev/null && kill -0 "$pid" 2>/dev/null; }
+
+# hci_states: every adapter's address (HCI_ADDR[N]) and whether it is up (HCI_UP[N]: 1 or 0), from one hciconfig.
+hci_states() {
+    local line idx=""
+    HCI_ADDR=() HCI_UP=()
+    while IFS= read -r line; do
+        if [[ $line =~ ^hci([0-9]+): ]]; then idx=${BASH_REMATCH[1]}
+        elif [ -n "$idx" ] && [[ $line =~ BD\ Address:\ ([0-9A-F:]+) ]]; then HCI_ADDR[$idx]=${BASH_REMATCH[1]}
+        elif [ -n "$idx" ] && [[ $line =~ ^[[:space:]]+(UP|DOWN)[[:space:]] ]]; then [ "${BASH_REMATCH[1]}" = UP ] && HCI_UP[$idx]=1 || HCI_UP[$idx]=0
+        fi
+    done < <(hciconfig 2>/dev/null)
 }
 
 # bluez_conf [LINES…]: a main.conf for bluetoothd (printed path) with AutoEnable off, plus LINES (e.g. a
@@ -324,18 +395,19 @@ stop_bluez() {
 # reset_bluez: between scenarios, BlueZ forgets every device it stored (bonds) and hci0 is powered again; a
 # bluetoothd a scenario stopped is started again (with the guest's configuration).
 reset_bluez() {
-    kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null || start_bluez || return 1
-    local dir adapter dev idx
+    local pid dir adapter dev i
+    { read -r pid < "$OCB_RUN/bluetoothd.pid"; } 2>/dev/null; kill -0 "$pid" 2>/dev/null || start_bluez || return 1
+    hci_states
     for dir in /var/lib/bluetooth/*/*:*; do
         [ -d "$dir" ] || continue
-        adapter=$(basename "$(dirname "$dir")"); dev=$(basename "$dir")
-        for idx in /sys/class/bluetooth/hci*; do
-            [ "$(address "${idx##*hci}")" = "$adapter" ] || continue
-            dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci${idx##*hci}" org.bluez.Adapter1.RemoveDevice \
-                "objpath:/org/bluez/hci${idx##*hci}/dev_${dev//:/_}" > /dev/null 2>&1
+        adapter=${dir%/*}; adapter=${adapter##*/}; dev=${dir##*/}
+        for i in "${!HCI_ADDR[@]}"; do
+            [ "${HCI_ADDR[$i]}" = "$adapter" ] || continue
+            dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci$i" org.bluez.Adapter1.RemoveDevice \
+                "objpath:/org/bluez/hci$i/dev_${dev//:/_}" > /dev/null 2>&1
         done
     done
-    bluez_up 0
+    [ "${HCI_UP[0]}" = 1 ] || bluez_up 0
 }
 
 # bluez_power N true|false: hciN powered on or off through bluetoothd (org.bluez.Adapter1.Powered).
@@ -383,10 +455,15 @@ btctl_agent() {
 # btctl_answer_yes: in the background, answers "yes" to each of the agent's (yes/no) questions.
 btctl_answer_yes() {
     (
-        answered=0
+        answered=0 asked=0
+        _follow_open "$BTCTL_LOG"
         while kill -0 "$BTCTL_PID" 2>/dev/null; do
-            n=$(grep -c "(yes/no)" "$BTCTL_LOG" 2>/dev/null)
-            if [ "${n:-0}" -gt "$answered" ]; then echo yes >&7; answered=$((answered + 1)); log "bluetoothctl agent: answered yes"; fi
+            [ -n "$_ffd" ] || _follow_open "$BTCTL_LOG"
+            _follow
+            for line in "${_flines[@]}"; do [[ $line == *"(yes/no)"* ]] && asked=$((asked + 1)); done
+            # (the question's line ends only once it is answered)
+            n=$asked; [[ $_fpartial == *"(yes/no)"* ]] && n=$((n + 1))
+            if [ "$n" -gt "$answered" ]; then echo yes >&7; answered=$((answered + 1)); log "bluetoothctl agent: answered yes"; fi
             nap 0.2
         done
     ) &
@@ -418,7 +495,7 @@ guest_test() {
 # cpu_seconds PID: the CPU time (user and system) a process has used, in seconds.
 cpu_seconds() {
     local stat
-    read -r stat < "/proc/$1/stat" 2>/dev/null || { echo "?"; return; }
+    { read -r stat < "/proc/$1/stat"; } 2>/dev/null || { echo "?"; return; }
     stat=${stat##*) }
     local -a f=($stat)
     echo $(( (f[11] + f[12]) / 100 ))
