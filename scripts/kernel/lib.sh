@@ -242,7 +242,10 @@ restore_controllers() {
     for ((i = 1; i < ${ocb_controllers:-2}; i++)); do remove_controller "$i" 2>/dev/null; done
     # hci0 too when a scenario changed it for good (fast_controllers, or privacy: the kernel keeps an adapter's
     # privacy after bluetoothd ends) and marked it with $OCB_RUN/hci0.renew; and the fast controllers' rootcanal.
-    [ -f "$OCB_RUN/hci0.renew" ] && remove_controller 0 2>/dev/null
+    # bluetoothd is started anew when hci0 is (reset_bluez): after hci0 was made anew under a running bluetoothd
+    # (fast_controllers, or rootcanal made anew) a central on bluez found no advertisement in the next scenario,
+    # cb-central-bluez, twice (not explained; BlueZ's side).
+    if [ -f "$OCB_RUN/hci0.renew" ]; then stop_bluez; remove_controller 0 2>/dev/null; fi
     if [ -e "$OCB_RUN/rootcanal-fast.pid" ]; then
         read -r f < "$OCB_RUN/rootcanal-fast.pid"; kill -KILL "$f" 2>/dev/null; rm -f "$OCB_RUN/rootcanal-fast.pid"
     fi
@@ -261,6 +264,7 @@ restore_controllers() {
     # removed (after cb-peripheral-hci), its new controllers' packets dropped ("Closed socket"). The air is then
     # made anew: rootcanal and every controller.
     log "remaking rootcanal and every controller"
+    stop_bluez
     for f in "$OCB_RUN"/hci*.pid; do
         [ -f "$f" ] || continue
         i=${f##*/hci}; i=${i%.pid}
@@ -406,6 +410,14 @@ reset_bluez() {
             dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci$i" org.bluez.Adapter1.RemoveDevice \
                 "objpath:/org/bluez/hci$i/dev_${dev//:/_}" > /dev/null 2>&1
         done
+    done
+    # ... and every device it knows, found by an earlier scenario's scan: a new discovery of bluetoothd's starts by
+    # dropping the devices it has not heard again, and that "[DEL] Device A" line matched a wait for "Device A"
+    # (gatt-bluez-client connected to a device bluetoothd had just forgotten: "not available").
+    local path
+    for path in $(dbus-send --system --print-reply --dest=org.bluez / org.freedesktop.DBus.ObjectManager.GetManagedObjects 2>/dev/null \
+        | sed -n 's|.*object path "\(/org/bluez/hci[0-9]*/dev_[0-9A-F_]*\)".*|\1|p'); do
+        dbus-send --system --print-reply --dest=org.bluez "${path%/dev_*}" org.bluez.Adapter1.RemoveDevice "objpath:$path" > /dev/null 2>&1
     done
     [ "${HCI_UP[0]}" = 1 ] || bluez_up 0
 }
