@@ -12,24 +12,82 @@ OCB_RUN=/run/ocb
 OCB_CAP=/tmp/ocb-cap
 mkdir -p "$OCB_RUN" "$OCB_CAP"
 
-log() { echo "[$(cut -d" " -f1 /proc/uptime)] $*" >&2; }
+# nap SECONDS: a sleep that starts no program: a read that times out on a FIFO nobody writes to. In the guest
+# every program started is read from the host over 9p and run under emulation, so the polling loops below (five
+# times a second, for minutes) used to start two programs per turn (sleep and grep).
+[ -p "$OCB_RUN/nap" ] || mkfifo "$OCB_RUN/nap" 2>/dev/null
+exec {OCB_NAP_FD}<>"$OCB_RUN/nap"
+nap() { read -r -t "$1" -u "$OCB_NAP_FD" _ 2>/dev/null; return 0; }
+
+# now: the guest's uptime in seconds (as the kernel log shows it), without starting a program.
+now() { local up _; read -r up _ < /proc/uptime; echo "$up"; }
+log() { local up _; read -r up _ < /proc/uptime; echo "[$up] $*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
+
+# The waits below read each file once, as it grows (bash's own read and regular expressions: no program started
+# per look, each of which took 0.3 to 1.3 s in the guest on a loaded machine), and match line by line as grep -E
+# would, the last line too before it ends.
+
+# _follow_open FILE: opens FILE (once it exists) for _follow; the descriptor in _ffd.
+_follow_open() { _ffd=""; _fpartial=""; [ -e "$1" ] && exec {_ffd}<"$1"; } 2>/dev/null
+_follow_close() { [ -z "$_ffd" ] || exec {_ffd}<&-; _ffd=""; }
+# _follow: the lines added since the last call: the complete ones in _flines, the unfinished last one in _fpartial.
+_follow() {
+    local line
+    _flines=()
+    [ -n "$_ffd" ] || return 0
+    while IFS= read -r -u "$_ffd" line 2>/dev/null; do _flines+=("$_fpartial$line"); _fpartial=""; done
+    _fpartial+=$line
+}
+
+# _clean_pieces LINE: what `clean` makes of one line (readline's \001 and \002 and ANSI colours dropped, carriage
+# returns ending lines), in the array _pieces.
+_ansi=$'^(.*)\e\\[[0-9;]*[A-Za-z](.*)$'
+_clean_pieces() {
+    local s=${1//[$'\001\002']/} piece
+    _pieces=()
+    while :; do
+        piece=${s%%$'\r'*}
+        while [[ $piece =~ $_ansi ]]; do piece=${BASH_REMATCH[1]}${BASH_REMATCH[2]}; done
+        _pieces+=("$piece")
+        [[ $s == *$'\r'* ]] || break
+        s=${s#*$'\r'}
+    done
+}
 
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches the extended regular expression.
 wait_for() {
-    local file=$1 re=$2 limit=${3:-30} start=$SECONDS
-    until grep -Eq -- "$re" "$file" 2>/dev/null; do
-        [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for /$re/ in $(basename "$file")"; return 1; }
-        sleep 0.2
+    local file=$1 re=$2 limit=${3:-30} start=$SECONDS line _ffd _fpartial _flines
+    _follow_open "$file"
+    while :; do
+        [ -n "$_ffd" ] || _follow_open "$file"
+        _follow
+        for line in "${_flines[@]}"; do [[ $line =~ $re ]] && { _follow_close; return 0; }; done
+        [ -n "$_fpartial" ] && [[ $_fpartial =~ $re ]] && { _follow_close; return 0; }
+        [ $((SECONDS - start)) -lt "$limit" ] || { _follow_close; log "timed out after ${limit}s waiting for /$re/ in ${file##*/}"; return 1; }
+        nap 0.2
     done
 }
 
 # wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE, `clean`ed, match.
 wait_for_count() {
-    local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS
-    until [ "$(clean "$file" 2>/dev/null | grep -aEc -- "$re")" -ge "$n" ]; do
-        [ $((SECONDS - start)) -lt "$limit" ] || { log "timed out after ${limit}s waiting for $n lines /$re/ in $(basename "$file")"; return 1; }
-        sleep 0.2
+    local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS line piece count=0 extra _ffd _fpartial _flines _pieces
+    _follow_open "$file"
+    while :; do
+        [ -n "$_ffd" ] || _follow_open "$file"
+        _follow
+        for line in "${_flines[@]}"; do
+            _clean_pieces "$line"
+            for piece in "${_pieces[@]}"; do [[ $piece =~ $re ]] && count=$((count + 1)); done
+        done
+        extra=0
+        if [ -n "$_fpartial" ]; then
+            _clean_pieces "$_fpartial"
+            for piece in "${_pieces[@]}"; do [[ $piece =~ $re ]] && extra=$((extra + 1)); done
+        fi
+        [ $((count + extra)) -lt "$n" ] || { _follow_close; return 0; }
+        [ $((SECONDS - start)) -lt "$limit" ] || { _follow_close; log "timed out after ${limit}s waiting for $n lines /$re/ in ${file##*/}"; return 1; }
+        nap 0.2
     done
 }
 
@@ -38,7 +96,7 @@ wait_exit() {
     local pid=$1 limit=${2:-30} start=$SECONDS
     while kill -0 "$pid" 2>/dev/null; do
         if [ $((SECONDS - start)) -ge "$limit" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 124; fi
-        sleep 0.2
+        nap 0.2
     done
     wait "$pid"
 }
@@ -53,6 +111,7 @@ start_rootcanal() {
         "-configuration=tcp_server { tcp_port: $port configuration { strict: false } }" \
         > "$OCB_CAP/$name.log" 2>&1 &
     echo $! > "$OCB_RUN/$name.pid"
+    disown $!   # (killed when the air is made anew: no job report in the log)
 }
 
 # add_controller: one more vhci controller on rootcanal; prints its index once the kernel has set it up.
@@ -74,28 +133,45 @@ plug_controller() { try_add_controller nowait; }
 
 try_add_controller() {
     local out idx pid start=$SECONDS nowait=${1:-}
-    out=$(mktemp "$OCB_RUN/bridge.XXXXXX")
+    local line=""
+    out="$OCB_RUN/bridge.$BASHPID.$RANDOM"
     "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
-    until grep -q '^hci' "$out"; do
+    until [[ $line == hci[0-9]* ]]; do
         kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
         [ $((SECONDS - start)) -lt 30 ] || { log "no adapter from vhci-bridge"; kill "$pid"; rm -f "$out"; return 1; }
-        sleep 0.1
+        nap 0.1
+        { read -r line < "$out"; } 2>/dev/null
     done
-    idx=$(sed -n 's/^hci//p' "$out" | head -1)
+    idx=${line#hci}
     rm -f "$out"
     # A controller with other buffers is made ordinary again after the scenario (restore_controllers).
-    if [ -n "${OCB_LE_BUFFER:-}" ]; then touch "$OCB_RUN/hci$idx.renew"; else rm -f "$OCB_RUN/hci$idx.renew"; fi
+    if [ -n "${OCB_LE_BUFFER:-}" ]; then : > "$OCB_RUN/hci$idx.renew"; elif [ -e "$OCB_RUN/hci$idx.renew" ]; then rm -f "$OCB_RUN/hci$idx.renew"; fi
     if [ -n "$nowait" ]; then echo "$pid" > "$OCB_RUN/hci$idx.pid"; echo "$idx"; return 0; fi
     # The kernel initialises the controller (HCI_SETUP), keeps it up for two seconds (HCI_AUTO_OFF) in case
-    # someone powers it on, then closes it: wait for that, so that every scenario starts from a quiet adapter.
-    until hciconfig "hci$idx" 2>/dev/null | grep -q 'DOWN'; do
-        if ! kill -0 "$pid" 2>/dev/null || [ $((SECONDS - start)) -ge 40 ]; then
+    # someone powers it on, then closes it: every scenario starts from that quiet, closed adapter. Once the set-up
+    # has begun (the adapter is UP) it is closed at once (HCIDEVDOWN waits for the set-up to end and cancels the
+    # grace), two seconds sooner than the kernel would; closed before the set-up began, the set-up would never run.
+    # (Closed DOWN with its address read and not initialising twice in a row: the kernel had closed it already.)
+    local state seen_up="" quiet=0
+    while :; do
+        if ! kill -0 "$pid" 2>/dev/null || [ $((SECONDS - start)) -ge "${OCB_SETUP_LIMIT:-25}" ]; then
             log "hci$idx never finished its set-up"
             kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
             return 1
         fi
-        sleep 0.2
+        state=$(hciconfig "hci$idx" 2>/dev/null)
+        if [[ $state =~ [[:space:]]UP[[:space:]] ]]; then
+            hciconfig "hci$idx" down 2>/dev/null && seen_up=1
+            quiet=0
+            continue
+        elif [[ $state =~ [[:space:]]DOWN[[:space:]] ]]; then
+            [ -z "$seen_up" ] || break
+            if [[ ! $state =~ [[:space:]]INIT[[:space:]] && $state != *"BD Address: 00:00:00:00:00:00"* ]]; then
+                quiet=$((quiet + 1)); [ $quiet -lt 2 ] || break
+            fi
+        fi
+        nap 0.1
     done
     echo "$pid" > "$OCB_RUN/hci$idx.pid"
     echo "$idx"
@@ -104,13 +180,13 @@ try_add_controller() {
 # remove_controller N: closes hciN's /dev/vhci, as unplugging a dongle removes it.
 remove_controller() {
     local pid
-    pid=$(cat "$OCB_RUN/hci$1.pid" 2>/dev/null) || return 1
+    { read -r pid < "$OCB_RUN/hci$1.pid"; } 2>/dev/null || return 1
     kill "$pid" 2>/dev/null
     rm -f "$OCB_RUN/hci$1.pid"
     local start=$SECONDS
     while [ -e "/sys/class/bluetooth/hci$1" ]; do
         [ $((SECONDS - start)) -lt 40 ] || { log "hci$1 is still there 40 s after its bridge ended"; return 1; }
-        sleep 0.1
+        nap 0.1
     done
 }
 
@@ -145,7 +221,7 @@ time.sleep(100000)' "$1" > "$out" 2>&1 < /dev/null &
     until grep -q '^held' "$out"; do
         kill -0 "$(cat "$OCB_RUN/hold$1.pid")" 2>/dev/null || { log "cannot hold hci$1: $(cat "$out")"; return 1; }
         [ $((SECONDS - start)) -lt 20 ] || { log "cannot hold hci$1: no answer"; return 1; }
-        sleep 0.1
+        nap 0.1
     done
 }
 release_holds() {
@@ -163,21 +239,97 @@ release_holds() {
 restore_controllers() {
     local i f
     release_holds
-    for i in $(seq 1 $(( ${ocb_controllers:-2} - 1 ))); do remove_controller "$i" 2>/dev/null; done
+    for ((i = 1; i < ${ocb_controllers:-2}; i++)); do remove_controller "$i" 2>/dev/null; done
     # hci0 too when a scenario changed it for good (fast_controllers, or privacy: the kernel keeps an adapter's
     # privacy after bluetoothd ends) and marked it with $OCB_RUN/hci0.renew; and the fast controllers' rootcanal.
-    [ -f "$OCB_RUN/hci0.renew" ] && remove_controller 0 2>/dev/null
-    kill -KILL "$(cat "$OCB_RUN/rootcanal-fast.pid" 2>/dev/null)" 2>/dev/null && rm -f "$OCB_RUN/rootcanal-fast.pid"
+    # bluetoothd is started anew when hci0 is (reset_bluez): after hci0 was made anew under a running bluetoothd
+    # (fast_controllers, or rootcanal made anew) a central on bluez found no advertisement in the next scenario,
+    # cb-central-bluez, twice (not explained; BlueZ's side).
+    if [ -f "$OCB_RUN/hci0.renew" ]; then stop_bluez; remove_controller 0 2>/dev/null; fi
+    if [ -e "$OCB_RUN/rootcanal-fast.pid" ]; then
+        read -r f < "$OCB_RUN/rootcanal-fast.pid"; kill -KILL "$f" 2>/dev/null; rm -f "$OCB_RUN/rootcanal-fast.pid"
+    fi
     # Controllers a scenario plugged in beyond those (a dongle back at a new index) go too.
     for f in "$OCB_RUN"/hci*.pid; do
         [ -f "$f" ] || continue
         i=${f##*/hci}; i=${i%.pid}
         [ "$i" -ge "${ocb_controllers:-2}" ] && remove_controller "$i" 2>/dev/null
     done
-    for i in $(seq 0 $(( ${ocb_controllers:-2} - 1 ))); do
-        if ! kill -0 "$(cat "$OCB_RUN/hci$i.pid" 2>/dev/null)" 2>/dev/null; then add_controller > /dev/null; fi
+    for f in /sys/class/rfkill/rfkill*/soft; do
+        { read -r i < "$f"; } 2>/dev/null; [ "$i" != 1 ] || { rfkill unblock bluetooth 2>/dev/null; break; }
     done
-    rfkill unblock bluetooth 2>/dev/null
+    add_missing_controllers 1 && return 0
+    # A controller that does not finish its set-up: rootcanal answers no new controller. rootcanal 1.10 has been seen
+    # to loop for good on "remote disconnected!" once a controller that had just carried a flood of writes was
+    # removed (after cb-peripheral-hci), its new controllers' packets dropped ("Closed socket"). The air is then
+    # made anew: rootcanal and every controller.
+    log "remaking rootcanal and every controller"
+    stop_bluez
+    for f in "$OCB_RUN"/hci*.pid; do
+        [ -f "$f" ] || continue
+        i=${f##*/hci}; i=${i%.pid}
+        remove_controller "$i" 2>/dev/null
+    done
+    kill -KILL "$(cat "$OCB_RUN/rootcanal.pid" 2>/dev/null)" 2>/dev/null
+    mv "$OCB_CAP/rootcanal.log" "$OCB_CAP/rootcanal.until-$SECONDS.log" 2>/dev/null
+    start_rootcanal || return 1
+    add_missing_controllers 3
+}
+
+# add_missing_controllers ATTEMPTS: hci0 … hci(N-1), each that has no bridge made anew (up to ATTEMPTS tries);
+# fails if one cannot be made or comes at another index (the old one still in the kernel's list: controllers_ready).
+add_missing_controllers() {
+    local i idx attempt ok=0
+    for ((i = 0; i < ${ocb_controllers:-2}; i++)); do
+        bridge_alive "$i" && continue
+        idx=""
+        for attempt in $(seq 1 "$1"); do
+            # (The first try gives up sooner: a set-up takes 2 to 6 s even on a loaded machine, and when rootcanal
+            # answers nothing the air is made anew.)
+            idx=$(if [ "$1" -eq 1 ]; then OCB_SETUP_LIMIT=15 try_add_controller; else try_add_controller; fi) && break
+            log "adding a controller failed (attempt $attempt)"
+            idx=""
+        done
+        [ -n "$idx" ] || { log "no controller for hci$i"; ok=1; continue; }
+        if [ "$idx" != "$i" ]; then
+            log "the new controller is hci$idx, not hci$i"
+            remove_controller "$idx"
+            ok=1
+        fi
+    done
+    return $ok
+}
+
+# controllers_ready: the state every scenario starts from: exactly hci0 … hci(N-1) in /sys/class/bluetooth, each
+# with its bridge running, hci0 up (bluetoothd's) and the others down. An adapter unplugged after our host had
+# taken it again (re-plugged, bound during the kernel's set-up) has stayed in the list for good on Linux 6.1, its
+# bridge gone and its index never given again: the guest cannot give that state any more.
+controllers_ready() {
+    local i want="" have="" d
+    hci_states
+    for ((i = 0; i < ${ocb_controllers:-2}; i++)); do
+        want+="hci$i "
+        bridge_alive "$i" || { log "hci$i has no bridge"; return 1; }
+        if [ "$i" -eq 0 ]; then [ "${HCI_UP[0]}" = 1 ] || { log "hci0 is not up"; return 1; }
+        else [ "${HCI_UP[$i]}" = 0 ] || { log "hci$i is not down"; return 1; }; fi
+    done
+    for d in /sys/class/bluetooth/hci*; do [[ ${d##*/} =~ ^hci[0-9]+$ ]] && have+="${d##*/} "; done
+    [ "$have" = "$want" ] || { log "adapters: $have(expected $want)"; return 1; }
+}
+
+# bridge_alive N: hciN's vhci bridge runs.
+bridge_alive() { local pid; { read -r pid < "$OCB_RUN/hci$1.pid"; } 2>/dev/null && kill -0 "$pid" 2>/dev/null; }
+
+# hci_states: every adapter's address (HCI_ADDR[N]) and whether it is up (HCI_UP[N]: 1 or 0), from one hciconfig.
+hci_states() {
+    local line idx=""
+    HCI_ADDR=() HCI_UP=()
+    while IFS= read -r line; do
+        if [[ $line =~ ^hci([0-9]+): ]]; then idx=${BASH_REMATCH[1]}
+        elif [ -n "$idx" ] && [[ $line =~ BD\ Address:\ ([0-9A-F:]+) ]]; then HCI_ADDR[$idx]=${BASH_REMATCH[1]}
+        elif [ -n "$idx" ] && [[ $line =~ ^[[:space:]]+(UP|DOWN)[[:space:]] ]]; then [ "${BASH_REMATCH[1]}" = UP ] && HCI_UP[$idx]=1 || HCI_UP[$idx]=0
+        fi
+    done < <(hciconfig 2>/dev/null)
 }
 
 # bluez_conf [LINES…]: a main.conf for bluetoothd (printed path) with AutoEnable off, plus LINES (e.g. a
@@ -203,7 +355,7 @@ start_bluez() {
         echo $! > "$OCB_RUN/dbus.pid"
         until [ -S /run/dbus/system_bus_socket ]; do
             [ $((SECONDS - start)) -lt 20 ] || { log "dbus-daemon did not start"; return 1; }
-            sleep 0.1
+            nap 0.1
         done
     fi
     if ! kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null; then
@@ -214,7 +366,7 @@ start_bluez() {
     # bluetoothd has registered hci0 once its adapter object is on the bus.
     until bluez_has_adapter 0; do
         [ $((SECONDS - start)) -lt 40 ] || { log "bluetoothd shows no hci0"; return 1; }
-        sleep 0.2
+        nap 0.2
     done
     bluez_up 0 $((40 - (SECONDS - start)))
 }
@@ -231,7 +383,7 @@ bluez_up() {
     until hciconfig "hci$1" 2>/dev/null | grep -q "UP RUNNING"; do
         [ $((SECONDS - start)) -lt "$limit" ] || { log "bluetoothd did not power hci$1"; return 1; }
         bluez_power "$1" true 2>/dev/null
-        sleep 0.2
+        nap 0.2
     done
 }
 
@@ -240,24 +392,34 @@ stop_bluez() {
     local pid
     pid=$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null) || return 0
     kill "$pid" 2>/dev/null
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    while kill -0 "$pid" 2>/dev/null; do nap 0.1; done
     rm -f "$OCB_RUN/bluetoothd.pid"
 }
 
-# reset_bluez: between scenarios, BlueZ forgets every device it stored (bonds) and hci0 is powered again.
+# reset_bluez: between scenarios, BlueZ forgets every device it stored (bonds) and hci0 is powered again; a
+# bluetoothd a scenario stopped is started again (with the guest's configuration).
 reset_bluez() {
-    kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null || return 0
-    local dir adapter dev idx
+    local pid dir adapter dev i
+    { read -r pid < "$OCB_RUN/bluetoothd.pid"; } 2>/dev/null; kill -0 "$pid" 2>/dev/null || start_bluez || return 1
+    hci_states
     for dir in /var/lib/bluetooth/*/*:*; do
         [ -d "$dir" ] || continue
-        adapter=$(basename "$(dirname "$dir")"); dev=$(basename "$dir")
-        for idx in /sys/class/bluetooth/hci*; do
-            [ "$(address "${idx##*hci}")" = "$adapter" ] || continue
-            dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci${idx##*hci}" org.bluez.Adapter1.RemoveDevice \
-                "objpath:/org/bluez/hci${idx##*hci}/dev_${dev//:/_}" > /dev/null 2>&1
+        adapter=${dir%/*}; adapter=${adapter##*/}; dev=${dir##*/}
+        for i in "${!HCI_ADDR[@]}"; do
+            [ "${HCI_ADDR[$i]}" = "$adapter" ] || continue
+            dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci$i" org.bluez.Adapter1.RemoveDevice \
+                "objpath:/org/bluez/hci$i/dev_${dev//:/_}" > /dev/null 2>&1
         done
     done
-    bluez_up 0
+    # ... and every device it knows, found by an earlier scenario's scan: a new discovery of bluetoothd's starts by
+    # dropping the devices it has not heard again, and that "[DEL] Device A" line matched a wait for "Device A"
+    # (gatt-bluez-client connected to a device bluetoothd had just forgotten: "not available").
+    local path
+    for path in $(dbus-send --system --print-reply --dest=org.bluez / org.freedesktop.DBus.ObjectManager.GetManagedObjects 2>/dev/null \
+        | sed -n 's|.*object path "\(/org/bluez/hci[0-9]*/dev_[0-9A-F_]*\)".*|\1|p'); do
+        dbus-send --system --print-reply --dest=org.bluez "${path%/dev_*}" org.bluez.Adapter1.RemoveDevice "objpath:$path" > /dev/null 2>&1
+    done
+    [ "${HCI_UP[0]}" = 1 ] || bluez_up 0
 }
 
 # bluez_power N true|false: hciN powered on or off through bluetoothd (org.bluez.Adapter1.Powered).
@@ -305,11 +467,16 @@ btctl_agent() {
 # btctl_answer_yes: in the background, answers "yes" to each of the agent's (yes/no) questions.
 btctl_answer_yes() {
     (
-        answered=0
+        answered=0 asked=0
+        _follow_open "$BTCTL_LOG"
         while kill -0 "$BTCTL_PID" 2>/dev/null; do
-            n=$(grep -c "(yes/no)" "$BTCTL_LOG" 2>/dev/null)
-            if [ "${n:-0}" -gt "$answered" ]; then echo yes >&7; answered=$((answered + 1)); log "bluetoothctl agent: answered yes"; fi
-            sleep 0.2
+            [ -n "$_ffd" ] || _follow_open "$BTCTL_LOG"
+            _follow
+            for line in "${_flines[@]}"; do [[ $line == *"(yes/no)"* ]] && asked=$((asked + 1)); done
+            # (the question's line ends only once it is answered)
+            n=$asked; [[ $_fpartial == *"(yes/no)"* ]] && n=$((n + 1))
+            if [ "$n" -gt "$answered" ]; then echo yes >&7; answered=$((answered + 1)); log "bluetoothctl agent: answered yes"; fi
+            nap 0.2
         done
     ) &
 }
@@ -335,6 +502,15 @@ guest_test() {
     cat "$tlog" >&2
     [ $rc -eq 0 ] || { log "the tests $filter exited $rc"; return 1; }
     grep -Eq "Test run with [1-9][0-9]* tests?.* passed" "$tlog" || { log "no test of $filter ran"; return 1; }
+}
+
+# cpu_seconds PID: the CPU time (user and system) a process has used, in seconds.
+cpu_seconds() {
+    local stat
+    { read -r stat < "/proc/$1/stat"; } 2>/dev/null || { echo "?"; return; }
+    stat=${stat##*) }
+    local -a f=($stat)
+    echo $(( (f[11] + f[12]) / 100 ))
 }
 
 # address N: hciN's public address.
