@@ -206,10 +206,18 @@ public final class DBusConnection: Sendable {
 
     /// Asks the bus to route signals matching `rule` to us (org.freedesktop.DBus.AddMatch).
     public func addMatch(_ rule: String) async throws(DBusError) {
-        _ = try await call(
-            .methodCall(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)]))
+        _ = try await call(Self.addMatchCall(rule))
+    }
+
+    /// The same without waiting: `reply` gets the bus's answer on the connection's queue.
+    public func addMatch(_ rule: String, reply: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void) {
+        call(Self.addMatchCall(rule), reply: reply)
+    }
+
+    private static func addMatchCall(_ rule: String) -> DBusMessage {
+        .methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)])
     }
 
     /// Serves method calls to the object at `path`: `handler` runs on `queue` and returns the reply (made with

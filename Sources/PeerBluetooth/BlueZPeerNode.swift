@@ -151,8 +151,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'",
             "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.bluez'",
         ] {
-            bus.call(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(rule)]))
-            { r in
+            bus.addMatch(rule) { r in
                 if case let .failure(e) = r { PeerLog.warning("Bluetooth (BlueZ): AddMatch failed: \(e)") }
             }
         }

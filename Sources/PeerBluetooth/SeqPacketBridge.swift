@@ -27,11 +27,15 @@ final class SeqPacketBridge: @unchecked Sendable {
     private var sources: [DispatchSourceProtocol] = []
     private var running: [Bool] = [false, false, false, false]
     private enum Source: Int { case packetRead, packetWrite, streamRead, streamWrite }
-    /// SDUs received, not yet written into the pair.
-    private var toStream: [UInt8] = []
+    /// The SDU received (its first `toStreamCount` octets), not yet written into the pair from `toStreamOffset`
+    /// on. The socket is read straight into it, and only once it has all been written: no copy per SDU.
+    private var toStream: [UInt8]
+    private var toStreamCount = 0
     private var toStreamOffset = 0
     /// Octets the pair gave, not yet sent as SDUs.
-    private var toPacket: [UInt8] = []
+    /// (Its first `toPacketCount` octets, from `toPacketOffset` on; read into only once all were sent.)
+    private var toPacket = [UInt8](repeating: 0, count: SeqPacketBridge.streamChunk)
+    private var toPacketCount = 0
     private var toPacketOffset = 0
     private var packetEnded = false
     private var streamEnded = false
@@ -39,7 +43,6 @@ final class SeqPacketBridge: @unchecked Sendable {
     private let ended = Atomic<Bool>(false)
     /// Whether the bridge has ended (any thread).
     var isFinished: Bool { ended.load(ordering: .relaxed) }
-    private var receiveBuffer: [UInt8]
     static let streamChunk = 64 * 1024
     /// What ended the L2CAP side (for the log).
     private(set) var endReason = ""
@@ -48,7 +51,7 @@ final class SeqPacketBridge: @unchecked Sendable {
         self.packetFD = packetFD
         self.streamFD = streamFD
         self.sendMTU = max(1, sendMTU)
-        receiveBuffer = [UInt8](repeating: 0, count: max(receiveMTU, 65_535))
+        toStream = [UInt8](repeating: 0, count: max(receiveMTU, 65_535))
     }
 
     /// Bridges `fd` (a connected non-blocking SEQPACKET socket, now the bridge's); the other end of the pair goes
@@ -104,10 +107,10 @@ final class SeqPacketBridge: @unchecked Sendable {
     private func packetReadable() {
         guard !finished, !packetEnded else { return }
         // One SDU at a time while the pair takes them; what it does not take waits (and the socket is not read).
-        while toStreamOffset >= toStream.count {
-            let n = receiveBuffer.withUnsafeMutableBytes { recv(packetFD, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        while toStreamOffset >= toStreamCount {
+            let n = toStream.withUnsafeMutableBytes { recv(packetFD, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if n > 0 {
-                toStream = Array(receiveBuffer[0..<n])
+                toStreamCount = n
                 toStreamOffset = 0
                 pumpToStream()
                 continue
@@ -118,7 +121,7 @@ final class SeqPacketBridge: @unchecked Sendable {
             packetEnded = true
             pause(.packetRead)
             // Nothing more comes: the pair's writer side ends once what we hold was written.
-            if toStreamOffset >= toStream.count { shutdownStream() }
+            if toStreamOffset >= toStreamCount { shutdownStream() }
             return
         }
         pause(.packetRead)
@@ -126,9 +129,9 @@ final class SeqPacketBridge: @unchecked Sendable {
 
     private func pumpToStream() {
         guard !finished else { return }
-        while toStreamOffset < toStream.count {
+        while toStreamOffset < toStreamCount {
             let n = toStream.withUnsafeBytes { b in
-                send(streamFD, b.baseAddress! + toStreamOffset, b.count - toStreamOffset, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                send(streamFD, b.baseAddress! + toStreamOffset, toStreamCount - toStreamOffset, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
             }
             if n > 0 {
                 toStreamOffset += n
@@ -138,7 +141,7 @@ final class SeqPacketBridge: @unchecked Sendable {
             if n < 0, code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return resume(.streamWrite) }
             return finish("the session's socket failed: \(String(cString: strerror(code)))")
         }
-        toStream = []
+        toStreamCount = 0
         toStreamOffset = 0
         if packetEnded { shutdownStream() } else { resume(.packetRead) }
     }
@@ -152,12 +155,10 @@ final class SeqPacketBridge: @unchecked Sendable {
     // MARK: pair → L2CAP
 
     private func streamReadable() {
-        guard !finished, !streamEnded, toPacketOffset >= toPacket.count else { return pause(.streamRead) }
-        var chunk = [UInt8](repeating: 0, count: Self.streamChunk)
-        let n = chunk.withUnsafeMutableBytes { recv(streamFD, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        guard !finished, !streamEnded, toPacketOffset >= toPacketCount else { return pause(.streamRead) }
+        let n = toPacket.withUnsafeMutableBytes { recv(streamFD, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
         if n > 0 {
-            chunk.removeSubrange(n...)
-            toPacket = chunk
+            toPacketCount = n
             toPacketOffset = 0
             return pumpToPacket()
         }
@@ -172,8 +173,8 @@ final class SeqPacketBridge: @unchecked Sendable {
 
     private func pumpToPacket() {
         guard !finished else { return }
-        while toPacketOffset < toPacket.count {
-            let length = min(sendMTU, toPacket.count - toPacketOffset)
+        while toPacketOffset < toPacketCount {
+            let length = min(sendMTU, toPacketCount - toPacketOffset)
             let n = toPacket.withUnsafeBytes { b in
                 send(packetFD, b.baseAddress! + toPacketOffset, length, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
             }
@@ -188,7 +189,7 @@ final class SeqPacketBridge: @unchecked Sendable {
             }
             return finish("send: \(String(cString: strerror(code)))")
         }
-        toPacket = []
+        toPacketCount = 0
         toPacketOffset = 0
         if streamEnded { return finish(nil) }
         resume(.streamRead)

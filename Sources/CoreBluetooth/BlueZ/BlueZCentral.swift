@@ -152,11 +152,7 @@ final class BlueZCentral: @unchecked Sendable {
                 "type='signal',sender='org.bluez',interface='org.bluez.Device1',member='Disconnected'",
                 "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.bluez'",
             ] {
-                connection.call(
-                    .methodCall(
-                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                        member: "AddMatch", body: [.string(rule)])
-                ) { r in if case let .failure(e) = r { CBLog.warning("BlueZ backend: AddMatch failed: \(e)") } }
+                connection.addMatch(rule) { r in if case let .failure(e) = r { CBLog.warning("BlueZ backend: AddMatch failed: \(e)") } }
             }
             loadObjects()
         }
