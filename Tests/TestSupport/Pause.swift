@@ -28,6 +28,7 @@ private final class Resumer: @unchecked Sendable {
 /// Suspends for `nanoseconds` (at least), like `pause(nanoseconds:)`, throwing CancellationError if the
 /// task is cancelled (at once, without waiting out the delay).
 public func pause(nanoseconds: UInt64) async throws {
+    _ = StarvationProbe.started
     let resumer = Resumer()
     await withTaskCancellationHandler {
         await withCheckedContinuation { c in
