@@ -7,7 +7,7 @@
 import Foundation
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 enum StarvationProbe {
