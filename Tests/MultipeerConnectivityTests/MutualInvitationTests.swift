@@ -55,15 +55,21 @@ extension MultipeerNetworkTests {
             s.browser.startBrowsingForPeers()
         }
         try waitFor("each found the other") { x.found.peer(named: "Y") != nil && y.found.peer(named: "X") != nil }
-        // Both invitations leave at once; each times out after 2 s if its app never answers.
-        acceptor.browser.invitePeer(acceptor.found.peer(named: other.session.myPeerID.displayName)!, to: acceptor.session, withContext: nil, timeout: 2)
-        other.browser.invitePeer(other.found.peer(named: acceptor.session.myPeerID.displayName)!, to: other.session, withContext: nil, timeout: 2)
-        try waitFor("connected both ways") {
+        // Both invitations leave at once; each times out after 8 s if its app never answers. (With 2 s, the TLS
+        // handshake under ThreadSanitizer on a saturated machine outlasted the invitations: the accepted one timed
+        // out before the acceptance reached it, and no connection formed, as it should not.)
+        let timeout: TimeInterval = 8
+        let invited = Date()
+        acceptor.browser.invitePeer(acceptor.found.peer(named: other.session.myPeerID.displayName)!, to: acceptor.session, withContext: nil, timeout: timeout)
+        other.browser.invitePeer(other.found.peer(named: acceptor.session.myPeerID.displayName)!, to: other.session, withContext: nil, timeout: timeout)
+        try waitFor("connected both ways", seconds: 30) {
             acceptor.session.connectedPeers.count == 1 && other.session.connectedPeers.count == 1
                 && acceptor.states(of: other).last == .connected && other.states(of: acceptor).last == .connected
         }
+        let connectedAfter = Date().timeIntervalSince(invited)
+        if connectedAfter > timeout / 2 { print("SLOW: mutual invitation connected \(connectedAfter) s after the invitations") }
         // Past both invitations' timeouts: still one connection, and the apps heard nothing more.
-        Thread.sleep(forTimeInterval: 2.5)
+        Thread.sleep(forTimeInterval: max(0, timeout + 0.5 - Date().timeIntervalSince(invited)))
         // The acceptor's own invitation, declined, may end (`.notConnected`) before its app accepts the other's.
         let acceptorStates = acceptor.states(of: other)
         let expected: [[MCSessionState]] = answer == .declines ? [[.connecting, .connected], [.connecting, .notConnected, .connected]] : [[.connecting, .connected]]
