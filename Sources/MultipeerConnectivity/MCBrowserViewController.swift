@@ -46,6 +46,19 @@ open class MCBrowserViewController: NSObject, MCNearbyServiceBrowserDelegate, @u
         self.session = session
         super.init()
         if browser.delegate == nil { browser.delegate = self }
+        // A peer whose invitation failed (declined, timed out, the link lost) or whose session ended is offered
+        // again, as iOS's browser shows it available to tap again: it leaves `invited`, and the presenter is
+        // shown the list once more if the peer is still nearby.
+        session.lock.withLock {
+            session.stateObservers.append { [weak self] peer, state in
+                guard let self, state == .notConnected else { return }
+                let list = lock.withLock { () -> [MCPeerID]? in
+                    guard invited.remove(peer.token) != nil, peers.contains(peer) else { return nil }
+                    return peers
+                }
+                if let list { presenter(self, list) }
+            }
+        }
     }
 
     /// The peers shown now.

@@ -45,6 +45,9 @@ open class MCSession: NSObject, @unchecked Sendable {
         var mesh: UInt64
     }
     var parkedJoins: [UInt64: ParkedJoin] = [:]
+    /// Who else in the framework follows the peers' states (MCBrowserViewController), called on the delegate
+    /// queue just before the delegate, in order; guarded by `lock`.
+    var stateObservers: [(MCPeerID, MCSessionState) -> Void] = []
     let tls: PeerTLSIdentity?
     private var listener: PeerListener?
     private var keepAlive: DispatchSourceTimer?   // guarded by `lock`
@@ -426,7 +429,10 @@ open class MCSession: NSObject, @unchecked Sendable {
     }
 
     func notify(_ peer: MCPeerID, _ state: MCSessionState) {
-        delegateCalls.async { [self] in delegate?.session(self, peer: peer, didChange: state) }
+        delegateCalls.async { [self] in
+            for observe in lock.withLock({ stateObservers }) { observe(peer, state) }
+            delegate?.session(self, peer: peer, didChange: state)
+        }
     }
 
     // MARK: Keep-alive

@@ -47,6 +47,21 @@ struct MCOptions: ParsableArguments {
     var preference: MCEncryptionPreference { encryption == "none" ? .none : encryption == "optional" ? .optional : .required }
 }
 
+/// When `ble mc browse` may invite a peer again: a second after its last invitation at the soonest.
+final class InviteTries: @unchecked Sendable {
+    private let lock = NSLock()
+    private var next: [UInt64: Date] = [:]
+    /// Seconds until this peer may be invited; the slot is taken.
+    func delay(for token: UInt64) -> TimeInterval {
+        lock.withLock {
+            let now = Date()
+            let at = max(now, next[token] ?? now)
+            next[token] = at.addingTimeInterval(1)
+            return at.timeIntervalSince(now)
+        }
+    }
+}
+
 /// The session side both commands share: prints what happens, sends the line and the photo once connected.
 final class MCDemoPeer: NSObject, MCSessionDelegate, @unchecked Sendable {
     let options: MCOptions
@@ -177,9 +192,18 @@ struct MCBrowseCommand: ParsableCommand {
         let me = MCDemoPeer(options: options)
         let browser = MCBrowserViewController(serviceType: options.service, session: me.session)
         let wanted = peer
+        // The controller shows the list again when an invitation failed or a session ended; the peer is then
+        // invited again, a second after the last try at the soonest (a user tapping it again), not in a loop.
+        let tries = InviteTries()
         browser.presenter = { vc, peers in
             me.say("nearby: " + (peers.isEmpty ? "nobody" : peers.map(\.displayName).joined(separator: ", ")))
-            if let p = peers.first(where: { wanted == nil || $0.displayName == wanted }) { vc.invite(p) }
+            guard let p = peers.first(where: { wanted == nil || $0.displayName == wanted }) else { return }
+            let wait = tries.delay(for: p.token)
+            if wait <= 0 { return vc.invite(p) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + wait) {
+                guard vc.nearbyPeers.contains(p), !vc.session.connectedPeers.contains(p) else { return }
+                vc.invite(p)
+            }
         }
         browser.present()
         me.say("browsing for \(options.service)")

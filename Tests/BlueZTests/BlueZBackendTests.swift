@@ -367,6 +367,7 @@ struct BlueZBackendTests {
         let (p, s, _) = try await rig.connected()
         let control = try #require(s.characteristics?[1])
         let total = 200
+        let written = Mutex2(0)
         let writer = Task {
             var sent = 0
             while sent < total {
@@ -376,13 +377,18 @@ struct BlueZBackendTests {
                 }
                 p.writeValue(Data([UInt8(sent), UInt8(sent >> 8)] + [UInt8](repeating: 0xAB, count: 18)), for: control, type: .withoutResponse)
                 sent += 1
+                written.set(sent)
             }
             return sent
         }
-        // The writer is held back: canSendWriteWithoutResponse stays false while nothing is read.
-        try await rig.recorder.wait("the writer held back") { _ in !p.canSendWriteWithoutResponse }
+        // The writer is held back: once it has written and the socket is full, canSendWriteWithoutResponse stays
+        // false while nothing is read. (Not merely false: it is also false until AcquireWrite has answered, and
+        // under stress-ng (sat12) the answer came during the pause below.)
+        try await rig.recorder.wait("the writer held back") { _ in written.get() > 0 && !p.canSendWriteWithoutResponse }
+        let heldAt = written.get()
         try await pause(nanoseconds: 300_000_000)
         #expect(!p.canSendWriteWithoutResponse)
+        #expect(written.get() == heldAt && heldAt < total, "\(heldAt) written when held back, \(written.get()) after")
         #expect(fake.lastWrites.isEmpty)
         fake.setAcquiredReaderPaused(false)
         #expect(try await writer.value == total)

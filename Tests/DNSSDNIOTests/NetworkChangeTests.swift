@@ -63,6 +63,9 @@ struct NetworkChangeTests {
         let pair = try VethPair()
         defer { pair.remove() }
         let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--name", "Flappy", "--port", "4242"])
+        // The browser starts once the name is ours: its own-clock window measures discovery, not the
+        // advertiser's probing (sat12, stress-ng: the advertiser took 6.2 s of its own clock to register).
+        #expect(adv.waitFor("registered Flappy", timeout: 30) != nil, "advertiser:\n\(adv.output)")
         let browser = try pair.spawn(pair.b, [Netns.tool, "browse"])
         #expect(browser.waitFor("found Flappy\t", withinOwnMilliseconds: 5000), "browser:\n\(browser.output)\nadvertiser:\n\(adv.output)")
         for round in 1...2 {
@@ -85,6 +88,9 @@ struct NetworkChangeTests {
         let pair = try VethPair()
         defer { pair.remove() }
         let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--name", "Mover", "--port", "4242"])
+        // The browser starts once the name is ours: its own-clock window measures discovery, not the
+        // advertiser's probing (sat12, stress-ng: the advertiser took 6.2 s of its own clock to register).
+        #expect(adv.waitFor("registered Mover", timeout: 30) != nil, "advertiser:\n\(adv.output)")
         let browser = try pair.spawn(pair.b, [Netns.tool, "browse"])
         #expect(browser.waitFor("found Mover\t", withinOwnMilliseconds: 5000), "browser:\n\(browser.output)\nadvertiser:\n\(adv.output)")
         #expect(browser.output.contains("addrs=\(pair.addressA)"))
@@ -115,6 +121,9 @@ struct NetworkChangeTests {
         let pair = try VethPair(ipv6: false)
         defer { pair.remove() }
         let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--name", "Four", "--port", "4242"])
+        // The browser starts once the name is ours: its own-clock window measures discovery, not the
+        // advertiser's probing (sat12, stress-ng: the advertiser took 6.2 s of its own clock to register).
+        #expect(adv.waitFor("registered Four", timeout: 30) != nil, "advertiser:\n\(adv.output)")
         let browser = try pair.spawn(pair.b, [Netns.tool, "browse"])
         #expect(browser.waitFor("found Four\t", withinOwnMilliseconds: 5000), "browser:\n\(browser.output)\nadvertiser:\n\(adv.output)")
         #expect(browser.lines(containing: "found Four").first?.contains("addrs=\(pair.addressA) ") == true, "\(browser.output)")
@@ -126,6 +135,9 @@ struct NetworkChangeTests {
         let pair = try VethPair()
         defer { pair.remove() }
         let adv = try pair.spawn(pair.a, [Netns.tool, "register", "--name", "Switch", "--port", "4242"])
+        // The browser starts once the name is ours: its own-clock window measures discovery, not the
+        // advertiser's probing (sat12, stress-ng: the advertiser took 6.2 s of its own clock to register).
+        #expect(adv.waitFor("registered Switch", timeout: 30) != nil, "advertiser:\n\(adv.output)")
         let six = try pair.spawn(pair.b, [Netns.tool, "browse", "--family", "6"])
         #expect(six.waitFor("found Switch\t", withinOwnMilliseconds: 5000), "browser:\n\(six.output)\nadvertiser:\n\(adv.output)")
         // IPv6 off on both ends: the advertiser goes on over IPv4 (a browser started now is answered).
