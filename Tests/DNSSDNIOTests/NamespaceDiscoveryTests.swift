@@ -125,17 +125,20 @@ struct NamespaceDiscoveryTests {
         #expect(mine.waitFor("registered Mine", timeout: 30) != nil)
         let theirs = try pair.spawn(pair.a, [Netns.python, "-u", "-c", Self.zeroconfRegister, "Mine", "10.77.0.9", "1"])
         _ = theirs.waitFor(" Mine", timeout: 30)
-        // We must answer every probe for the name we hold, at once (MDNSEngineTests checks "at once" on a
-        // virtual clock).
-        #expect(mine.waitFor("defending Mine._chat._tcp.local.", timeout: 10) != nil, "ours:\n\(mine.output)\nzeroconf:\n\(theirs.output)")
         if theirs.lines(containing: "conflict Mine").count == 1 {
+            // Their name check failed on what we said: usually our answer to their probe ("defending" in our log;
+            // we must answer every probe at once, which MDNSEngineTests checks on a virtual clock), or, if they
+            // started while we re-announced (a new address on the veth), our announcement already in their cache
+            // before they probed at all (sat13: "conflict" with no probe to defend against).
             #expect(theirs.lines(containing: "registered Mine").isEmpty)
+            if mine.lines(containing: "defending Mine._chat._tcp.local.").isEmpty { print("SLOW: zeroconf found our Mine in its cache before probing") }
         } else {
             // python-zeroconf checks its cache only before its 2nd and 3rd probes, 175 ms apart: an answer it
             // has not processed within ~350 ms of its first probe is too late for it. On a saturated machine
             // a process can wait a second for the processor (a 5 ms nanosleep loop in C measured 1011 ms at
             // load 19 here), so both then hold "Mine" and RFC 6762 §9 must resolve it: one of us renames.
-            // Our answers are in our log above (`defending`); judge the resolution.
+            // We answered (`defending`); judge the resolution.
+            #expect(mine.waitFor("defending Mine._chat._tcp.local.", timeout: 10) != nil, "ours:\n\(mine.output)\nzeroconf:\n\(theirs.output)")
             #expect(theirs.lines(containing: "registered Mine").count == 1, "zeroconf:\n\(theirs.output)")
             #expect(mine.waitFor("renamed Mine -> Mine (2)", timeout: 30) != nil, "ours:\n\(mine.output)")
             print("SLOW: zeroconf registered Mine before our defence reached it; resolved by our §9 rename")

@@ -127,8 +127,20 @@ struct FakeMachine {
     /// On the diversity controllers: a 4.0 chip gets every fix, a Zephyr one without a public address shows its
     /// factory address, LE buffer size 0 shows the shared buffers.
     @Test func diversityControllers() async throws {
-        let v40 = try await DiversityController("v40")
+        // The four controllers start together: each is a Python process, whose start alone takes seconds on a
+        // busy machine, and one after the other they outlasted the suite's 2 minutes under stress-ng (sat13).
+        async let v40Starting = DiversityController("v40")
+        async let zephyrStarting = DiversityController("no-address", ["--zephyr"])
+        async let sharedStarting = DiversityController("le-buffer-0")
+        async let v5Starting = DiversityController("v5")
+        let v40 = try await v40Starting
         defer { v40.stop() }
+        let zephyr = try await zephyrStarting
+        defer { zephyr.stop() }
+        let shared = try await sharedStarting
+        defer { shared.stop() }
+        let v5 = try await v5Starting
+        defer { v5.stop() }
         let (s1, out1) = try runDoctor(["--sysfs", "/nonexistent", "--timeout", "10"], transport: "tcp-client:127.0.0.1:\(v40.port)")
         #expect(s1 == 0)
         #expect(out1.contains("version: Bluetooth 4.0 (HCI 6"))
@@ -142,17 +154,11 @@ struct FakeMachine {
         #expect(feature(lines1, "Data Length Extension")?.1 == "→ a Bluetooth 4.2 or later controller")
         #expect(feature(lines1, "extended advertising")?.1 == "→ a Bluetooth 5 controller with LE Extended Advertising")
         #expect(lines1.contains("CBCentralManager.supports(.extendedScanAndConnect): false"))
-        let zephyr = try await DiversityController("no-address", ["--zephyr"])
-        defer { zephyr.stop() }
         let (_, out2) = try runDoctor(["--sysfs", "/nonexistent", "--timeout", "10"], transport: "tcp-client:127.0.0.1:\(zephyr.port)")
         #expect(out2.contains("manufacturer: The Linux Foundation (Zephyr) (0x05F1)"))
         #expect(out2.contains("address: C6:55:44:33:22:11 — static random (the controller's factory address, Zephyr vendor command)"))
-        let shared = try await DiversityController("le-buffer-0")
-        defer { shared.stop() }
         let (_, out3) = try runDoctor(["--sysfs", "/nonexistent", "--timeout", "10"], transport: "tcp-client:127.0.0.1:\(shared.port)")
         #expect(out3.contains("ACL buffers: 4 × 310 octets (shared with BR/EDR"))
-        let v5 = try await DiversityController("v5")
-        defer { v5.stop() }
         let (_, out4) = try runDoctor(["--sysfs", "/nonexistent", "--timeout", "10"], transport: "tcp-client:127.0.0.1:\(v5.port)")
         let lines4 = out4.components(separatedBy: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
         #expect(feature(lines4, "extended advertising")?.0.contains("yes — CBCentralManager.supports(.extendedScanAndConnect) is true") == true)
