@@ -43,6 +43,22 @@ package protocol BlueZPeerSockets: Sendable {
     func mtus(_ fd: Int32) -> (send: Int, receive: Int)
     /// Who is at the other end of a connected socket ("AA:BB:…" and whether the address is random).
     func peer(_ fd: Int32) -> (address: String, random: Bool)?
+    /// A listener whose channels offer the peer SDUs of `receiveMTU` octets.
+    func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void)
+    /// A connect whose channel offers the peer SDUs of `receiveMTU` octets.
+    func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void)
+    /// Octets a connected socket was given and has not yet passed on (nil: it cannot say).
+    func unsentOctets(_ fd: Int32) -> Int?
+}
+
+extension BlueZPeerSockets {
+    package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
+        try listen(adapterAddress: adapterAddress, onAccept: onAccept)
+    }
+    package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+        connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
+    }
+    package func unsentOctets(_ fd: Int32) -> Int? { nil }
 }
 
 /// The kernel's AF_BLUETOOTH sockets.
@@ -50,9 +66,30 @@ package struct KernelL2CAPSockets: BlueZPeerSockets {
     package init() {}
 
     package func listen(adapterAddress: String?, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
-        let l = try BlueZKernelL2CAP.Listener(adapterAddress: adapterAddress)
+        try listen(adapterAddress: adapterAddress, receiveMTU: 0, onAccept: onAccept)
+    }
+
+    package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
+        let l = try BlueZKernelL2CAP.Listener(adapterAddress: adapterAddress, receiveMTU: receiveMTU == 0 ? BlueZKernelL2CAP.largestReceiveMTU : receiveMTU)
         l.start(onAccept)
         return (l.psm, { l.close() })
+    }
+
+    package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+        BlueZKernelL2CAP.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) { r in
+            done(r.mapError { $0 as any Error })
+        }
+    }
+
+    /// What the kernel still holds of what was sent (not yet handed to the controller): the socket's send buffer
+    /// less the room TIOCOUTQ reports (Bluetooth sockets answer TIOCOUTQ with the room left, sk_sndbuf less what
+    /// their queued buffers take).
+    package func unsentOctets(_ fd: Int32) -> Int? {
+        var room: Int32 = 0
+        var size: Int32 = 0
+        var n = socklen_t(4)
+        guard ioctl(fd, UInt(TIOCOUTQ), &room) == 0, getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &n) == 0 else { return nil }
+        return max(0, Int(size) - Int(room))
     }
 
     package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
@@ -592,12 +629,16 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
 
     private var listeners: [UInt16: @Sendable () -> Void] = [:]
     private var bridges: [ObjectIdentifier: SeqPacketBridge] = [:]
+    /// The SDU size our channels offer: the largest the socket takes, since the kernel (6.1) gives the peer
+    /// receiveMTU / MPS + 1 credits and nothing else sets them (2048 gave 3 credits, one SDU and a half in flight,
+    /// on 1021-octet LE buffers; 65535 gives 65).
+    package var receiveMTU: UInt16 = BlueZKernelL2CAP.largestReceiveMTU
 
     public func listen(tls: PeerTLSIdentity?, onLink: @escaping @Sendable (PeerLink) -> Void, completion: @escaping @Sendable (UInt16?) -> Void) {
         queue.async { [self] in
             whenPoweredOn { [self] in
                 do {
-                    let l = try sockets.listen(adapterAddress: adapterAddress) { [weak self] fd in
+                    let l = try sockets.listen(adapterAddress: adapterAddress, receiveMTU: receiveMTU) { [weak self] fd in
                         guard let self else { return _ = Glibc.close(fd) }
                         self.queue.async {
                             // The peer's device, as a member's endpoint names it (the session matches the two).
@@ -636,7 +677,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             guard !closed else { return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed"))) }
             whenPoweredOn { [self] in
                 PeerLog.write("Bluetooth (BlueZ): opening a channel to \(endpoint)")
-                sockets.connect(address: text, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress) { [weak self] r in
+                sockets.connect(address: text, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) { [weak self] r in
                     guard let self else {
                         if case let .success(fd) = r { Glibc.close(fd) }
                         return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed")))
@@ -658,7 +699,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             return completion(.failure(.cannotConnect("\(remoteHost): Bluetooth is closed")))
         }
         let mtus = sockets.mtus(fd)
-        let made = SeqPacketBridge.start(fd: fd, sendMTU: mtus.send, receiveMTU: mtus.receive) { pairEnd in
+        let sockets = self.sockets
+        let made = SeqPacketBridge.start(fd: fd, sendMTU: mtus.send, receiveMTU: mtus.receive, unsent: { sockets.unsentOctets($0) }) { pairEnd in
             PeerTransport.shared.adopt(socket: pairEnd, remoteHost: remoteHost, asClient: asClient, tls: tls, completion: completion)
         }
         guard let made else { return completion(.failure(.cannotConnect("socketpair: \(String(cString: strerror(errno)))"))) }

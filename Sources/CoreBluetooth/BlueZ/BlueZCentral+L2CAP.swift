@@ -45,12 +45,12 @@ final class BlueZL2CAPConnect: @unchecked Sendable {
     /// `done` runs once, on `queue`, with the connected socket (now the caller's) or why it failed.
     static func start(
         remote: BlueZL2CAP.SocketAddress, local: BlueZL2CAP.SocketAddress?, security: UInt8 = BlueZL2CAP.securityLow,
-        done: @escaping @Sendable (Result<Int32, BlueZL2CAP.SocketError>) -> Void
+        receiveMTU: UInt16 = BlueZL2CAP.receiveMTU, done: @escaping @Sendable (Result<Int32, BlueZL2CAP.SocketError>) -> Void
     ) {
         queue.async {
             let fd: Int32
             do {
-                fd = try BlueZL2CAP.makeSocket(local: local, security: security)
+                fd = try BlueZL2CAP.makeSocket(local: local, security: security, receiveMTU: receiveMTU)
                 if try BlueZL2CAP.connect(fd, remote) { return done(.success(fd)) }
             } catch let e as BlueZL2CAP.SocketError {
                 return done(.failure(e))
