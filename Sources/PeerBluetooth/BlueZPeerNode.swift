@@ -45,8 +45,11 @@ package protocol BlueZPeerSockets: Sendable {
     func peer(_ fd: Int32) -> (address: String, random: Bool)?
     /// A listener whose channels offer the peer SDUs of `receiveMTU` octets.
     func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void)
-    /// A connect whose channel offers the peer SDUs of `receiveMTU` octets.
-    func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void)
+    /// A connect whose channel offers the peer SDUs of `receiveMTU` octets; the closure returned ends it if it has not
+    /// finished (`done` then gets a failure).
+    func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void
     /// Octets a connected socket was given and has not yet passed on (nil: it cannot say).
     func unsentOctets(_ fd: Int32) -> Int?
 }
@@ -55,8 +58,11 @@ extension BlueZPeerSockets {
     package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
         try listen(adapterAddress: adapterAddress, onAccept: onAccept)
     }
-    package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+    package func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void {
         connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
+        return {}
     }
     package func unsentOctets(_ fd: Int32) -> Int? { nil }
 }
@@ -75,7 +81,9 @@ package struct KernelL2CAPSockets: BlueZPeerSockets {
         return (l.psm, { l.close() })
     }
 
-    package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+    package func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void {
         BlueZKernelL2CAP.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) { r in
             done(r.mapError { $0 as any Error })
         }
@@ -572,6 +580,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         guard !d.address.isEmpty else { return }
         devices[path] = d
         if announce { report(path, d, only: nil) }
+        if changed["Connected"]?.bool == true { peerLinked(d.address) }
     }
 
     /// The peers a device's Service Data names, to the browses of their service.
@@ -646,6 +655,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                                 Self.addressOctets(p.address).map { PeerBluetoothEndpoint(address: $0, isRandom: p.random, psm: 0).host }
                             }
                             PeerLog.write("Bluetooth (BlueZ): channel from \(remote ?? "an unknown device") accepted")
+                            if let p = self.sockets.peer(fd) { self.peerLinked(p.address) }
                             self.bridge(fd, remoteHost: remote ?? Self.unknownRemote, asClient: false, tls: tls) { r in if case let .success(link) = r { onLink(link) } }
                         }
                     }
@@ -673,23 +683,71 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     ) {
         guard endpoint.address.count == 6 else { return completion(.failure(.cannotConnect("\(endpoint): not an address"))) }
         let text = endpoint.address.reversed().map { String(format: "%02X", $0) }.joined(separator: ":")
+        let id = makeID()
         queue.async { [self] in
             guard !closed else { return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed"))) }
             whenPoweredOn { [self] in
                 PeerLog.write("Bluetooth (BlueZ): opening a channel to \(endpoint)")
-                sockets.connect(address: text, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) { [weak self] r in
-                    guard let self else {
-                        if case let .success(fd) = r { Glibc.close(fd) }
-                        return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed")))
-                    }
-                    switch r {
-                    case let .success(fd):
-                        queue.async { self.bridge(fd, remoteHost: endpoint.host, asClient: true, tls: tls, completion: completion) }
-                    case let .failure(e):
-                        completion(.failure(.cannotConnect("\(endpoint.host) PSM 0x\(String(endpoint.psm, radix: 16)): \(e)")))
-                    }
+                startConnect(id, endpoint: endpoint, address: text, tls: tls, completion: completion)
+            }
+        }
+    }
+
+    /// Connects not yet answered, by id: the peer's address, when the attempt began, how to end it, and which attempt
+    /// of the connect it is (a superseded attempt's answer is dropped).
+    private struct Attempt {
+        var address: String
+        var started: Date
+        var cancel: @Sendable () -> Void
+        var generation: Int
+        var retry: () -> Void
+    }
+    private var attempts: [UInt64: Attempt] = [:]
+    /// How long an attempt must have waited before a link from its peer makes it start again.
+    package var relinkAfter: TimeInterval = 1
+
+    private func startConnect(
+        _ id: UInt64, endpoint: PeerBluetoothEndpoint, address: String, tls: PeerTLSIdentity?, generation: Int = 0,
+        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void
+    ) {
+        let cancel = sockets.connect(address: address, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) {
+            [weak self] r in
+            guard let self else {
+                if case let .success(fd) = r { Glibc.close(fd) }
+                return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed")))
+            }
+            queue.async { [self] in
+                guard attempts[id]?.generation == generation else {
+                    // Superseded by a new attempt over the peer's own link.
+                    if case let .success(fd) = r { Glibc.close(fd) }
+                    return
+                }
+                attempts[id] = nil
+                switch r {
+                case let .success(fd):
+                    bridge(fd, remoteHost: endpoint.host, asClient: true, tls: tls, completion: completion)
+                case let .failure(e):
+                    completion(.failure(.cannotConnect("\(endpoint.host) PSM 0x\(String(endpoint.psm, radix: 16)): \(e)")))
                 }
             }
+        }
+        attempts[id] = Attempt(
+            address: address, started: Date(), cancel: cancel, generation: generation,
+            retry: { [weak self] in self?.startConnect(id, endpoint: endpoint, address: address, tls: tls, generation: generation + 1, completion: completion) })
+    }
+
+    /// A link from `address` came up (its channel to us, or bluetoothd's Device1.Connected): connects of ours to it that
+    /// are still waiting start again, over that link. The kernel (6.1) had started their own LE connection (a scan for
+    /// the peer) before the peer connected to us, and then neither used the peer's link for them nor, while that link
+    /// lasted, connected itself (it does not initiate while it is peripheral to a device): in the guest a GameKit
+    /// picker on bluez waited on four connects in a row, ~45 s each, while the peer kept linking to it.
+    private func peerLinked(_ address: String) {
+        let now = Date()
+        for (id, a) in attempts where a.address.caseInsensitiveCompare(address) == .orderedSame && now.timeIntervalSince(a.started) >= relinkAfter {
+            PeerLog.write("Bluetooth (BlueZ): \(address) linked to us while our channel to it waited; opening it again over that link")
+            attempts[id] = nil
+            a.cancel()
+            a.retry()
         }
     }
 
@@ -727,6 +785,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             listeners.removeAll()
             for (_, b) in bridges { b.cancel() }
             bridges.removeAll()
+            // Connects still waiting end (their completions get the failure).
+            for (_, a) in attempts { a.cancel() }
             // bluetoothd ends our discovery session (and any registration left) when we leave the bus; the calls above
             // go out before the connection closes.
             let bus = self.bus

@@ -35,13 +35,48 @@ final class MTURecordingSockets: BlueZPeerSockets, @unchecked Sendable {
         lock.withLock { asked.append("listen \(receiveMTU)") }
         return try paired.listen(adapterAddress: adapterAddress, onAccept: onAccept)
     }
-    func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+    func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void {
         lock.withLock { asked.append("connect \(receiveMTU)") }
         paired.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
+        return {}
     }
     func mtus(_ fd: Int32) -> (send: Int, receive: Int) { paired.mtus(fd) }
     func peer(_ fd: Int32) -> (address: String, random: Bool)? { paired.peer(fd) }
     func unsentOctets(_ fd: Int32) -> Int? { BlueZPeerNodeChannelTests.unread(fd) }
+}
+
+/// PairedSockets whose first connect to each address in `hang` waits until it is cancelled (as the kernel's waited on
+/// its own LE connection while the peer had linked to us).
+final class HangingSockets: BlueZPeerSockets, @unchecked Sendable {
+    let paired = PairedSockets()
+    private let lock = NSLock()
+    private var hang: Set<String>
+    private(set) var cancelled = 0
+    init(hang: Set<String>) { self.hang = hang }
+
+    func listen(adapterAddress: String?, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
+        try paired.listen(adapterAddress: adapterAddress, onAccept: onAccept)
+    }
+    func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+        paired.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
+    }
+    func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void {
+        let hangs = lock.withLock { hang.remove(address) != nil }
+        guard hangs else {
+            paired.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
+            return {}
+        }
+        return { [self] in
+            lock.withLock { cancelled += 1 }
+            done(.failure(BlueZPeerNode.Unavailable(description: "connect: Operation canceled")))
+        }
+    }
+    func mtus(_ fd: Int32) -> (send: Int, receive: Int) { paired.mtus(fd) }
+    func peer(_ fd: Int32) -> (address: String, random: Bool)? { paired.peer(fd) }
 }
 
 @Suite(
@@ -74,6 +109,40 @@ struct BlueZPeerNodeChannelTests {
         // The kernel grants the peer receiveMTU / MPS + 1 credits: the MTU asked is the window.
         #expect(sockets.asks == ["listen 65535", "connect 65535"])
         #expect(n.receiveMTU == 65535)
+    }
+
+    @Test func aConnectStillWaitingWhenThePeerLinksToUsStartsAgainOverThatLink() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        fake.addAdapter("hci0")
+        fake.addAdapter("hci1")
+        fake.change("/org/bluez/hci1", "org.bluez.Adapter1", ["Address": .string("00:11:22:33:44:66")])
+        // Our connect to 00:11:22:33:44:66 waits (the kernel's own LE connection, never made).
+        let sockets = HangingSockets(hang: ["00:11:22:33:44:66"])
+        let n = try BlueZPeerNode(options: BlueZOptions(busAddress: bus.address, adapter: "hci0"), sockets: sockets)
+        let m = try BlueZPeerNode(options: BlueZOptions(busAddress: bus.address, adapter: "hci1"), sockets: sockets)
+        defer {
+            n.release()
+            m.release()
+        }
+        n.relinkAfter = 0.2
+        let events = NodeEvents()
+        n.listen(tls: nil, onLink: { _ in }) { psm in events.note("n listens on \(psm ?? 0)") }
+        m.listen(tls: nil, onLink: { _ in }) { psm in events.note("m listens on \(psm ?? 0)") }
+        try await events.wait("listeners") { e in e.contains { $0.hasPrefix("n listens on ") } && e.contains { $0.hasPrefix("m listens on ") } }
+        func psm(_ who: String) -> UInt16 { events.events.compactMap { $0.hasPrefix("\(who) listens on ") ? UInt16($0.split(separator: " ").last!) : nil }.first ?? 0 }
+        n.connect(to: PeerBluetoothEndpoint(address: [0x66, 0x44, 0x33, 0x22, 0x11, 0x00], isRandom: false, psm: psm("m")), tls: nil) { r in
+            if case .success = r { events.note("n linked to m") } else { events.note("n failed: \(r)") }
+        }
+        try await pause(nanoseconds: 500_000_000)
+        #expect(!events.events.contains { $0.hasPrefix("n ") && !$0.contains("listens") })
+        // The peer links to us: our waiting connect is ended and made again, over that link.
+        m.connect(to: PeerBluetoothEndpoint(address: [0x55, 0x44, 0x33, 0x22, 0x11, 0x00], isRandom: false, psm: psm("n")), tls: nil) { r in
+            if case .success = r { events.note("m linked to n") }
+        }
+        try await events.wait("both linked") { $0.contains("n linked to m") && $0.contains("m linked to n") }
+        #expect(sockets.cancelled == 1)
+        #expect(!events.events.contains { $0.hasPrefix("n failed") })
     }
 
     @Test func aClosingBridgeKeepsTheSocketUntilItsSDUsArePassedOn() async throws {

@@ -42,18 +42,22 @@ package enum BlueZKernelL2CAP {
 
     /// Connects to `psm` at `address` ("AA:BB:…", `random` for an LE random address), from `adapterAddress`,
     /// offering SDUs of `receiveMTU`; `done` runs once with the connected non-blocking socket (now the caller's)
-    /// or the kernel's refusal.
+    /// or the kernel's refusal. The closure returned ends the attempt if it has not finished (`done` then gets
+    /// ECANCELED).
+    @discardableResult
     package static func connect(
         address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU,
         done: @escaping @Sendable (Result<Int32, Failure>) -> Void
-    ) {
+    ) -> @Sendable () -> Void {
         guard let remote = BlueZL2CAP.SocketAddress(psm: psm, address: address, type: random ? .leRandom : .lePublic) else {
-            return done(.failure(Failure(description: "\(address): not a Bluetooth address", errno: EINVAL)))
+            done(.failure(Failure(description: "\(address): not a Bluetooth address", errno: EINVAL)))
+            return {}
         }
         let local = adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
-        BlueZL2CAPConnect.start(remote: remote, local: local, receiveMTU: receiveMTU) { r in
+        let attempt = BlueZL2CAPConnect.start(remote: remote, local: local, receiveMTU: receiveMTU) { r in
             done(r.mapError { Failure(description: $0.description, errno: $0.code) })
         }
+        return { attempt.cancel() }
     }
 
     /// The address of a connected socket's peer ("AA:BB:…", and whether it is an LE random address).
