@@ -88,7 +88,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
     }
 
     /// How long closing waits for the links' Disconnection Complete before the controller is let go.
-    package var releaseWait: LoopTime = .seconds(2)
+    package var releaseWait: LoopTime = .seconds(5)
     private var closing: (timer: LoopTimer?, done: [() -> Void])?
     private var closed = false
 
@@ -113,10 +113,12 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         for psm in listeners.keys { host.unpublishL2CAP(psm: psm) }
         listeners.removeAll()
         guard isOn, !host.connections.isEmpty else { return finishClosing() }
+        // The disconnections first: the host sends its commands in order, one at a time, and in the guest the
+        // advertising commands already queued (a rotation's five) took most of the time there was.
+        for (_, c) in host.connections { c.disconnect(reason: .remotePowerOff) }
         // No new link while the old ones end.
         host.stopAdvertising()
         if host.isScanning { host.stopScanning() }
-        for (_, c) in host.connections { c.disconnect(reason: .remotePowerOff) }
         closing?.timer = loop.schedule(after: releaseWait) { [weak self] in
             guard let self, let open = closing.map({ _ in host.connections.count }) else { return }
             PeerLog.write("Bluetooth: \(open) link(s) still up \(Double(releaseWait) / 1e9) s after their disconnection; closing the controller anyway")
@@ -232,6 +234,8 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         let entry = Advert(data: advert.advertisingData, scanResponse: PeerAdvert.scanResponse(name: name))
         let id = makeID()
         loop.execute { [self] in
+            // (A closing node takes nothing new: at exit the sessions still react to their peers leaving.)
+            guard closing == nil, !closed else { return }
             adverts[id] = entry
             refreshAdvertising()
         }
@@ -283,6 +287,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
     public func browse(service: [UInt8], _ handler: @escaping @Sendable (BrowseEvent) -> Void) -> UInt64 {
         let id = makeID()
         loop.execute { [self] in
+            guard closing == nil, !closed else { return }
             browses[id] = Browse(service: service, handler: handler)
             refreshScanning()
             scheduleSweep()

@@ -153,6 +153,12 @@ final class SeqPacketBridge: @unchecked Sendable {
             }
             let code = errno
             if n < 0, code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return resume(.streamWrite) }
+            // The session has gone while our last SDUs still wait in the socket: what the peer sends now has no
+            // reader, and is dropped rather than ending the channel before they are passed on.
+            if streamEnded, code == EPIPE || code == ECONNRESET {
+                toStreamOffset = toStreamCount
+                break
+            }
             return finish("the session's socket failed: \(String(cString: strerror(code)))")
         }
         toStreamCount = 0

@@ -163,6 +163,8 @@ struct BlueZPeerNodeChannelTests {
         let start = ContinuousClock.now
         while (Self.unread(watch) ?? 0) < 3000, ContinuousClock.now - start < .seconds(10) { try await pause(nanoseconds: 10_000_000) }
         #expect((Self.unread(watch) ?? 0) >= 3000)
+        // The peer says something meanwhile: no one reads it now, and that does not end the channel either.
+        _ = [UInt8](repeating: 7, count: 20).withUnsafeBytes { send(peer, $0.baseAddress, $0.count, 0) }
         try await pause(nanoseconds: 500_000_000)
         #expect(!bridge.isFinished, "the bridge closed its socket with SDUs not passed on")
         close(watch)
