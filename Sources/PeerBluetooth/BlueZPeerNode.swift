@@ -580,7 +580,6 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         guard !d.address.isEmpty else { return }
         devices[path] = d
         if announce { report(path, d, only: nil) }
-        if changed["Connected"]?.bool == true { peerLinked(d.address) }
     }
 
     /// The peers a device's Service Data names, to the browses of their service.
@@ -703,8 +702,11 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         var retry: () -> Void
     }
     private var attempts: [UInt64: Attempt] = [:]
-    /// How long an attempt must have waited before a link from its peer makes it start again.
-    package var relinkAfter: TimeInterval = 1
+    /// How long an attempt must have waited before a channel from its peer makes it start again. (Not at once: when
+    /// the kernel's own connection to the peer has just come up, its channel request is on the way; ending it then
+    /// left the next connects unanswered in the guest. Device1.Connected is no sign for the same reason: it is set
+    /// for the kernel's own link too.)
+    package var relinkAfter: TimeInterval = 5
 
     private func startConnect(
         _ id: UInt64, endpoint: PeerBluetoothEndpoint, address: String, tls: PeerTLSIdentity?, generation: Int = 0,
@@ -736,8 +738,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             retry: { [weak self] in self?.startConnect(id, endpoint: endpoint, address: address, tls: tls, generation: generation + 1, completion: completion) })
     }
 
-    /// A link from `address` came up (its channel to us, or bluetoothd's Device1.Connected): connects of ours to it that
-    /// are still waiting start again, over that link. The kernel (6.1) had started their own LE connection (a scan for
+    /// `address` opened a channel to us, so it has a link to us: connects of ours to it that have waited `relinkAfter`
+    /// start again, over that link. The kernel (6.1) had started their own LE connection (a scan for
     /// the peer) before the peer connected to us, and then neither used the peer's link for them nor, while that link
     /// lasted, connected itself (it does not initiate while it is peripheral to a device): in the guest a GameKit
     /// picker on bluez waited on four connects in a row, ~45 s each, while the peer kept linking to it.

@@ -53,7 +53,11 @@ package enum BlueZKernelL2CAP {
             done(.failure(Failure(description: "\(address): not a Bluetooth address", errno: EINVAL)))
             return {}
         }
-        let local = adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
+        // Bound to an LE address type even when any adapter will do: the kernel takes BT_RCVMTU only on a socket
+        // whose source is LE (unbound, the channel offered its default MTU, 672, seen from `ble bench peer`).
+        let local =
+            adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
+            ?? BlueZL2CAP.SocketAddress(psm: 0, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
         let attempt = BlueZL2CAPConnect.start(remote: remote, local: local, receiveMTU: receiveMTU) { r in
             done(r.mapError { Failure(description: $0.description, errno: $0.code) })
         }
