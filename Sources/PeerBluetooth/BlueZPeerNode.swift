@@ -486,8 +486,9 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
 
     /// How often a registration refused with org.bluez.Error.Failed is tried, and the pause before each retry (times
-    /// the attempt's number).
-    static let registrationAttempts = 5
+    /// the attempt's number): 28 s in all. (Five attempts, 10 s, were not enough in the loaded guest: the kernel
+    /// answered Busy (0x0a) for 13 s after the previous pair's processes had ended, mc-bluez's eighth run.)
+    static let registrationAttempts = 8
     static let registrationRetryDelay: Double = 1
 
     static func isAlreadyExists(_ e: DBusError) -> Bool {
