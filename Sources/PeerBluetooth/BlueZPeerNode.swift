@@ -43,6 +43,28 @@ package protocol BlueZPeerSockets: Sendable {
     func mtus(_ fd: Int32) -> (send: Int, receive: Int)
     /// Who is at the other end of a connected socket ("AA:BB:…" and whether the address is random).
     func peer(_ fd: Int32) -> (address: String, random: Bool)?
+    /// A listener whose channels offer the peer SDUs of `receiveMTU` octets.
+    func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void)
+    /// A connect whose channel offers the peer SDUs of `receiveMTU` octets; the closure returned ends it if it has not
+    /// finished (`done` then gets a failure).
+    func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void
+    /// Octets a connected socket was given and has not yet passed on (nil: it cannot say).
+    func unsentOctets(_ fd: Int32) -> Int?
+}
+
+extension BlueZPeerSockets {
+    package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
+        try listen(adapterAddress: adapterAddress, onAccept: onAccept)
+    }
+    package func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void {
+        connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
+        return {}
+    }
+    package func unsentOctets(_ fd: Int32) -> Int? { nil }
 }
 
 /// The kernel's AF_BLUETOOTH sockets.
@@ -50,9 +72,32 @@ package struct KernelL2CAPSockets: BlueZPeerSockets {
     package init() {}
 
     package func listen(adapterAddress: String?, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
-        let l = try BlueZKernelL2CAP.Listener(adapterAddress: adapterAddress)
+        try listen(adapterAddress: adapterAddress, receiveMTU: 0, onAccept: onAccept)
+    }
+
+    package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
+        let l = try BlueZKernelL2CAP.Listener(adapterAddress: adapterAddress, receiveMTU: receiveMTU == 0 ? BlueZKernelL2CAP.largestReceiveMTU : receiveMTU)
         l.start(onAccept)
         return (l.psm, { l.close() })
+    }
+
+    package func connect(
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
+    ) -> @Sendable () -> Void {
+        BlueZKernelL2CAP.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) { r in
+            done(r.mapError { $0 as any Error })
+        }
+    }
+
+    /// What the kernel still holds of what was sent (not yet handed to the controller): the socket's send buffer
+    /// less the room TIOCOUTQ reports (Bluetooth sockets answer TIOCOUTQ with the room left, sk_sndbuf less what
+    /// their queued buffers take).
+    package func unsentOctets(_ fd: Int32) -> Int? {
+        var room: Int32 = 0
+        var size: Int32 = 0
+        var n = socklen_t(4)
+        guard ioctl(fd, UInt(TIOCOUTQ), &room) == 0, getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &n) == 0 else { return nil }
+        return max(0, Int(size) - Int(room))
     }
 
     package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
@@ -441,8 +486,9 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
 
     /// How often a registration refused with org.bluez.Error.Failed is tried, and the pause before each retry (times
-    /// the attempt's number).
-    static let registrationAttempts = 5
+    /// the attempt's number): 28 s in all. (Five attempts, 10 s, were not enough in the loaded guest: the kernel
+    /// answered Busy (0x0a) for 13 s after the previous pair's processes had ended, mc-bluez's eighth run.)
+    static let registrationAttempts = 8
     static let registrationRetryDelay: Double = 1
 
     static func isAlreadyExists(_ e: DBusError) -> Bool {
@@ -592,12 +638,16 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
 
     private var listeners: [UInt16: @Sendable () -> Void] = [:]
     private var bridges: [ObjectIdentifier: SeqPacketBridge] = [:]
+    /// The SDU size our channels offer: the largest the socket takes, since the kernel (6.1) gives the peer
+    /// receiveMTU / MPS + 1 credits and nothing else sets them (2048 gave 3 credits, one SDU and a half in flight,
+    /// on 1021-octet LE buffers; 65535 gives 65).
+    package var receiveMTU: UInt16 = BlueZKernelL2CAP.largestReceiveMTU
 
     public func listen(tls: PeerTLSIdentity?, onLink: @escaping @Sendable (PeerLink) -> Void, completion: @escaping @Sendable (UInt16?) -> Void) {
         queue.async { [self] in
             whenPoweredOn { [self] in
                 do {
-                    let l = try sockets.listen(adapterAddress: adapterAddress) { [weak self] fd in
+                    let l = try sockets.listen(adapterAddress: adapterAddress, receiveMTU: receiveMTU) { [weak self] fd in
                         guard let self else { return _ = Glibc.close(fd) }
                         self.queue.async {
                             // The peer's device, as a member's endpoint names it (the session matches the two).
@@ -605,6 +655,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                                 Self.addressOctets(p.address).map { PeerBluetoothEndpoint(address: $0, isRandom: p.random, psm: 0).host }
                             }
                             PeerLog.write("Bluetooth (BlueZ): channel from \(remote ?? "an unknown device") accepted")
+                            if let p = self.sockets.peer(fd) { self.peerLinked(p.address) }
                             self.bridge(fd, remoteHost: remote ?? Self.unknownRemote, asClient: false, tls: tls) { r in if case let .success(link) = r { onLink(link) } }
                         }
                     }
@@ -632,23 +683,74 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     ) {
         guard endpoint.address.count == 6 else { return completion(.failure(.cannotConnect("\(endpoint): not an address"))) }
         let text = endpoint.address.reversed().map { String(format: "%02X", $0) }.joined(separator: ":")
+        let id = makeID()
         queue.async { [self] in
             guard !closed else { return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed"))) }
             whenPoweredOn { [self] in
                 PeerLog.write("Bluetooth (BlueZ): opening a channel to \(endpoint)")
-                sockets.connect(address: text, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress) { [weak self] r in
-                    guard let self else {
-                        if case let .success(fd) = r { Glibc.close(fd) }
-                        return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed")))
-                    }
-                    switch r {
-                    case let .success(fd):
-                        queue.async { self.bridge(fd, remoteHost: endpoint.host, asClient: true, tls: tls, completion: completion) }
-                    case let .failure(e):
-                        completion(.failure(.cannotConnect("\(endpoint.host) PSM 0x\(String(endpoint.psm, radix: 16)): \(e)")))
-                    }
+                startConnect(id, endpoint: endpoint, address: text, tls: tls, completion: completion)
+            }
+        }
+    }
+
+    /// Connects not yet answered, by id: the peer's address, when the attempt began, how to end it, and which attempt
+    /// of the connect it is (a superseded attempt's answer is dropped).
+    private struct Attempt {
+        var address: String
+        var started: Date
+        var cancel: @Sendable () -> Void
+        var generation: Int
+        var retry: () -> Void
+    }
+    private var attempts: [UInt64: Attempt] = [:]
+    /// How long an attempt must have waited before a channel from its peer makes it start again. (Not at once: when
+    /// the kernel's own connection to the peer has just come up, its channel request is on the way; ending it then
+    /// left the next connects unanswered in the guest. Device1.Connected is no sign for the same reason: it is set
+    /// for the kernel's own link too.)
+    package var relinkAfter: TimeInterval = 5
+
+    private func startConnect(
+        _ id: UInt64, endpoint: PeerBluetoothEndpoint, address: String, tls: PeerTLSIdentity?, generation: Int = 0,
+        completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void
+    ) {
+        let cancel = sockets.connect(address: address, random: endpoint.isRandom, psm: endpoint.psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) {
+            [weak self] r in
+            guard let self else {
+                if case let .success(fd) = r { Glibc.close(fd) }
+                return completion(.failure(.cannotConnect("\(endpoint.host): Bluetooth is closed")))
+            }
+            queue.async { [self] in
+                guard attempts[id]?.generation == generation else {
+                    // Superseded by a new attempt over the peer's own link.
+                    if case let .success(fd) = r { Glibc.close(fd) }
+                    return
+                }
+                attempts[id] = nil
+                switch r {
+                case let .success(fd):
+                    bridge(fd, remoteHost: endpoint.host, asClient: true, tls: tls, completion: completion)
+                case let .failure(e):
+                    completion(.failure(.cannotConnect("\(endpoint.host) PSM 0x\(String(endpoint.psm, radix: 16)): \(e)")))
                 }
             }
+        }
+        attempts[id] = Attempt(
+            address: address, started: Date(), cancel: cancel, generation: generation,
+            retry: { [weak self] in self?.startConnect(id, endpoint: endpoint, address: address, tls: tls, generation: generation + 1, completion: completion) })
+    }
+
+    /// `address` opened a channel to us, so it has a link to us: connects of ours to it that have waited `relinkAfter`
+    /// start again, over that link. The kernel (6.1) had started their own LE connection (a scan for
+    /// the peer) before the peer connected to us, and then neither used the peer's link for them nor, while that link
+    /// lasted, connected itself (it does not initiate while it is peripheral to a device): in the guest a GameKit
+    /// picker on bluez waited on four connects in a row, ~45 s each, while the peer kept linking to it.
+    private func peerLinked(_ address: String) {
+        let now = Date()
+        for (id, a) in attempts where a.address.caseInsensitiveCompare(address) == .orderedSame && now.timeIntervalSince(a.started) >= relinkAfter {
+            PeerLog.write("Bluetooth (BlueZ): \(address) linked to us while our channel to it waited; opening it again over that link")
+            attempts[id] = nil
+            a.cancel()
+            a.retry()
         }
     }
 
@@ -658,7 +760,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             return completion(.failure(.cannotConnect("\(remoteHost): Bluetooth is closed")))
         }
         let mtus = sockets.mtus(fd)
-        let made = SeqPacketBridge.start(fd: fd, sendMTU: mtus.send, receiveMTU: mtus.receive) { pairEnd in
+        let sockets = self.sockets
+        let made = SeqPacketBridge.start(fd: fd, sendMTU: mtus.send, receiveMTU: mtus.receive, unsent: { sockets.unsentOctets($0) }) { pairEnd in
             PeerTransport.shared.adopt(socket: pairEnd, remoteHost: remoteHost, asClient: asClient, tls: tls, completion: completion)
         }
         guard let made else { return completion(.failure(.cannotConnect("socketpair: \(String(cString: strerror(errno)))"))) }
@@ -685,6 +788,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             listeners.removeAll()
             for (_, b) in bridges { b.cancel() }
             bridges.removeAll()
+            // Connects still waiting end (their completions get the failure).
+            for (_, a) in attempts { a.cancel() }
             // bluetoothd ends our discovery session (and any registration left) when we leave the bus; the calls above
             // go out before the connection closes.
             let bus = self.bus

@@ -30,6 +30,8 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
 
     struct Registry {
         var nodes: [UInt64: (node: BluetoothPeerNode, users: Int)] = [:]
+        /// Nodes released for the last time whose links are still being disconnected.
+        var closing: [ObjectIdentifier: BluetoothPeerNode] = [:]
         var factory: (@Sendable (String) throws -> LEHost)?
         var sharing: Sharing?
     }
@@ -61,6 +63,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
                 let host = try r.factory.map { try $0(name) } ?? HostFactory.makeHostFromEnvironment(name: name)
                 let node = BluetoothPeerNode(host: host, key: key)
                 r.nodes[key] = (node, 1)
+                _ = Self.closeAtExit
                 return node
             } catch {
                 PeerBluetoothNodes.unavailable("Bluetooth transport unavailable: \(error)")
@@ -71,24 +74,88 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         return made
     }
 
-    /// One user less; the last one powers the node off and forgets it.
+    /// One user less; the last one closes the node (`close`) and forgets it.
     public func release() {
         let last = Self.registry.withLock { r -> Bool in
             guard let e = r.nodes[key], e.node === self else { return false }
             if e.users > 1 { r.nodes[key] = (self, e.users - 1); return false }
             r.nodes[key] = nil
+            r.closing[ObjectIdentifier(self)] = self
             return true
         }
         guard last else { return }
-        loop.execute { [self] in
-            advertTimer.map { loop.cancel($0) }
-            sweepTimer.map { loop.cancel($0) }
-            adverts.removeAll(); browses.removeAll()
-            for (_, c) in host.connections { c.disconnect() }
-            for psm in listeners.keys { host.unpublishL2CAP(psm: psm) }
-            listeners.removeAll()
-            host.powerOff()
+        loop.execute { [self] in close(nil) }
+    }
+
+    /// How long closing waits for the links' Disconnection Complete before the controller is let go.
+    package var releaseWait: LoopTime = .seconds(5)
+    private var closing: (timer: LoopTimer?, done: [() -> Void])?
+    private var closed = false
+
+    /// Stops advertising, browsing and listening, disconnects every link and powers the host off once they are
+    /// gone (or after `releaseWait`); `done` runs then. Powering off at once lost the disconnections: closing the
+    /// HCI user channel drops the commands the kernel has not passed to the controller yet, and the controller
+    /// keeps its links with no host behind them. The peer then held a link that no one answered on, and once the
+    /// next process had reset the controller, the peer's kernel (Linux 6.1) ignored the new link to the same
+    /// address as a duplicate ("Ignoring HCI_Connection_Complete for existing connection"), so the channel
+    /// requests sent on it were never answered (gk-bluez after mc-bluez in the kernel guest).
+    func close(_ done: (() -> Void)?) {
+        loop.assertInLoop()
+        if closed { done?(); return }
+        if closing != nil { if let done { closing?.done.append(done) }; return }
+        closing = (nil, done.map { [$0] } ?? [])
+        advertTimer.map { loop.cancel($0) }
+        sweepTimer.map { loop.cancel($0) }
+        advertTimer = nil
+        sweepTimer = nil
+        adverts.removeAll()
+        browses.removeAll()
+        for psm in listeners.keys { host.unpublishL2CAP(psm: psm) }
+        listeners.removeAll()
+        guard isOn, !host.connections.isEmpty else { return finishClosing() }
+        // The disconnections first: the host sends its commands in order, one at a time, and in the guest the
+        // advertising commands already queued (a rotation's five) took most of the time there was.
+        for (_, c) in host.connections { c.disconnect(reason: .remotePowerOff) }
+        // No new link while the old ones end.
+        host.stopAdvertising()
+        if host.isScanning { host.stopScanning() }
+        closing?.timer = loop.schedule(after: releaseWait) { [weak self] in
+            guard let self, let open = closing.map({ _ in host.connections.count }) else { return }
+            PeerLog.write("Bluetooth: \(open) link(s) still up \(Double(releaseWait) / 1e9) s after their disconnection; closing the controller anyway")
+            finishClosing()
         }
+    }
+
+    private func finishClosing() {
+        guard let c = closing else { return }
+        closing = nil
+        closed = true
+        c.timer.map { loop.cancel($0) }
+        host.powerOff()
+        Self.registry.withLock { _ = $0.closing.removeValue(forKey: ObjectIdentifier(self)) }
+        for d in c.done { d() }
+    }
+
+    /// A process that ends with nodes open (`ble mc` and `ble gk` exit once their work is done, as apps do) closes
+    /// them first, each as `release` closes it, waiting (up to `releaseWait` and a little more) for the links to
+    /// end: on the HCI user channel no one else would end them (the kernel lets the controller go as it is).
+    private static let closeAtExit: Void = { atexit { BluetoothPeerNode.closeAll() } }()
+
+    package static func closeAll() {
+        let nodes = registry.withLock { r -> [BluetoothPeerNode] in
+            let all = r.nodes.values.map(\.node) + r.closing.values
+            r.nodes.removeAll()
+            return all
+        }
+        let group = DispatchGroup()
+        var longest: LoopTime = 0
+        // (A node whose loop is this thread cannot be waited for: its loop would never run the close.)
+        for node in nodes where !node.loop.isInLoop {
+            group.enter()
+            longest = max(longest, node.releaseWait)
+            node.loop.execute { node.close { group.leave() } }
+        }
+        _ = group.wait(timeout: .now() + .nanoseconds(Int(clamping: longest)) + .milliseconds(500))
     }
 
     init(host: LEHost, key: UInt64) {
@@ -167,6 +234,8 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         let entry = Advert(data: advert.advertisingData, scanResponse: PeerAdvert.scanResponse(name: name))
         let id = makeID()
         loop.execute { [self] in
+            // (A closing node takes nothing new: at exit the sessions still react to their peers leaving.)
+            guard closing == nil, !closed else { return }
             adverts[id] = entry
             refreshAdvertising()
         }
@@ -218,6 +287,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
     public func browse(service: [UInt8], _ handler: @escaping @Sendable (BrowseEvent) -> Void) -> UInt64 {
         let id = makeID()
         loop.execute { [self] in
+            guard closing == nil, !closed else { return }
             browses[id] = Browse(service: service, handler: handler)
             refreshScanning()
             scheduleSweep()
@@ -327,6 +397,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
 
     public func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
         idleSince[connection.handle] = nil
+        if closing != nil, host.connections.isEmpty { finishClosing() }
     }
 
     /// Closes links we opened that carried no channel for `idleTimeout`.

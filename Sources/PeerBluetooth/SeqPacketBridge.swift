@@ -7,7 +7,9 @@
 // kernel grants the peer credits as we take SDUs, so a session that stops reading stops the sender after the
 // kernel's window); the pair is read only while the L2CAP socket takes SDUs (a full socket makes the PeerLink's
 // writes back up). Sends are cut at the peer's SDU size. Either side closing closes the other once what is in
-// hand was passed on.
+// hand was passed on; when the session closes, the L2CAP socket is closed only once it has passed on what it was
+// given (`unsent` says 0, the peer closed, or `drainLimit` ran out): closing a kernel L2CAP socket drops the SDUs
+// still waiting in it for credits, so a session's last words (a GameKit photo, Multipeer's goodbye) were lost.
 //
 // Threading: everything on the bridge's own serial queue; the descriptors are the bridge's until it finishes.
 import Foundation
@@ -22,6 +24,12 @@ final class SeqPacketBridge: @unchecked Sendable {
     private var packetFD: Int32
     private var streamFD: Int32
     private let sendMTU: Int
+    /// What the L2CAP socket holds of what it was given (nil: it cannot say; then it is closed at once).
+    private let unsent: (@Sendable (Int32) -> Int?)?
+    /// How long a closing bridge waits for the socket to pass its SDUs on, and how often it looks.
+    static let drainLimit: Double = 30
+    static let drainPoll: Double = 0.05
+    private var drainDeadline: DispatchTime?
     /// The four sources, by `Source`, and which of them run (a suspended source must be resumed before it is
     /// cancelled).
     private var sources: [DispatchSourceProtocol] = []
@@ -47,16 +55,17 @@ final class SeqPacketBridge: @unchecked Sendable {
     /// What ended the L2CAP side (for the log).
     private(set) var endReason = ""
 
-    private init(packetFD: Int32, streamFD: Int32, sendMTU: Int, receiveMTU: Int) {
+    private init(packetFD: Int32, streamFD: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)?) {
         self.packetFD = packetFD
         self.streamFD = streamFD
         self.sendMTU = max(1, sendMTU)
+        self.unsent = unsent
         toStream = [UInt8](repeating: 0, count: max(receiveMTU, 65_535))
     }
 
     /// Bridges `fd` (a connected non-blocking SEQPACKET socket, now the bridge's); the other end of the pair goes
     /// to `adopt`, which owns it from then on. Nil when no socket pair can be made (`fd` is then closed).
-    static func start(fd: Int32, sendMTU: Int, receiveMTU: Int, adopt: (Int32) -> Void) -> SeqPacketBridge? {
+    static func start(fd: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)? = nil, adopt: (Int32) -> Void) -> SeqPacketBridge? {
         var ends: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
             close(fd)
@@ -64,7 +73,7 @@ final class SeqPacketBridge: @unchecked Sendable {
         }
         _ = fcntl(ends[1], F_SETFL, fcntl(ends[1], F_GETFL) | O_NONBLOCK)
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        let b = SeqPacketBridge(packetFD: fd, streamFD: ends[1], sendMTU: sendMTU, receiveMTU: receiveMTU)
+        let b = SeqPacketBridge(packetFD: fd, streamFD: ends[1], sendMTU: sendMTU, receiveMTU: receiveMTU, unsent: unsent)
         b.queue.async { b.startSources() }
         adopt(ends[0])
         return b
@@ -74,9 +83,13 @@ final class SeqPacketBridge: @unchecked Sendable {
         let pr = DispatchSource.makeReadSource(fileDescriptor: packetFD, queue: queue)
         pr.setEventHandler { [self] in packetReadable() }
         let pw = DispatchSource.makeWriteSource(fileDescriptor: packetFD, queue: queue)
+        // Each write handler, once what waited is written, reads on at once: what arrived meanwhile (the session's
+        // last octets and its close together, say) raised no new read event (seen: a session that wrote and closed at
+        // once had its close never read, and its channel stayed open).
         pw.setEventHandler { [self] in
             pause(.packetWrite)
             pumpToPacket()
+            if toPacketOffset >= toPacketCount { streamReadable() }
         }
         let sr = DispatchSource.makeReadSource(fileDescriptor: streamFD, queue: queue)
         sr.setEventHandler { [self] in streamReadable() }
@@ -84,6 +97,7 @@ final class SeqPacketBridge: @unchecked Sendable {
         sw.setEventHandler { [self] in
             pause(.streamWrite)
             pumpToStream()
+            if toStreamOffset >= toStreamCount { packetReadable() }
         }
         sources = [pr, pw, sr, sw]
         resume(.packetRead)
@@ -139,6 +153,12 @@ final class SeqPacketBridge: @unchecked Sendable {
             }
             let code = errno
             if n < 0, code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return resume(.streamWrite) }
+            // The session has gone while our last SDUs still wait in the socket: what the peer sends now has no
+            // reader, and is dropped rather than ending the channel before they are passed on.
+            if streamEnded, code == EPIPE || code == ECONNRESET {
+                toStreamOffset = toStreamCount
+                break
+            }
             return finish("the session's socket failed: \(String(cString: strerror(code)))")
         }
         toStreamCount = 0
@@ -155,20 +175,26 @@ final class SeqPacketBridge: @unchecked Sendable {
     // MARK: pair → L2CAP
 
     private func streamReadable() {
-        guard !finished, !streamEnded, toPacketOffset >= toPacketCount else { return pause(.streamRead) }
-        let n = toPacket.withUnsafeMutableBytes { recv(streamFD, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-        if n > 0 {
-            toPacketCount = n
-            toPacketOffset = 0
+        // Until the pair has nothing more (or the socket is full): a read event is not raised again for what was
+        // already there when the last one came.
+        while true {
+            guard !finished, !streamEnded else { return pause(.streamRead) }
+            guard toPacketOffset >= toPacketCount else { return }   // the socket is full: its write event goes on
+            let n = toPacket.withUnsafeMutableBytes { recv(streamFD, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            if n > 0 {
+                toPacketCount = n
+                toPacketOffset = 0
+                pumpToPacket()
+                continue
+            }
+            let code = errno
+            if n < 0, code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return }
+            // The session closed its side: the channel closes once what it gave has been sent.
+            streamEnded = true
+            pause(.streamRead)
+            if packetEnded { return finish(nil) }
             return pumpToPacket()
         }
-        let code = errno
-        if n < 0, code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return }
-        // The session closed its side: the channel closes once what it gave has been sent.
-        streamEnded = true
-        pause(.streamRead)
-        if packetEnded { return finish(nil) }
-        pumpToPacket()
     }
 
     private func pumpToPacket() {
@@ -191,8 +217,19 @@ final class SeqPacketBridge: @unchecked Sendable {
         }
         toPacketCount = 0
         toPacketOffset = 0
-        if streamEnded { return finish(nil) }
+        if streamEnded { return drainThenFinish() }
         resume(.streamRead)
+    }
+
+    /// The session has closed and every SDU was given to the socket: closes once the socket has passed them on.
+    private func drainThenFinish() {
+        guard !finished else { return }
+        guard !packetEnded, let left = unsent?(packetFD), left > 0 else { return finish(nil) }
+        let now = DispatchTime.now()
+        let deadline = drainDeadline ?? now + Self.drainLimit
+        drainDeadline = deadline
+        guard now < deadline else { return finish("closed with \(left) octets not passed on after \(Int(Self.drainLimit)) s") }
+        queue.asyncAfter(deadline: now + Self.drainPoll) { [self] in drainThenFinish() }
     }
 
     // MARK: End

@@ -110,7 +110,19 @@ struct BenchClassicCommand: ParsableCommand {
             guard let sc else { throw ValidationError("--scenario send, receive, ping or pong") }
             guard let address = BluetoothAddress(string: peer, type: .random) else { throw ValidationError("--peer: not an address") }
             let result: BenchResult
-            if mode == .l2cap {
+            if let bluez = BlueZTool.options {
+                // bluetoothd keeps the adapter: bumble-bench's L2CAP protocol over the kernel's sockets (BenchPeerBlueZ).
+                guard mode == .l2cap else {
+                    throw ToolError(
+                        BlueZTool.needsOwnController(bluez) + ". bumble-bench's GATT protocol needs our own host; its L2CAP protocol "
+                            + "(`ble bench peer --l2cap`) runs here, over the kernel's L2CAP sockets")
+                }
+                let packet = CommandLine.arguments.contains("--size") ? size : 1024
+                guard (12...65_535).contains(packet) else { throw ValidationError("--size must be 12…65535 with --role and --mode l2cap") }
+                let total = CommandLine.arguments.contains("--count") ? count : (sc == .ping ? 100 : max(1, 1_000_000 / packet))
+                let bench = BenchPeerBlueZ(options: bluez, role: r, scenario: sc, size: packet, count: total, peer: address)
+                result = try bench.run(timeout: timeout, interval: CommandLine.arguments.contains("--interval") ? interval : nil)
+            } else if mode == .l2cap {
                 // bumble-bench's L2CAP packets count their 2-octet length prefix; 1024 fills one SDU.
                 let packet = CommandLine.arguments.contains("--size") ? size : 1024
                 guard (12...65_535).contains(packet) else { throw ValidationError("--size must be 12…65535 with --role and --mode l2cap") }

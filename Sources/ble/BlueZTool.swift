@@ -18,7 +18,7 @@ enum BlueZTool {
     /// Why a command that opens a controller of its own does not run on bluez.
     static func needsOwnController(_ o: BlueZOptions) -> String {
         "BLE_TRANSPORT=\(transportName(o)): this command runs our own host on a controller of its own, and bluetoothd keeps the "
-            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble gatt`, `ble read`, `ble write`, `ble subscribe`, `ble shell`, `ble serve`, `ble pair`, `ble bonds`, `ble send`, `ble receive`, `ble demo`; the others need hci-socket:N "
+            + "adapter on this backend. Through bluetoothd: `ble scan`, `ble gatt`, `ble read`, `ble write`, `ble subscribe`, `ble shell`, `ble serve`, `ble pair`, `ble bonds`, `ble send`, `ble receive`, `ble demo`, `ble mc`, `ble gk`, `ble bench peer --l2cap`; the others need hci-socket:N "
             + "(an adapter bluetoothd lets go; `ble doctor` says which)"
     }
 

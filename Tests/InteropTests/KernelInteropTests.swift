@@ -30,7 +30,7 @@ enum KernelGuest {
         // bluez found no advertisement): not explained yet, so nothing that runs after them uses bluez's scan.
         "manager-vanish", "cb-l2cap-bluez", "l2cap-l2test", "privacy",
         "cb-explore-bluez", "cb-flows-bluez",
-        "mc-bluez",
+        "mc-bluez", "gk-bluez",
     ]
 
     struct Run {
@@ -243,4 +243,7 @@ struct KernelInteropTests {
         "Multipeer Connectivity on BLE_TRANSPORT=bluez (LEAdvertisingManager1, Device1's ServiceData, the kernel's L2CAP sockets) with ble mc on hci-socket:1: found, invited, chat both ways and a photo as a resource; the bluez peer browsing, then advertising"
     )
     func multipeerOnBlueZ() throws { try KernelGuest.expectPassed("mc-bluez") }
+
+    @Test("GameKit on BLE_TRANSPORT=bluez with ble gk on hci-socket:1: a peer picker finds the session, connects and sends a photo; the bluez peer picking, then serving")
+    func gameKitOnBlueZ() throws { try KernelGuest.expectPassed("gk-bluez") }
 }

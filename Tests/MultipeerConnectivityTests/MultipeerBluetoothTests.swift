@@ -1,9 +1,12 @@
 // Multipeer Connectivity over Bluetooth LE only: discovery from LE adverts, sessions over L2CAP channels,
 // on a virtual radio of the test's own (no network is used, so these run anywhere).
 import Foundation
+import Synchronization
 import Testing
 @testable import MultipeerConnectivity
 import PeerBluetooth
+import PeerSession
+import BLEHCI
 import BLEHost
 import BLEVirtualRadio
 import BLETransport
@@ -137,6 +140,55 @@ struct MultipeerBluetoothTests {
         Thread.sleep(forTimeInterval: 1.5)
         // Adverts keep arriving every 100 ms: still one foundPeer.
         #expect(p.found.lock.withLock { p.found.found.count } == 1)
+    }
+
+    /// A node closed with links up (its last release, or the process ending: BluetoothPeerNode.closeAll, which
+    /// `ble mc` and `ble gk` reach through exit) ends each link itself before it lets the controller go: every peer
+    /// hears the disconnection, none is left with a link no host answers on, none waits for a timeout. (Before:
+    /// the controller was closed right after the first Disconnect command; in the kernel guest the peer's kernel
+    /// kept such a link and ignored the next link to the same address.)
+    @Test func aClosedNodeEndsEachOfItsLinksFirst() throws {
+        let air = try BluetoothAirFixture()
+        defer { air.stop() }
+        final class Peer: HostPeripheralDelegate, @unchecked Sendable {
+            var reasons: [HCIStatus] = []
+            func host(_ host: LEHost, didConnect connection: HostConnection) {}
+            func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) { reasons.append(reason) }
+            func host(_ host: LEHost, didReceiveRead request: HostReadRequest) {}
+            func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {}
+            func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {}
+        }
+        let loop = air.air.loop
+        var peers: [(host: LEHost, peer: Peer)] = []
+        for i in 0..<4 {
+            let h = try HostFactory.makeHost(on: air.air, name: "linked\(i)")
+            let d = Peer()
+            loop.sync {
+                h.peripheralDelegate = d
+                h.powerOn()
+            }
+            peers.append((h, d))
+        }
+        try waitFor("peers on", seconds: 10) { loop.sync { peers.allSatisfy { $0.host.powerState == .on } } }
+        for (h, _) in peers { loop.sync { h.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6])) } }
+        func reasons(_ some: ArraySlice<(host: LEHost, peer: Peer)>) -> [[HCIStatus]] { loop.sync { some.map(\.peer.reasons) } }
+        // Two nodes, each linked to two peers (a channel asked for on a PSM no one serves: the link stays up).
+        for (token, linked) in [(UInt64(0xC1), peers[0..<2]), (UInt64(0xC2), peers[2..<4])] {
+            let node = try #require(PeerBluetoothNodes.acquire(forPeer: token) as? BluetoothPeerNode)
+            try waitFor("node on", seconds: 10) { node.address != nil }
+            let answers = Mutex(0)
+            for (h, _) in linked {
+                let address = loop.sync { h.localAddress }
+                node.connect(to: PeerBluetoothEndpoint(address: address.bytes, isRandom: address.type.isRandom, psm: 0x00F1), tls: nil) { _ in
+                    answers.withLock { $0 += 1 }
+                }
+            }
+            try waitFor("links up", seconds: 15) { answers.withLock { $0 } == 2 && loop.sync { node.host.connections.count } == 2 }
+            if token == 0xC1 { node.release() } else { BluetoothPeerNode.closeAll() }
+            try waitFor("both peers disconnected", seconds: 15) { reasons(linked).allSatisfy { !$0.isEmpty } }
+            #expect(reasons(linked) == [[.remotePowerOff], [.remotePowerOff]])
+            try waitFor("controller let go", seconds: 5) { loop.sync { node.host.powerState } == .off }
+        }
     }
 }
 

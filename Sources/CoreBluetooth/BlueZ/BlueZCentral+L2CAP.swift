@@ -37,20 +37,37 @@ final class BlueZL2CAPConnect: @unchecked Sendable {
     private var source: DispatchSourceWrite?
     private var done: ((Result<Int32, BlueZL2CAP.SocketError>) -> Void)?
 
+    /// Ends a connect that has not finished: its socket is closed (the kernel drops the attempt) and `done` runs with
+    /// ECANCELED. Nothing when it has finished.
+    final class Cancellation: @unchecked Sendable {
+        fileprivate var cancelled = false
+        fileprivate var connect: BlueZL2CAPConnect?
+        func cancel() {
+            BlueZL2CAPConnect.queue.async { [self] in
+                cancelled = true
+                connect?.cancel()
+                connect = nil
+            }
+        }
+    }
+
     private init(fd: Int32, done: @escaping (Result<Int32, BlueZL2CAP.SocketError>) -> Void) {
         self.fd = fd
         self.done = done
     }
 
     /// `done` runs once, on `queue`, with the connected socket (now the caller's) or why it failed.
+    @discardableResult
     static func start(
         remote: BlueZL2CAP.SocketAddress, local: BlueZL2CAP.SocketAddress?, security: UInt8 = BlueZL2CAP.securityLow,
-        done: @escaping @Sendable (Result<Int32, BlueZL2CAP.SocketError>) -> Void
-    ) {
+        receiveMTU: UInt16 = BlueZL2CAP.receiveMTU, done: @escaping @Sendable (Result<Int32, BlueZL2CAP.SocketError>) -> Void
+    ) -> Cancellation {
+        let cancellation = Cancellation()
         queue.async {
+            if cancellation.cancelled { return done(.failure(BlueZL2CAP.SocketError(call: "connect", code: ECANCELED))) }
             let fd: Int32
             do {
-                fd = try BlueZL2CAP.makeSocket(local: local, security: security)
+                fd = try BlueZL2CAP.makeSocket(local: local, security: security, receiveMTU: receiveMTU)
                 if try BlueZL2CAP.connect(fd, remote) { return done(.success(fd)) }
             } catch let e as BlueZL2CAP.SocketError {
                 return done(.failure(e))
@@ -62,8 +79,21 @@ final class BlueZL2CAPConnect: @unchecked Sendable {
             // The source keeps the connect alive until it fires.
             s.setEventHandler { c.connected() }
             c.source = s
+            cancellation.connect = c
             s.resume()
         }
+        return cancellation
+    }
+
+    private func cancel() {
+        guard let done else { return }
+        self.done = nil
+        let s = source
+        source = nil
+        let fd = self.fd
+        s?.setCancelHandler { close(fd) }
+        s?.cancel()
+        done(.failure(BlueZL2CAP.SocketError(call: "connect", code: ECANCELED)))
     }
 
     private func connected() {

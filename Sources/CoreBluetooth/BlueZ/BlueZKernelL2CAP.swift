@@ -14,18 +14,23 @@ package enum BlueZKernelL2CAP {
         package var errno: Int32
     }
 
+    /// The largest SDU a socket can be given to receive (BT_RCVMTU is 16 bits): the kernel then grants the peer
+    /// 65535 / MPS + 1 credits (65 on 1021-octet LE buffers, 2850 on 27-octet ones).
+    package static let largestReceiveMTU: UInt16 = 65535
+
     /// A listening socket on a PSM the kernel picks (LE public address type at `adapterAddress`, "AA:BB:…"; nil:
-    /// any adapter), no encryption asked. Accepted sockets are non-blocking; `onAccept` runs on the listener's queue.
+    /// any adapter), no encryption asked, offering SDUs of `receiveMTU`. Accepted sockets are non-blocking;
+    /// `onAccept` runs on the listener's queue.
     package final class Listener: @unchecked Sendable {
         private let inner: BlueZL2CAPListener
         package var psm: UInt16 { inner.psm }
 
-        package init(adapterAddress: String?) throws(Failure) {
+        package init(adapterAddress: String?, psm: UInt16 = 0, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU) throws(Failure) {
             let local =
-                adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
-                ?? BlueZL2CAP.SocketAddress(psm: 0, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
+                adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: psm, address: $0, type: .lePublic) }
+                ?? BlueZL2CAP.SocketAddress(psm: psm, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
             do {
-                inner = try BlueZL2CAPListener(local: local, security: BlueZL2CAP.securityLow)
+                inner = try BlueZL2CAPListener(local: local, security: BlueZL2CAP.securityLow, receiveMTU: receiveMTU)
             } catch {
                 throw Failure(description: error.description, errno: error.code)
             }
@@ -35,19 +40,28 @@ package enum BlueZKernelL2CAP {
         package func close() { inner.close() }
     }
 
-    /// Connects to `psm` at `address` ("AA:BB:…", `random` for an LE random address), from `adapterAddress`;
-    /// `done` runs once with the connected non-blocking socket (now the caller's) or the kernel's refusal.
+    /// Connects to `psm` at `address` ("AA:BB:…", `random` for an LE random address), from `adapterAddress`,
+    /// offering SDUs of `receiveMTU`; `done` runs once with the connected non-blocking socket (now the caller's)
+    /// or the kernel's refusal. The closure returned ends the attempt if it has not finished (`done` then gets
+    /// ECANCELED).
+    @discardableResult
     package static func connect(
-        address: String, random: Bool, psm: UInt16, adapterAddress: String?,
+        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU,
         done: @escaping @Sendable (Result<Int32, Failure>) -> Void
-    ) {
+    ) -> @Sendable () -> Void {
         guard let remote = BlueZL2CAP.SocketAddress(psm: psm, address: address, type: random ? .leRandom : .lePublic) else {
-            return done(.failure(Failure(description: "\(address): not a Bluetooth address", errno: EINVAL)))
+            done(.failure(Failure(description: "\(address): not a Bluetooth address", errno: EINVAL)))
+            return {}
         }
-        let local = adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
-        BlueZL2CAPConnect.start(remote: remote, local: local) { r in
+        // Bound to an LE address type even when any adapter will do: the kernel takes BT_RCVMTU only on a socket
+        // whose source is LE (unbound, the channel offered its default MTU, 672, seen from `ble bench peer`).
+        let local =
+            adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
+            ?? BlueZL2CAP.SocketAddress(psm: 0, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
+        let attempt = BlueZL2CAPConnect.start(remote: remote, local: local, receiveMTU: receiveMTU) { r in
             done(r.mapError { Failure(description: $0.description, errno: $0.code) })
         }
+        return { attempt.cancel() }
     }
 
     /// The address of a connected socket's peer ("AA:BB:…", and whether it is an LE random address).

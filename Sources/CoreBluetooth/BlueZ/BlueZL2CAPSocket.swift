@@ -27,7 +27,8 @@ enum BlueZL2CAP {
     /// BT_SECURITY levels: LOW (no encryption), MEDIUM (encrypted, unauthenticated key allowed).
     static let securityLow: UInt8 = 1
     static let securityMedium: UInt8 = 2
-    /// What we offer to receive per SDU.
+    /// What we offer to receive per SDU. (The kernel grants the peer receiveMTU / MPS + 1 credits, its MPS being
+    /// the controller's LE buffer size less 4: 3 credits at 2048 on 1021-octet buffers.)
     static let receiveMTU: UInt16 = 2048
 
     enum AddressType: UInt8, Sendable {
@@ -124,7 +125,7 @@ enum BlueZL2CAP {
     }
 
     /// A non-blocking L2CAP SEQPACKET socket bound to `local` (psm 0 for a client: any).
-    static func makeSocket(local: SocketAddress?, security: UInt8) throws(SocketError) -> Int32 {
+    static func makeSocket(local: SocketAddress?, security: UInt8, receiveMTU: UInt16 = receiveMTU) throws(SocketError) -> Int32 {
         let fd = socket(afBluetooth, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), btprotoL2CAP)
         guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
         do throws(SocketError) {

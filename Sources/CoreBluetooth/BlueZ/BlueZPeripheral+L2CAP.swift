@@ -68,8 +68,9 @@ final class BlueZL2CAPListener: @unchecked Sendable {
     private var channels: [WeakChannel] = []
     private struct WeakChannel { weak var channel: BlueZL2CAPChannel? }
 
-    init(local: BlueZL2CAP.SocketAddress, security: UInt8) throws(BlueZL2CAP.SocketError) {
-        let fd = try BlueZL2CAP.makeSocket(local: local, security: security)
+    init(local: BlueZL2CAP.SocketAddress, security: UInt8, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU) throws(BlueZL2CAP.SocketError) {
+        // (Accepted sockets inherit the listener's receive MTU.)
+        let fd = try BlueZL2CAP.makeSocket(local: local, security: security, receiveMTU: receiveMTU)
         guard listen(fd, 8) == 0, let bound = BlueZL2CAP.localAddress(fd), bound.psm != 0 else {
             let e = BlueZL2CAP.SocketError(call: "listen", code: errno)
             Glibc.close(fd)

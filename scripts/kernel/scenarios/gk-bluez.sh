@@ -1,15 +1,17 @@
 # timeout: 600
-# GameKit's photo demo over Bluetooth on BLE_TRANSPORT=bluez:hci0 (issue 28), not in the kernel group yet: `ble gk
-# session` (a GKSession in peer mode, accepting) and `ble gk pick` (GKPeerPickerController, which connects to it and
-# sends an 8 KB photo with sendData(toAllPeers:with:)), one on bluez and one on our own stack on hci-socket:1,
-# MC_TRANSPORTS=bluetooth; the bluez peer picking, then serving. Booted alone it passed twice (picks 109 and 129 s,
-# serves 91 and 45 s). After mc-bluez in the same boot it failed twice, not explained yet: once (its pairs then in
-# mc-bluez's script, no new controllers between) our host's session connected to the bluez picker (bluez as
-# peripheral) and sent an LE Credit Based Connection Request to the PSM of its advert, which the kernel (6.1) never
-# answered (our host gave up after its 30 s signalling timeout) while a request of the kernel's own to our host 8 s
-# later went through, and a later one of the kernel's was refused by our host with "Source CID already allocated"
-# (0x000A); once (as its own scenario after mc-bluez) `ble gk session` found hci1 held by the kernel's stack (up)
-# for the whole run. Run it alone: scripts/kernel/run --out DIR gk-bluez.
+# GameKit's photo demo over Bluetooth on BLE_TRANSPORT=bluez:hci0 (issue 28): `ble gk session` (a GKSession in peer
+# mode, accepting) and `ble gk pick` (GKPeerPickerController, which connects to it and sends an 8 KB photo with
+# sendData(toAllPeers:with:)), one on bluez and one on our own stack on hci-socket:1, MC_TRANSPORTS=bluetooth; the
+# bluez peer picking, then serving. It runs after mc-bluez in the group. It failed there twice, and in its own second
+# pair once, while our host let the controller go with its links up (`ble gk` and `ble mc` end with exit(), and the
+# node closed the user channel right after its first Disconnect command): the controller kept the link, the guest's
+# kernel kept its side, and once the next process had reset hci1, the kernel ignored the new link to the same
+# address ("Ignoring HCI_Connection_Complete for existing connection", "ACL packet for unknown connection handle")
+# and sent its channel requests on the dead one, so neither side's LE credit-based connection request was answered.
+# Our node now disconnects every link (0x15) and waits for it before it lets the controller go, at exit too. When
+# both peers connect to each other at once, the kernel keeps the bluez peer's channel waiting on its own LE
+# connection attempt; BlueZPeerNode opens it again over the peer's link once a channel from the peer arrives (after
+# 5 s). Passed after mc-bluez in three boots (r2, r7, r8 of issue 28's gkb session: 191, 200 and 198 s).
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
 # No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link

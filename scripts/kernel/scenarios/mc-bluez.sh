@@ -9,8 +9,7 @@
 # machine was busy, and a resource chunk behind a 16 KB TLS record then outlasted the sessions' 10 s silence limit
 # (seen with 64 KB and 16 KB photos over TLS while this machine was also building; 16 KB passed twice when it was
 # not). Both adapters
-# are made anew with 1021-octet LE buffers (fast_controllers), as for the L2CAP rows. (GameKit: gk-bluez.sh, not in
-# the group yet.)
+# are made anew with 1021-octet LE buffers (fast_controllers), as for the L2CAP rows. (GameKit: gk-bluez.sh, next.)
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
 # No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link

@@ -1,0 +1,283 @@
+// `ble bench peer --mode l2cap` on BLE_TRANSPORT=bluez[:hciN]: one side of bumble-bench's L2CAP protocol
+// (BenchPeerL2CAP.swift: SPSM 128, packets framed by a 2-octet big-endian length, RESET, SEQUENCE, ACK) over the
+// kernel's LE credit-based L2CAP sockets, while bluetoothd keeps the adapter. The central connects a socket to the
+// peer's SPSM 128 (the kernel makes the LE link); the peripheral listens on SPSM 128 and advertises "Speed
+// Peripheral" through bluetoothd (a CBPeripheralManager on bluez).
+//
+// What it cannot do, said on standard error when asked for: set the connection parameters (the kernel chooses the
+// interval, 30-50 ms by default, and a peer may ask for others; --interval is not applied), or take the peripheral
+// address bumble-bench uses (F1:F1:…): the peripheral advertises from the adapter's own address, which the
+// central's --peer must then name. The credits are the kernel's: receive MTU / MPS + 1 (65535 asked, as
+// Multipeer's channels on bluez ask).
+//
+// Threading: the transfer runs on a thread of its own with a blocking socket (a send waits for credits); `run`
+// waits for it.
+import CoreBluetooth
+import Foundation
+import BLEWire
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Sendable {
+    typealias Role = BenchPeer.Role
+    typealias Scenario = BenchPeer.Scenario
+
+    let options: BlueZOptions
+    let role: Role, scenario: Scenario
+    let size: Int, count: Int
+    let peer: BluetoothAddress
+    private let done = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var failure: String?
+    private var manager: CBPeripheralManager?
+    private var listener: BlueZKernelL2CAP.Listener?
+    private var fd: Int32 = -1
+    private var deframer = SpeedL2CAP.Deframer()
+    private var sent = 0, received = 0, receivedBytes = 0, sentBytes = 0
+    private var start = 0.0, end = 0.0, cpuStart = 0.0, cpuEnd = 0.0
+    private var rtts: [Double] = []
+    private var lastPing = 0.0
+    private var sendMTU = 23
+    static let receiveMTU = BlueZKernelL2CAP.largestReceiveMTU
+
+    init(options: BlueZOptions, role: Role, scenario: Scenario, size: Int, count: Int, peer: BluetoothAddress) {
+        self.options = options
+        self.role = role
+        self.scenario = scenario
+        self.size = size
+        self.count = count
+        self.peer = peer
+    }
+
+    func say(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
+    func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    private func fail(_ why: String) {
+        lock.withLock { if failure == nil { failure = why } }
+        done.signal()
+    }
+
+    func run(timeout: Double, interval: Double?) throws -> BenchResult {
+        if let interval {
+            say(
+                "--interval \(interval) ms is not applied on \(BlueZTool.transportName(options)): the kernel chooses the connection parameters "
+                    + "(its default interval is 30-50 ms; root can change it in /sys/kernel/debug/bluetooth/hciN/conn_{min,max}_interval)")
+        }
+        switch role {
+        case .central: connect()
+        case .peripheral: serve()
+        }
+        guard done.wait(timeout: .now() + timeout) == .success else {
+            throw BenchError("timed out (\(received) packets received, \(sent) sent)")
+        }
+        if let failure = lock.withLock({ failure }) { throw BenchError(failure) }
+        // Let the last ACK leave before the socket closes (closing drops what the kernel still holds).
+        usleep(200_000)
+        if fd >= 0 { close(fd) }
+        listener?.close()
+        manager?.stopAdvertising()
+        let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
+        return BenchResult(
+            mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol, kernel L2CAP socket on \(BlueZTool.transportName(options)))",
+            bytes: bytes, packets: max(sent, received), seconds: end - start, cpuSeconds: cpuEnd - cpuStart, rtts: rtts, cost: nil)
+    }
+
+    // MARK: Central: a socket connected to the peer's SPSM.
+
+    private func connect() {
+        let text = peer.bytes.reversed().map { String(format: "%02X", $0) }.joined(separator: ":")
+        say("connecting to \(peer) SPSM \(SpeedL2CAP.psm) through the kernel (\(BlueZTool.transportName(options)))")
+        BlueZKernelL2CAP.connect(
+            address: text, random: peer.type.isRandom, psm: SpeedL2CAP.psm, adapterAddress: nil, receiveMTU: Self.receiveMTU
+        ) { [self] r in
+            switch r {
+            case let .success(fd): attach(fd)
+            case let .failure(e): fail("cannot open SPSM \(SpeedL2CAP.psm) on \(peer): \(e)")
+            }
+        }
+    }
+
+    // MARK: Peripheral: a listener on SPSM 128, advertised through bluetoothd.
+
+    private func serve() {
+        do {
+            let l = try BlueZKernelL2CAP.Listener(adapterAddress: nil, psm: SpeedL2CAP.psm, receiveMTU: Self.receiveMTU)
+            l.start { [self] fd in
+                let first = lock.withLock { () -> Bool in
+                    guard self.fd < 0 else { return false }
+                    self.fd = fd
+                    return true
+                }
+                guard first else { return _ = close(fd) }
+                attach(fd)
+            }
+            listener = l
+        } catch {
+            return fail("cannot listen on SPSM \(SpeedL2CAP.psm): \(error)")
+        }
+        manager = CBPeripheralManager(delegate: self, queue: DispatchQueue(label: "bench.bluez.advertising"))
+    }
+
+    func peripheralManagerDidUpdateState(_ peripheral: CBPeripheralManager) {
+        guard peripheral.state == .poweredOn else { return }
+        peripheral.startAdvertising([CBAdvertisementDataLocalNameKey: "Speed Peripheral"])
+    }
+
+    func peripheralManagerDidStartAdvertising(_ peripheral: CBPeripheralManager, error: (any Error)?) {
+        if let error { return fail("advertising failed: \(error.localizedDescription)") }
+        say(
+            "advertising \"Speed Peripheral\" through bluetoothd (\(BlueZTool.transportName(options))), SPSM \(SpeedL2CAP.psm), "
+                + "from the adapter's own address (bluetoothd does not take bumble-bench's \(peer)): give it to the central's --peer")
+    }
+
+    // MARK: The channel
+
+    private func attach(_ fd: Int32) {
+        self.fd = fd
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        let mtus = BlueZKernelL2CAP.mtus(fd)
+        sendMTU = max(1, mtus.send)
+        say("channel open: the peer takes SDUs of \(mtus.send) octets, we offered \(mtus.receive)")
+        let t = Thread { [self] in transfer() }
+        t.name = "bench-bluez"
+        t.start()
+    }
+
+    private func transfer() {
+        if scenario == .send || scenario == .ping {
+            markStart()
+            guard write(.reset) else { return }
+        }
+        switch scenario {
+        case .send:
+            var outgoing: [UInt8] = []
+            while sent < count {
+                while outgoing.count < sendMTU, sent < count { outgoing += SpeedL2CAP.frame(nextSequence().encode()) }
+                while outgoing.count >= sendMTU || (sent == count && !outgoing.isEmpty) {
+                    let n = min(sendMTU, outgoing.count)
+                    guard sendSDU(Array(outgoing[0..<n])) else { return }
+                    outgoing.removeFirst(n)
+                }
+            }
+            readUntilDone()
+        case .ping:
+            ping()
+            readUntilDone()
+        case .receive, .pong:
+            readUntilDone()
+        }
+    }
+
+    private func nextSequence() -> SpeedProtocol.Packet {
+        let p = SpeedProtocol.Packet.sequence(
+            last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)),
+            payloadSize: max(0, size - 12))
+        sent += 1
+        sentBytes += size
+        if sent % 1024 == 0 { say("sent \(sent)/\(count)") }
+        return p
+    }
+
+    private func ping() {
+        guard sent < count else { return }
+        lastPing = now()
+        _ = write(nextSequence())
+    }
+
+    /// One packet, framed, in SDUs of the peer's MTU.
+    private func write(_ p: SpeedProtocol.Packet) -> Bool {
+        var bytes = SpeedL2CAP.frame(p.encode())
+        while !bytes.isEmpty {
+            let n = min(sendMTU, bytes.count)
+            guard sendSDU(Array(bytes[0..<n])) else { return false }
+            bytes.removeFirst(n)
+        }
+        return true
+    }
+
+    private func sendSDU(_ sdu: [UInt8]) -> Bool {
+        while true {
+            let n = sdu.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n == sdu.count { return true }
+            if n < 0, errno == EINTR { continue }
+            fail("send: \(n < 0 ? String(cString: strerror(errno)) : "\(n) of \(sdu.count) octets")")
+            return false
+        }
+    }
+
+    private func readUntilDone() {
+        var buffer = [UInt8](repeating: 0, count: Int(Self.receiveMTU))
+        while lock.withLock({ failure == nil }) {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else {
+                if end == 0 { fail(n == 0 ? "the channel closed" : "recv: \(String(cString: strerror(errno)))") }
+                return
+            }
+            for p in deframer.feed(Array(buffer[0..<n])) where packetArrived(p) { return }
+        }
+    }
+
+    /// Handles one packet; true once the transfer is over.
+    private func packetArrived(_ bytes: [UInt8]) -> Bool {
+        guard let p = SpeedProtocol.Packet.decode(bytes) else {
+            say("invalid packet (\(bytes.count) octets)")
+            return false
+        }
+        switch (p, scenario) {
+        case (.reset, _):
+            received = 0
+            receivedBytes = 0
+            markStart()
+        case let (.sequence(last, seq, _, _), .receive):
+            received += 1
+            receivedBytes += bytes.count + 2
+            if received % 1024 == 0 { say("received \(received)") }
+            if last {
+                markEnd()
+                _ = write(.ack(last: true, sequence: seq))
+                done.signal()
+                return true
+            }
+        case let (.sequence(last, seq, _, _), .pong):
+            received += 1
+            receivedBytes += bytes.count + 2
+            if received == 1 { markStart() }
+            _ = write(.ack(last: last, sequence: seq))
+            if last {
+                markEnd()
+                done.signal()
+                return true
+            }
+        case let (.ack(last, _), .send):
+            markEnd()
+            if last {
+                done.signal()
+                return true
+            }
+        case let (.ack(last, _), .ping):
+            rtts.append((now() - lastPing) * 1000)
+            received += 1
+            if last || sent >= count {
+                markEnd()
+                done.signal()
+                return true
+            }
+            ping()
+        default:
+            break
+        }
+        return false
+    }
+
+    private func markStart() {
+        start = now()
+        cpuStart = cpuSeconds()
+    }
+
+    private func markEnd() {
+        end = now()
+        cpuEnd = cpuSeconds()
+    }
+}

@@ -1,0 +1,41 @@
+# timeout: 600
+# `ble bench peer --l2cap` on BLE_TRANSPORT=bluez:hci0 (issue 28), a measurement, not in the kernel group: one side of
+# bumble-bench's L2CAP protocol over the kernel's L2CAP sockets (bluetoothd keeps hci0), the other our own stack on
+# hci-socket:1. 1 MB each way (send/receive, 1024-octet packets) and 100 pings, each figure printed by both sides.
+# Both adapters are made anew with 1021-octet LE buffers (fast_controllers), as for the other L2CAP rows.
+start_bluez || fail "BlueZ did not start"
+fast_controllers || fail "no fast controllers"
+release 1
+hci0=$(address 0)
+pids=""
+trap 'kill $pids 2>/dev/null || true' EXIT
+
+# run_bench NAME PERIPHERAL_TRANSPORT PERIPHERAL_SCENARIO CENTRAL_TRANSPORT CENTRAL_SCENARIO PEER [ARGS…]
+run_bench() {
+    local name=$1 p_env=$2 p_sc=$3 c_env=$4 c_sc=$5 peer=$6 p c rc_p=0 rc_c=0 start=$SECONDS
+    shift 6
+    p="$OCB_OUT/$OCB_SCENARIO.$name.peripheral.log"
+    c="$OCB_OUT/$OCB_SCENARIO.$name.central.log"
+    env BLE_TRANSPORT="$p_env" "$OCB_BLE" bench peer peripheral --l2cap --scenario "$p_sc" --timeout 200 "$@" > "$p" 2>&1 &
+    local per=$!
+    pids="$pids $per"
+    wait_for "$p" "^advertising" 40 || { cat "$p"; fail "$name: the peripheral did not advertise"; }
+    env BLE_TRANSPORT="$c_env" "$OCB_BLE" bench peer central --l2cap --scenario "$c_sc" --peer "$peer" --timeout 200 "$@" > "$c" 2>&1 &
+    local cen=$!
+    pids="$pids $cen"
+    wait_exit $cen 220 || rc_c=$?
+    wait_exit $per 30 || rc_p=$?
+    log "$name: done in $((SECONDS - start)) s"
+    grep -av '^{' "$c" | tail -4 >&2
+    grep -av '^{' "$p" | tail -4 >&2
+    [ $rc_c -eq 0 ] || fail "$name: the central exited $rc_c"
+    [ $rc_p -eq 0 ] || fail "$name: the peripheral exited $rc_p"
+}
+
+# bluez central sends to our peripheral (which takes bumble-bench's F1:F1:F1:F1:F1:F1), and pings it.
+run_bench bluez-sends hci-socket:1 receive bluez:hci0 send F1:F1:F1:F1:F1:F1/R
+run_bench bluez-pings hci-socket:1 pong bluez:hci0 ping F1:F1:F1:F1:F1:F1/R
+# Our central sends to the bluez peripheral (advertising through bluetoothd from hci0's own address).
+run_bench bluez-receives bluez:hci0 receive hci-socket:1 send "$hci0/P"
+hciconfig hci0 | grep -q "UP RUNNING" || fail "hci0 is no longer up"
+log "ok"
