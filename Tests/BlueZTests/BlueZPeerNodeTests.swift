@@ -218,7 +218,7 @@ struct BlueZPeerNodeTests {
         fake.addAdapter()
         let n = try node(bus)
         defer { n.release() }
-        n.lostAfter = 4
+        n.lostAfter = 10   // with 4, the check that only ab was seen failed once in a run of several suites (which events came, unrecorded then)
         let events = NodeEvents()
         // When the node reported cd lost, taken in its handler, not when this task next runs: in whole runs this
         // task was seen resumed more than lostAfter late, with "lost" long reported.
@@ -241,7 +241,7 @@ struct BlueZPeerNodeTests {
         fake.addDevice(address: "C0:11:22:33:44:77", ["ServiceData": serviceData([(uuid, Array(peer.serviceDataPayload.prefix(9)))])])
         fake.addDevice(address: "C0:11:22:33:44:88", ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 1, psm: 0).serviceDataPayload)])])
         try await events.wait(for: "seen ab at ble:C0:11:22:33:44:55/random psm 131")
-        #expect(events.events.allSatisfy { $0.contains("ab at") })
+        #expect(events.events.allSatisfy { $0.contains("ab at") }, "\(events.events)")
         // A device bluetoothd drops is lost at once.
         fake.remove(device)
         try await events.wait(for: "lost ab")
@@ -265,7 +265,7 @@ struct BlueZPeerNodeTests {
         try await events.wait(for: "lost cd")
         let last = try #require(lastSign.get(), "lost before the first sign was sent")
         let lostAt = try #require(lostCD.get())
-        #expect(lostAt.timeIntervalSince(last) >= 3.9, "lost \(lostAt.timeIntervalSince(last)) s after the last sign")
+        #expect(lostAt.timeIntervalSince(last) >= n.lostAfter - 0.1, "lost \(lostAt.timeIntervalSince(last)) s after the last sign")
         n.cancelBrowse(id)
         try await events.wait("discovery stopped") { _ in fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering")?.bool == false }
     }
