@@ -201,6 +201,12 @@ fast_controllers() {
     for i in 0 1; do
         [ "$(OCB_RC_PORT=6501 OCB_LE_BUFFER=1021 add_controller)" = "$i" ] || { log "the fast controller is not hci$i"; return 1; }
     done
+    # Until restore_controllers, the first rootcanal (now without a controller) and the guest's btmon are stopped:
+    # idle, rootcanal still wakes every 5 ms (about a tenth of an emulated CPU), and btmon copies every packet (a
+    # tenth more while a megabyte crosses); the data on the fast air lacked that CPU. btmon's capture has a gap there
+    # (the kernel drops what its full socket cannot take); the scenario's own captures do not.
+    { read -r i < "$OCB_RUN/rootcanal.pid" && kill -STOP "$i"; } 2>/dev/null
+    if { read -r i < "$OCB_RUN/btmon.pid" && kill -STOP "$i"; } 2>/dev/null; then log "btmon paused until the scenario ends"; fi
     bluez_up 0 40
 }
 
@@ -249,6 +255,8 @@ restore_controllers() {
     if [ -e "$OCB_RUN/rootcanal-fast.pid" ]; then
         read -r f < "$OCB_RUN/rootcanal-fast.pid"; kill -KILL "$f" 2>/dev/null; rm -f "$OCB_RUN/rootcanal-fast.pid"
     fi
+    { read -r f < "$OCB_RUN/rootcanal.pid" && kill -CONT "$f"; } 2>/dev/null
+    { read -r f < "$OCB_RUN/btmon.pid" && kill -CONT "$f"; } 2>/dev/null
     # Controllers a scenario plugged in beyond those (a dongle back at a new index) go too.
     for f in "$OCB_RUN"/hci*.pid; do
         [ -f "$f" ] || continue
@@ -426,6 +434,21 @@ reset_bluez() {
 bluez_power() {
     dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci$1" org.freedesktop.DBus.Properties.Set \
         string:org.bluez.Adapter1 string:Powered "variant:boolean:$2" > /dev/null
+}
+
+# keep_down N: in the background (its pid in KEEPER), keeps hciN down and asks bluetoothd to leave it off
+# (Adapter1.Powered false, so that it stops wanting it on) every 0.4 s until a program binds it with the HCI user
+# channel: the kernel then refuses to take it down (EBUSY) and the keeper ends. bluetoothd powers an adapter our host
+# released again a few seconds later, and our host would then retry "in use" for good. (A keeper that went on for the
+# whole test started two or three programs every 0.3 s, each costing 0.05 to 0.3 s of the emulated CPUs: in
+# cb-flows-bluez it took more than half the guest while 1 MB crossed the channel.)
+keep_down() {
+    (
+        while bluez_power "$1" false 2>/dev/null; hciconfig "hci$1" down 2>/dev/null || [ ! -e "/sys/class/bluetooth/hci$1" ]; do
+            nap 0.4
+        done
+    ) &
+    KEEPER=$!
 }
 
 # release N: takes hciN away from bluetoothd (powered off), so that the HCI user channel can bind it. With the

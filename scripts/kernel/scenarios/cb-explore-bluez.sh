@@ -9,9 +9,9 @@
 start_bluez || fail "BlueZ did not start"
 bz() { BLE_TRANSPORT=bluez:hci0 BLE_LOG=1 "$OCB_BLE" "$@"; }
 # (1) bluez as the client. (bluetoothd may power hci1 again a moment after it was released: a keeper takes it down
-# every 0.3 s until `ble serve` has it; the kernel then refuses the keeper.)
-( while :; do bluez_power 1 false 2>/dev/null; hciconfig hci1 down 2>/dev/null; sleep 0.3; done ) &
-keeper=$!
+# until `ble serve` has it: keep_down.)
+keep_down 1
+keeper=$KEEPER
 # (The binary itself, not lib.sh's `ble` function: killing the function's subshell left `ble serve` holding hci1, and
 # part (2) found it in use.)
 BLE_TRANSPORT=hci-socket:1 "$OCB_BLE" serve "$OCB_REPO/examples/heart-rate.json" --notify-every 1 > "$OCB_OUT/$OCB_SCENARIO.serve.log" 2>&1 &

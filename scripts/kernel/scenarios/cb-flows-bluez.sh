@@ -10,14 +10,11 @@ start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
 # bluetoothd powered the new hci1 again a few seconds after fast_controllers had released it (and after each test
 # process let it go), and kept it: our host then retried "in use by the kernel's Bluetooth stack" for the whole
-# test. A keeper asks bluetoothd to power hci1 off (Adapter1.Powered, so that it stops wanting it on) and takes it
-# down every 0.3 s while a test starts; once our host has bound it, bluetoothd has no hci1 object and the kernel
-# refuses the keeper (EBUSY): nothing changes.
-keep_hci1_down() { while :; do bluez_power 1 false 2>/dev/null; hciconfig hci1 down 2>/dev/null; sleep 0.3; done; }
+# test. A keeper (keep_down) holds hci1 down while a test starts, until the test's host has bound it.
 failed=""
 for t in heartRateFlowWithTheCentralOnBlueZ heartRateFlowWithThePeripheralOnBlueZ l2capChannelPublishedOnBlueZ l2capChannelOpenedOnBlueZ; do
-    keep_hci1_down &
-    keeper=$!
+    keep_down 1
+    keeper=$KEEPER
     start=$SECONDS
     if guest_test "BlueZKernelFlowTests/$t"; then
         log "$t passed in $((SECONDS - start)) s"
