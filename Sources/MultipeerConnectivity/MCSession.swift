@@ -464,7 +464,9 @@ open class MCSession: NSObject, @unchecked Sendable {
         let (ping, dead, timeout) = lock.withLock { () -> ([PeerConnection], [PeerConnection], TimeInterval) in
             let timeout = storedLivenessTimeout
             let connected = peers.values.filter(\.connected)
-            let dead = connected.filter { now.timeIntervalSince($0.lastHeard) > timeout }
+            // Silent: no whole message for the timeout, and no octets either (a large frame still arriving
+            // over a slow link is the peer talking; a link we stopped reading is not counted).
+            let dead = connected.filter { now.timeIntervalSince($0.lastHeard) > timeout && $0.link.silence > timeout }
             guard now.timeIntervalSince(lastPing) >= timeout / 3 else { return ([], dead, timeout) }
             lastPing = now
             return (connected.filter { c in !dead.contains { $0 === c } }, dead, timeout)

@@ -52,13 +52,18 @@ final class SeqPacketBridge: @unchecked Sendable {
     /// Whether the bridge has ended (any thread).
     var isFinished: Bool { ended.load(ordering: .relaxed) }
     static let streamChunk = 64 * 1024
+    /// The largest SDU sent, whatever the peer takes (BlueZ offers 65535): the peer hears from us at least
+    /// once per this many octets, which at the few KB/s of a busy LE link is seconds, not the tens of seconds
+    /// a 64 KB SDU takes — Multipeer's keep-alive counts any octets as the peer talking, but only as they
+    /// come out of the peer's socket, one whole SDU at a time.
+    static let largestSDU = 8 * 1024
     /// What ended the L2CAP side (for the log).
     private(set) var endReason = ""
 
     private init(packetFD: Int32, streamFD: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)?) {
         self.packetFD = packetFD
         self.streamFD = streamFD
-        self.sendMTU = max(1, sendMTU)
+        self.sendMTU = max(1, min(sendMTU, Self.largestSDU))
         self.unsent = unsent
         toStream = [UInt8](repeating: 0, count: max(receiveMTU, 65_535))
     }

@@ -70,6 +70,20 @@ public final class PeerLink: @unchecked Sendable {
     public var isWritable: Bool { channel.isWritable }
     public var isOpen: Bool { lock.withLock { !closed } }
 
+    /// How long, in seconds, the peer has sent nothing at all: any octets count, not only whole frames, so
+    /// a peer busy sending one large frame over a slow link (a 64 KB piece at a few KB/s over Bluetooth)
+    /// is heard while it sends. 0 while reading is paused (`pauseReading`): the silence is then ours, and
+    /// the count starts again when reading resumes. Safe from any thread.
+    public var silence: TimeInterval {
+        let now = DispatchTime.now().uptimeNanoseconds
+        return lock.withLock {
+            guard readPauses == 0 else { return 0 }
+            return TimeInterval(now &- min(now, lastRead)) / 1e9
+        }
+    }
+    /// When octets last arrived, or reading last resumed (uptime nanoseconds; guarded by `lock`).
+    private var lastRead = DispatchTime.now().uptimeNanoseconds
+
     /// Queues messages; they leave with one flush per event-loop turn. Sends from other threads gather in
     /// buffers that a single event-loop task writes (one write per 256 KB of messages, not one task and one
     /// write each); a send on the event loop first writes what gathered, so each thread's messages keep
@@ -191,9 +205,11 @@ public final class PeerLink: @unchecked Sendable {
     }
 
     public func resumeReading() {
+        let now = DispatchTime.now().uptimeNanoseconds
         let last = lock.withLock { () -> Bool in
             guard readPauses > 0 else { return false }
             readPauses -= 1
+            if readPauses == 0 { lastRead = now }
             return readPauses == 0
         }
         if last { applyReadPauses() }
@@ -218,6 +234,10 @@ public final class PeerLink: @unchecked Sendable {
 
     // Called by the handler on the event loop.
     func received(_ m: PeerMessage) { lock.withLock { _onMessage }?(m) }
+    func heard() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        lock.withLock { lastRead = now }
+    }
     func writabilityChanged() {
         guard !draining else { writableWhileDraining = true; return }
         if channel.isWritable { lock.withLock { _onWritable }?() }
@@ -242,6 +262,7 @@ final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard error == nil else { return }
+        link?.heard()
         let chunks = link?.onResourceChunk
         do {
             try reader.read(unwrapInboundIn(data), slicingResourceChunks: chunks != nil) { item in

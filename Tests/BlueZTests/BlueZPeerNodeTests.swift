@@ -348,6 +348,38 @@ struct BlueZPeerNodeTests {
         advertiser.stopAdvertisingPeer()
     }
 
+    @Test func theBridgeSendsSDUsOfAtMost8KBWhenThePeerTakes64() async throws {
+        var l2cap: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &l2cap) == 0)
+        var size = 1 << 20
+        for fd in l2cap { setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int>.size)) }
+        let stream = Mutex2<Int32>(-1)
+        let bridge = SeqPacketBridge.start(fd: l2cap[0], sendMTU: 65_535, receiveMTU: 65_535) { stream.set($0) }
+        #expect(bridge != nil)
+        let session = stream.get()
+        defer { close(session); close(l2cap[1]) }
+        let sent = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 8) }
+        var written = 0
+        while written < sent.count {
+            let n = sent.withUnsafeBytes { write(session, $0.baseAddress! + written, $0.count - written) }
+            guard n > 0 else { break }
+            written += n
+        }
+        var got: [UInt8] = []
+        var sizes: [Int] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(l2cap[1], SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        while got.count < sent.count {
+            let n = buffer.withUnsafeMutableBytes { recv(l2cap[1], $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { break }
+            sizes.append(n)
+            got += buffer[0..<n]
+        }
+        #expect(got == sent)
+        #expect(sizes.max() == SeqPacketBridge.largestSDU && SeqPacketBridge.largestSDU == 8192)
+    }
+
     @Test func theBridgeCutsSendsAtThePeersSDUSizeAndPassesTheEndOn() async throws {
         var l2cap: [Int32] = [0, 0]
         #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &l2cap) == 0)

@@ -111,6 +111,55 @@ struct MultipeerBluetoothTests {
         out.close()
     }
 
+    /// A 64 KB frame over a link that moves about 10 KB/s (a 50 ms connection interval, two packets an
+    /// event): it takes several times the liveness timeout to arrive, and the keep-alive pings wait behind
+    /// it. The receiver hears its octets all along (8 KB SDUs), so neither side reports the other
+    /// disconnected, and the message arrives whole.
+    @Test func aLargeFrameOverASlowLinkIsNotSilence() throws {
+        let air = try BluetoothAirFixture()
+        defer { air.stop() }
+        air.air.loop.sync {
+            air.air.airtime = AirtimeModel(phy: .le1M, dataLength: 251, connectionIntervalMilliseconds: 7.5, eventLengthMilliseconds: 5.2)
+        }
+        let p = try Pair(encryption: .none, transports: .bluetooth)
+        defer { p.stop() }
+        let timeout: TimeInterval = 2
+        p.a.livenessTimeout = timeout
+        p.b.livenessTimeout = timeout
+        let big = Data((0..<65_536).map { UInt8(truncatingIfNeeded: $0 &* 5 &+ $0 >> 9) })
+        let start = Date()
+        try p.a.send(big, toPeers: p.a.connectedPeers, with: .reliable)
+        try waitFor("message", seconds: 60) { p.rb.lock.withLock { !p.rb.messages.isEmpty } || p.rb.lastState("A") == .notConnected }
+        let took = Date().timeIntervalSince(start)
+        print("MEASURED one 64 KB frame in \(String(format: "%.1f", took)) s over the slow link (\(Int(Double(big.count) / took / 1000)) kB/s), liveness timeout \(timeout) s")
+        #expect(p.rb.lock.withLock { p.rb.messages.map(\.1) } == [big])
+        // The case this test is about: the frame took well over the timeout.
+        #expect(took > 1.5 * timeout)
+        #expect(p.ra.lastState("B") == .connected && p.rb.lastState("A") == .connected)
+        #expect(!p.ra.lock.withLock { p.ra.states.contains { $0.1 == .notConnected } })
+        #expect(!p.rb.lock.withLock { p.rb.states.contains { $0.1 == .notConnected } })
+    }
+
+    /// A link we stopped reading (a resource's writer waiting for the disk) is not a silent peer: the
+    /// silence is ours. Once reading resumes the count starts again, and what the peer sent meanwhile is heard.
+    @Test func aLinkWeStoppedReadingIsNotASilentPeer() throws {
+        let air = try BluetoothAirFixture()
+        defer { air.stop() }
+        let p = try Pair(encryption: .none, transports: .bluetooth)
+        defer { p.stop() }
+        p.a.livenessTimeout = 1.5
+        p.b.livenessTimeout = 1
+        let link = try #require(p.b.lock.withLock { p.b.peers.values.first?.link })
+        link.pauseReading()
+        Thread.sleep(forTimeInterval: 3)
+        link.resumeReading()
+        Thread.sleep(forTimeInterval: 2)
+        #expect(!p.ra.lock.withLock { p.ra.states.contains { $0.1 == .notConnected } })
+        #expect(!p.rb.lock.withLock { p.rb.states.contains { $0.1 == .notConnected } })
+        try p.a.send(Data("still here".utf8), toPeers: p.a.connectedPeers, with: .reliable)
+        try waitFor("message") { p.rb.lock.withLock { p.rb.messages.contains { $0.1 == Data("still here".utf8) } } }
+    }
+
     @Test func aThirdPeerJoinsTheMeshOverBluetooth() throws {
         let air = try BluetoothAirFixture()
         defer { air.stop() }
