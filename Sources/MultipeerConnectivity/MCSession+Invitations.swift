@@ -79,6 +79,9 @@ extension MCSession {
                         // Both invitations were accepted: the lower token's invitation link wins.
                         return myPeerID.token < peer.token ? .moveOntoOurs(existing) : .keepTheirs
                     }
+                    // Ours is the link that stays (theirs was dropped, or never accepted): the peer joins our
+                    // mesh, so a mesh we took on while accepting theirs is given up again.
+                    if let m = meshBeforeAccepting.removeValue(forKey: peer.token) { mesh = m }
                     return .adopt(movedConnected: movingToOurInvitation.remove(peer.token) != nil)
                 }
                 switch outcome {
