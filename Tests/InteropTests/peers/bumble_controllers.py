@@ -360,11 +360,6 @@ async def make_peer(args, link):
 async def serve_tcp(args, link):
     state = {'writer': None, 'controller': None}
 
-    def write(packet):
-        w = state['writer']
-        if w is not None and not w.is_closing():
-            w.write(packet)
-
     def vanish():
         w = state['writer']
         c = state['controller']
@@ -385,6 +380,12 @@ async def serve_tcp(args, link):
         if old is not None:
             link.remove_controller(old)
         state['writer'] = writer
+
+        def write(packet):
+            # Each controller answers only its own host: a controller replaced by a newer connection (a host
+            # restarted while the old one's packets were still being handled) must not answer into the new one.
+            if state['writer'] is writer and not writer.is_closing():
+                writer.write(packet)
         controller = ProfileController(args, write, link)
         state['controller'] = controller
         emit(event='host_connected')
