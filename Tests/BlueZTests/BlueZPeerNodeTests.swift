@@ -333,11 +333,14 @@ struct BlueZPeerNodeTests {
         let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         let n = try node(bus)
-        PeerBluetoothNodes.configure { _ in n }
+        let me = MCPeerID(displayName: "Full")
+        // Only for our peer: the factory is process-wide, and other suites' peers run meanwhile (a factory for
+        // every token gave MultipeerBluetoothTests this node instead of its own).
+        let token = me.token
+        PeerBluetoothNodes.configure { $0 == token ? n : nil }
         defer { PeerBluetoothNodes.configure(factory: nil) }
         fake.failNext("RegisterAdvertisement", name: "org.bluez.Error.NotPermitted", message: "Maximum advertisements reached")
         let r = MCRecorder()
-        let me = MCPeerID(displayName: "Full")
         let advertiser = MCNearbyServiceAdvertiser(peer: me, discoveryInfo: nil, serviceType: "bz-test")
         advertiser.transports = .bluetooth
         advertiser.delegate = r
