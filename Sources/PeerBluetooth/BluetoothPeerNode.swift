@@ -223,6 +223,8 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
     package var advertisingInterval: UInt16 = 0x00A0
     /// How long each of several adverts of the process is on the air before the next.
     static let rotation: LoopTime = .milliseconds(300)
+    /// How soon advertising or scanning that the controller refused is tried again.
+    static let retry: LoopTime = .seconds(1)
 
     /// Announces `advert` (connectable) until `removeAdvert` with the returned id (a controller that refuses
     /// to advertise is logged: LEHost's adverts rotate, one refusal is not the advert's end).
@@ -256,8 +258,14 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         let list = adverts.sorted { $0.key < $1.key }.map(\.value)
         guard !list.isEmpty else { return host.stopAdvertising() }
         let a = list[advertTurn % list.count]
-        host.startAdvertising(AdvertisingConfiguration(data: a.data, scanResponse: a.scanResponse, connectable: true, interval: advertisingInterval)) { e in
-            if let e { PeerLog.write("advertising: \(e)") }
+        host.startAdvertising(AdvertisingConfiguration(data: a.data, scanResponse: a.scanResponse, connectable: true, interval: advertisingInterval)) {
+            [weak self] e in
+            guard let self, let e else { return }
+            // A refusal is not the advert's end (a command that timed out on a busy machine, a controller
+            // briefly busy): try again in a second while something is to be advertised.
+            PeerLog.write("advertising: \(e); trying again in a second")
+            guard isOn, !adverts.isEmpty, advertTimer == nil else { return }
+            advertTimer = loop.schedule(after: Self.retry) { [weak self] in self?.refreshAdvertising() }
         }
         if list.count > 1 {
             advertTimer = loop.schedule(after: Self.rotation) { [weak self] in
@@ -309,7 +317,8 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         } else if !host.isScanning {
             // Continuous scanning (window = interval), reports not filtered: each advert tells us it is alive.
             host.startScanning(active: false, filterDuplicates: false, interval: 0x0030, window: 0x0030) { e in
-                if let e { PeerLog.write("scanning: \(e)") }
+                // Tried again by the sweep (every half second while browsing) until it takes.
+                if let e { PeerLog.write("scanning: \(e); trying again") }
             }
         }
     }
@@ -320,6 +329,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
             guard let self else { return }
             sweepTimer = nil
             sweep()
+            if !browses.isEmpty && !host.isScanning { refreshScanning() }
             if !browses.isEmpty || !host.connections.isEmpty { scheduleSweep() }
         }
     }

@@ -160,6 +160,31 @@ struct MultipeerBluetoothTests {
         try waitFor("message") { p.rb.lock.withLock { p.rb.messages.contains { $0.1 == Data("still here".utf8) } } }
     }
 
+    /// A controller that refuses the first advertising and scanning enables (as a command that timed out on
+    /// a saturated machine, or a controller busy for a moment, does): the node tries again, so the peers still
+    /// find each other and connect. Before, one refusal left a peer invisible for good.
+    @Test func refusedAdvertisingAndScanningAreTriedAgain() throws {
+        let air = try BluetoothAirFixture()
+        defer { air.stop() }
+        let refusing = Mutex<[RefusingTransport]>([])
+        let a = air.air
+        BluetoothPeerNode.configure(
+            factory: { name in
+                let t = RefusingTransport(a.addController(), loop: a.loop, refusals: 2)
+                refusing.withLock { $0.append(t) }
+                return LEHost(transport: t, loop: a.loop, name: name)
+            }, sharing: .perPeer)
+        let p = try Pair(encryption: .none, transports: .bluetooth, findWithin: 15)
+        defer { p.stop() }
+        // The advertiser's controller refused advertising twice, the browser's scanning twice, before they
+        // let them through.
+        let counts = refusing.withLock { $0.map(\.refused) }
+        print("refusals per node: \(counts)")
+        #expect(counts.contains { $0["advertising"] == 2 } && counts.contains { $0["scanning"] == 2 }, "\(counts)")
+        try p.b.send(Data("found".utf8), toPeers: p.b.connectedPeers, with: .reliable)
+        try waitFor("message") { p.ra.lock.withLock { p.ra.messages.map(\.1) } == [Data("found".utf8)] }
+    }
+
     @Test func aThirdPeerJoinsTheMeshOverBluetooth() throws {
         let air = try BluetoothAirFixture()
         defer { air.stop() }
@@ -284,4 +309,54 @@ struct MultipeerMixedTransportTests {
         #expect(p.found.lock.withLock { p.found.lost.count } == 1)
         c.disconnect()
     }
+}
+
+/// A controller's transport that answers the first `refusals` advertising enables and scanning enables (legacy
+/// and extended) with Command Disallowed instead of passing them on.
+final class RefusingTransport: HCITransport, HCITransportSink, @unchecked Sendable {
+    let inner: any HCITransport
+    let loop: BLETransport.EventLoop
+    private let state: Mutex<(left: [String: Int], refused: [String: Int], sink: (any HCITransportSink)?)>
+    var refused: [String: Int] { state.withLock { $0.refused } }
+    var name: String { "refusing " + inner.name }
+
+    init(_ inner: any HCITransport, loop: BLETransport.EventLoop, refusals: Int) {
+        self.inner = inner
+        self.loop = loop
+        state = Mutex((["advertising": refusals, "scanning": refusals], [:], nil))
+    }
+
+    func open(sink: any HCITransportSink) throws {
+        state.withLock { $0.sink = sink }
+        try inner.open(sink: self)
+    }
+
+    func send(_ packet: HCIPacket) {
+        let b = packet.bytes
+        if packet.type == .command, b.count >= 4 {
+            let opcode = UInt16(b[0]) | UInt16(b[1]) << 8
+            // LE Set Advertising Enable, LE Set Extended Advertising Enable, LE Set Scan Enable, LE Set
+            // Extended Scan Enable: the first parameter octet is Enable.
+            let kind: String? = [0x200A: "advertising", 0x2039: "advertising", 0x200C: "scanning", 0x2042: "scanning"][opcode]
+            if let kind, b[3] == 1 {
+                let sink = state.withLock { s -> (any HCITransportSink)? in
+                    guard let left = s.left[kind], left > 0 else { return nil }
+                    s.left[kind] = left - 1
+                    s.refused[kind, default: 0] += 1
+                    return s.sink
+                }
+                if let sink {
+                    // Command Complete: one credit, the opcode, status Command Disallowed.
+                    let answer = HCIPacket(type: .event, bytes: [0x0E, 4, 1, b[0], b[1], 0x0C])
+                    loop.execute { sink.transport(didReceive: answer) }
+                    return
+                }
+            }
+        }
+        inner.send(packet)
+    }
+
+    func close() { inner.close() }
+    func transport(didReceive packet: HCIPacket) { state.withLock { $0.sink }?.transport(didReceive: packet) }
+    func transportDidClose(error: (any Error)?) { state.withLock { $0.sink }?.transportDidClose(error: error) }
 }
