@@ -10,8 +10,10 @@
 // central's --peer must then name. The credits are the kernel's: receive MTU / MPS + 1 (65535 asked, as
 // Multipeer's channels on bluez ask).
 //
+// The protocol's state is a SpeedSession (BenchSpeedSession.swift), as in BenchPeer and BenchPeerL2CAP.
+//
 // Threading: the transfer runs on a thread of its own with a blocking socket (a send waits for credits); `run`
-// waits for it.
+// waits for it, and reads the session under `lock` (the transfer changes it under the same lock).
 import CoreBluetooth
 import Foundation
 import BLEWire

@@ -18,7 +18,7 @@ trap '[ -z "$pid" ] || kill $pid 2>/dev/null; stop_bluez' EXIT
 btctl_start
 btctl "menu monitor"
 btctl "get-supported-info"
-wait_for "$BTCTL_LOG" "Supported Features\|Advertisement Monitor Features\|SupportedMonitorTypes\|or_patterns" 15 \
+wait_for "$BTCTL_LOG" "Supported Moni[a-z]* Types: .*or_patterns" 15 \
     || fail "no AdvertisementMonitorManager1 on hci0 (bluetoothctl: $(clean "$BTCTL_LOG" | tail -3 | tr '\n' ' '))"
 btctl "set-rssi-threshold -120 -110"
 btctl "set-rssi-timeout 3 1"
