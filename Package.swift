@@ -165,7 +165,7 @@ let package = Package(
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD"]),
         .testTarget(name: "DNSSDNIOTests", dependencies: ["DNSSDNIO", "DNSSD", "dnssd-tool"]),
         .testTarget(name: "PeerSessionTests", dependencies: ["PeerSession"]),
-        .testTarget(name: "BLEToolTests", dependencies: ["BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire"], exclude: ["Golden"]),
+        .testTarget(name: "BLEToolTests", dependencies: ["ble", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLEWire"], exclude: ["Golden"]),
         .testTarget(name: "FirmwareUpdateExampleTests", dependencies: ["FirmwareUpdateExample"]),
         .testTarget(name: "InteropTests", dependencies: [
             "TestSupport", "CoreBluetooth", "BLEHost", "BLEVirtualRadio", "BLETransport", "BLESMP", "BLEGATT", "BLEHCI", "BLEL2CAP", "BLEWire", crypto,

@@ -68,25 +68,12 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
     let done = DispatchSemaphore(value: 0)
     var link: HostConnection?
     var txHandle: UInt16 = 0, rxHandle: UInt16 = 0
-    var sent = 0, received = 0, receivedBytes = 0, sentBytes = 0
-    var start = 0.0, end = 0.0
-    var rtts: [Double] = []
-    var lastPing = 0.0
+    /// The protocol's state (BenchSpeedSession.swift), on the loop.
+    var session: SpeedSession
     var failure: String?
     /// Cost of the transfer: from the first packet (RESET) to the last (or its ACK), on the loop.
     lazy var meter = BenchMeter(transport: { [host] in host.transport.statistics })
     var startSnapshot: BenchMeter.Snapshot?, endSnapshot: BenchMeter.Snapshot?
-
-    func markStart() {
-        start = now()
-        startSnapshot = meter.snapshot()
-        endSnapshot = nil
-    }
-
-    func markEnd() {
-        end = now()
-        endSnapshot = meter.snapshot()
-    }
 
     init(role: Role, scenario: Scenario, size: Int, count: Int, peer: BluetoothAddress) throws {
         self.role = role
@@ -94,6 +81,7 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
         self.size = size
         self.count = count
         self.peer = peer
+        session = SpeedSession(scenario: scenario, size: size, count: count, counting: .packet, noteEvery: 512)
         host = try Controller.open(name: "bench")
     }
 
@@ -119,20 +107,22 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
             host.addPowerObserver { s in if s == .on { begin() } }
             begin()
         }
-        let progress = BenchProgress(label: scenario.rawValue, total: count, loop: host.loop) { [unowned self] in max(sent, received) }
+        let progress = BenchProgress(label: scenario.rawValue, total: count, loop: host.loop) { [unowned self] in session.packets }
         defer { progress.finish() }
-        guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
+        guard done.wait(timeout: .now() + timeout) == .success else {
+            let s = host.loop.sync { session }
+            throw BenchError("timed out (\(s.received) packets received, \(s.sent) sent)")
+        }
         if let failure { throw BenchError(failure) }
+        let s = host.loop.sync { session }
         let cost = host.loop.sync { () -> BenchMeter.Cost? in
             guard let a = startSnapshot, let b = endSnapshot else { return nil }
             return BenchMeter.cost(from: a, to: b)
         }
-        usleep(200_000)
-        Controller.close(host)
-        let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
+        BenchPeer.release(host)
         return BenchResult(
-            mode: "\(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
-            packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
+            mode: "\(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: s.bytes,
+            packets: s.packets, seconds: s.seconds, cpuSeconds: cost?.cpu ?? 0, rtts: s.rtts, cost: cost)
     }
 
     // MARK: Peripheral (GATT server)
@@ -232,69 +222,29 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
     }
 
     func startSending() {
-        markStart()
-        _ = transmit(.reset)
-        if scenario == .send { pump() } else { ping() }
+        perform(session.begin(at: now()))
+        if scenario == .send { pump() }
     }
 
+    /// SEQUENCE packets while the link takes them.
     func pump() {
-        while sent < count {
-            let p = SpeedProtocol.Packet.sequence(
-                last: sent == count - 1, sequence: UInt32(sent),
-                timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 10))
-            guard transmit(p) else { return }
-            sent += 1
-            sentBytes += size
-            if sent % 512 == 0 { say("sent \(sent)/\(count)") }
+        while let p = session.nextSequence(at: now()), transmit(p) {
+            if let note = session.didSend() { say(note) }
         }
     }
 
-    func ping() {
-        guard sent < count else { return }
-        lastPing = now()
-        _ = transmit(
-            .sequence(
-                last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
-                payloadSize: max(0, size - 10)))
-        sent += 1
-        sentBytes += size
-    }
+    func packetArrived(_ bytes: [UInt8]) { perform(session.arrived(bytes, at: now())) }
 
-    func packetArrived(_ bytes: [UInt8]) {
-        guard let p = SpeedProtocol.Packet.decode(bytes) else {
-            say("invalid packet (\(bytes.count) octets)")
-            return
+    /// What the session asked for: the meters at the start and end of the measurement, its packets, the end.
+    func perform(_ step: SpeedSession.Step) {
+        if let note = step.note { say(note) }
+        if step.startMeasuring {
+            startSnapshot = meter.snapshot()
+            endSnapshot = nil
         }
-        switch (p, scenario) {
-        case (.reset, _):
-            received = 0
-            receivedBytes = 0
-            markStart()
-        case let (.sequence(last, seq, _, _), .receive):
-            received += 1
-            receivedBytes += bytes.count
-            if received % 512 == 0 { say("received \(received)") }
-            if last {
-                markEnd()
-                _ = transmit(.ack(last: true, sequence: seq))
-                done.signal()
-            }
-        case let (.sequence(last, seq, _, _), .pong):
-            received += 1
-            receivedBytes += bytes.count
-            if received == 1 { markStart() }
-            _ = transmit(.ack(last: last, sequence: seq))
-            if last { markEnd(); done.signal() }
-        case let (.ack(last, _), .send):
-            markEnd()
-            if last { done.signal() }
-        case let (.ack(last, _), .ping):
-            rtts.append((now() - lastPing) * 1000)
-            received += 1
-            if last || sent >= count { markEnd(); done.signal() } else { ping() }
-        default:
-            break
-        }
+        if step.stopMeasuring { endSnapshot = meter.snapshot() }
+        for p in step.send { _ = transmit(p) }
+        if step.finished { done.signal() }
     }
 
     func fail(_ why: String) {
@@ -302,10 +252,30 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
         done.signal()
     }
 
+    /// Lets the controller go once the bench's link is gone. The peer ends it first when it has what it waited for
+    /// (the last ACK must still leave from here): up to `peerGrace` seconds for that, then this side disconnects and
+    /// waits up to `disconnectWait` for Disconnection Complete. Closing the HCI user channel with the link up (as it
+    /// did after 200 ms) left it in the controller with no host behind it: the next run's kernel central on bluez
+    /// was then refused its connect to the same address (bench-bluez, "Connection refused" after a run that passed).
+    static func release(_ host: LEHost, peerGrace: Double = 2, disconnectWait: Double = 3) {
+        func linked() -> Bool { host.loop.sync { !host.connections.isEmpty } }
+        func wait(_ seconds: Double) {
+            let end = DispatchTime.now() + seconds
+            while linked(), DispatchTime.now() < end { usleep(50_000) }
+        }
+        host.loop.sync { host.stopAdvertising() }
+        wait(peerGrace)
+        if linked() {
+            host.loop.sync { for c in host.connections.values { c.disconnect(reason: .remotePowerOff) } }
+            wait(disconnectWait)
+        }
+        Controller.close(host)
+    }
+
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
     func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) { fail("connection failed: \(status)") }
     func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
-        if end == 0 { fail("disconnected: \(reason)") }
+        if !session.ended { fail("disconnected: \(reason)") }
     }
     func host(_ host: LEHost, didReceiveRead request: HostReadRequest) { host.respondToRead(id: request.id, result: .failure(.readNotPermitted)) }
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}

@@ -10,8 +10,10 @@
 // central's --peer must then name. The credits are the kernel's: receive MTU / MPS + 1 (65535 asked, as
 // Multipeer's channels on bluez ask).
 //
+// The protocol's state is a SpeedSession (BenchSpeedSession.swift), as in BenchPeer and BenchPeerL2CAP.
+//
 // Threading: the transfer runs on a thread of its own with a blocking socket (a send waits for credits); `run`
-// waits for it.
+// waits for it, and reads the session under `lock` (the transfer changes it under the same lock).
 import CoreBluetooth
 import Foundation
 import BLEWire
@@ -34,10 +36,9 @@ final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Se
     private var listener: BlueZKernelL2CAP.Listener?
     private var fd: Int32 = -1
     private var deframer = SpeedL2CAP.Deframer()
-    private var sent = 0, received = 0, receivedBytes = 0, sentBytes = 0
-    private var start = 0.0, end = 0.0, cpuStart = 0.0, cpuEnd = 0.0
-    private var rtts: [Double] = []
-    private var lastPing = 0.0
+    /// The protocol's state (BenchSpeedSession.swift), on the transfer thread (read by `run` once it is over).
+    private var session: SpeedSession
+    private var cpuStart = 0.0, cpuEnd = 0.0
     private var sendMTU = 23
     static let receiveMTU = BlueZKernelL2CAP.largestReceiveMTU
 
@@ -48,6 +49,7 @@ final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Se
         self.size = size
         self.count = count
         self.peer = peer
+        session = SpeedSession(scenario: scenario, size: size, count: count, counting: .framed)
     }
 
     func say(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
@@ -69,7 +71,8 @@ final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Se
         case .peripheral: serve()
         }
         guard done.wait(timeout: .now() + timeout) == .success else {
-            throw BenchError("timed out (\(received) packets received, \(sent) sent)")
+            let s = lock.withLock { session }
+            throw BenchError("timed out (\(s.received) packets received, \(s.sent) sent)")
         }
         if let failure = lock.withLock({ failure }) { throw BenchError(failure) }
         // Let the last ACK leave before the socket closes (closing drops what the kernel still holds).
@@ -77,10 +80,10 @@ final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Se
         if fd >= 0 { close(fd) }
         listener?.close()
         manager?.stopAdvertising()
-        let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
+        let s = lock.withLock { session }
         return BenchResult(
             mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol, kernel L2CAP socket on \(BlueZTool.transportName(options)))",
-            bytes: bytes, packets: max(sent, received), seconds: end - start, cpuSeconds: cpuEnd - cpuStart, rtts: rtts, cost: nil)
+            bytes: s.bytes, packets: s.packets, seconds: s.seconds, cpuSeconds: cpuEnd - cpuStart, rtts: s.rtts, cost: nil)
     }
 
     // MARK: Central: a socket connected to the peer's SPSM.
@@ -145,44 +148,35 @@ final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Se
     }
 
     private func transfer() {
-        if scenario == .send || scenario == .ping {
-            markStart()
-            guard write(.reset) else { return }
-        }
-        switch scenario {
-        case .send:
+        guard perform(update { $0.begin(at: now()) }) else { return }
+        if scenario == .send {
             var outgoing: [UInt8] = []
-            while sent < count {
-                while outgoing.count < sendMTU, sent < count { outgoing += SpeedL2CAP.frame(nextSequence().encode()) }
-                while outgoing.count >= sendMTU || (sent == count && !outgoing.isEmpty) {
-                    let n = min(sendMTU, outgoing.count)
-                    guard sendSDU(Array(outgoing[0..<n])) else { return }
-                    outgoing.removeFirst(n)
+            while true {
+                while outgoing.count < sendMTU, let next = update({ $0.takeSequence(at: now()) }) {
+                    outgoing += SpeedL2CAP.frame(next.packet.encode())
+                    if let note = next.note { say(note) }
                 }
+                if outgoing.isEmpty { break }
+                let n = min(sendMTU, outgoing.count)
+                guard sendSDU(Array(outgoing[0..<n])) else { return }
+                outgoing.removeFirst(n)
             }
-            readUntilDone()
-        case .ping:
-            ping()
-            readUntilDone()
-        case .receive, .pong:
-            readUntilDone()
         }
+        readUntilDone()
     }
 
-    private func nextSequence() -> SpeedProtocol.Packet {
-        let p = SpeedProtocol.Packet.sequence(
-            last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)),
-            payloadSize: max(0, size - 12))
-        sent += 1
-        sentBytes += size
-        if sent % 1024 == 0 { say("sent \(sent)/\(count)") }
-        return p
-    }
+    /// A change of the session, under the lock (`run` reads it from another thread).
+    private func update<T>(_ change: (inout SpeedSession) -> T) -> T { lock.withLock { change(&session) } }
 
-    private func ping() {
-        guard sent < count else { return }
-        lastPing = now()
-        _ = write(nextSequence())
+    /// What the session asked for: the CPU clock at the start and end of the measurement, its packets, the end.
+    /// False once the run is over (finished, or a send failed).
+    private func perform(_ step: SpeedSession.Step) -> Bool {
+        if let note = step.note { say(note) }
+        if step.startMeasuring { cpuStart = cpuSeconds() }
+        if step.stopMeasuring { cpuEnd = cpuSeconds() }
+        for p in step.send { guard write(p) else { return false } }
+        if step.finished { done.signal() }
+        return !step.finished
     }
 
     /// One packet, framed, in SDUs of the peer's MTU.
@@ -212,72 +206,12 @@ final class BenchPeerBlueZ: NSObject, CBPeripheralManagerDelegate, @unchecked Se
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0, errno == EINTR { continue }
             guard n > 0 else {
-                if end == 0 { fail(n == 0 ? "the channel closed" : "recv: \(String(cString: strerror(errno)))") }
+                if !update({ $0.ended }) { fail(n == 0 ? "the channel closed" : "recv: \(String(cString: strerror(errno)))") }
                 return
             }
-            for p in deframer.feed(Array(buffer[0..<n])) where packetArrived(p) { return }
+            for p in deframer.feed(Array(buffer[0..<n])) {
+                guard perform(update { $0.arrived(p, at: now()) }) else { return }
+            }
         }
-    }
-
-    /// Handles one packet; true once the transfer is over.
-    private func packetArrived(_ bytes: [UInt8]) -> Bool {
-        guard let p = SpeedProtocol.Packet.decode(bytes) else {
-            say("invalid packet (\(bytes.count) octets)")
-            return false
-        }
-        switch (p, scenario) {
-        case (.reset, _):
-            received = 0
-            receivedBytes = 0
-            markStart()
-        case let (.sequence(last, seq, _, _), .receive):
-            received += 1
-            receivedBytes += bytes.count + 2
-            if received % 1024 == 0 { say("received \(received)") }
-            if last {
-                markEnd()
-                _ = write(.ack(last: true, sequence: seq))
-                done.signal()
-                return true
-            }
-        case let (.sequence(last, seq, _, _), .pong):
-            received += 1
-            receivedBytes += bytes.count + 2
-            if received == 1 { markStart() }
-            _ = write(.ack(last: last, sequence: seq))
-            if last {
-                markEnd()
-                done.signal()
-                return true
-            }
-        case let (.ack(last, _), .send):
-            markEnd()
-            if last {
-                done.signal()
-                return true
-            }
-        case let (.ack(last, _), .ping):
-            rtts.append((now() - lastPing) * 1000)
-            received += 1
-            if last || sent >= count {
-                markEnd()
-                done.signal()
-                return true
-            }
-            ping()
-        default:
-            break
-        }
-        return false
-    }
-
-    private func markStart() {
-        start = now()
-        cpuStart = cpuSeconds()
-    }
-
-    private func markEnd() {
-        end = now()
-        cpuEnd = cpuSeconds()
     }
 }

@@ -64,25 +64,12 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     var deframer = SpeedL2CAP.Deframer()
     /// Framed packets not yet handed to the channel.
     var outgoing: [UInt8] = []
-    var sent = 0, received = 0, receivedBytes = 0, sentBytes = 0
-    var start = 0.0, end = 0.0
-    var rtts: [Double] = []
-    var lastPing = 0.0
+    /// The protocol's state (BenchSpeedSession.swift), on the loop.
+    var session: SpeedSession
     var failure: String?
     /// Cost of the transfer: from the first packet (RESET) to the last (or its ACK), on the loop.
     lazy var meter = BenchMeter(transport: { [host] in host.transport.statistics })
     var startSnapshot: BenchMeter.Snapshot?, endSnapshot: BenchMeter.Snapshot?
-
-    func markStart() {
-        start = now()
-        startSnapshot = meter.snapshot()
-        endSnapshot = nil
-    }
-
-    func markEnd() {
-        end = now()
-        endSnapshot = meter.snapshot()
-    }
 
     init(role: Role, scenario: Scenario, size: Int, count: Int, peer: BluetoothAddress) throws {
         self.role = role
@@ -90,6 +77,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         self.size = size
         self.count = count
         self.peer = peer
+        session = SpeedSession(scenario: scenario, size: size, count: count, counting: .framed)
         host = try Controller.open(name: "bench")
     }
 
@@ -115,19 +103,20 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
             host.addPowerObserver { s in if s == .on { begin() } }
             begin()
         }
-        guard done.wait(timeout: .now() + timeout) == .success else { throw BenchError("timed out (\(received) packets received, \(sent) sent)") }
+        guard done.wait(timeout: .now() + timeout) == .success else {
+            let s = host.loop.sync { session }
+            throw BenchError("timed out (\(s.received) packets received, \(s.sent) sent)")
+        }
         if let failure { throw BenchError(failure) }
+        let s = host.loop.sync { session }
         let cost = host.loop.sync { () -> BenchMeter.Cost? in
             guard let a = startSnapshot, let b = endSnapshot else { return nil }
             return BenchMeter.cost(from: a, to: b)
         }
-        // Let the last ACK (or the channel's last K-frames) leave before switching off.
-        usleep(200_000)
-        Controller.close(host)
-        let bytes = scenario == .send || scenario == .ping ? sentBytes : receivedBytes
+        BenchPeer.release(host)
         return BenchResult(
-            mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: bytes,
-            packets: max(sent, received), seconds: end - start, cpuSeconds: cost?.cpu ?? 0, rtts: rtts, cost: cost)
+            mode: "l2cap \(scenario.rawValue) as \(role.rawValue) (bumble-bench protocol)", bytes: s.bytes,
+            packets: s.packets, seconds: s.seconds, cpuSeconds: cost?.cpu ?? 0, rtts: s.rtts, cost: cost)
     }
 
     // MARK: Peripheral: the L2CAP server on SPSM 128.
@@ -177,9 +166,9 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         }
         ch.onWritable = { [self] in flush() }
         ch.onClose = { [self] reason in
-            if end == 0 { fail("the channel closed: \(reason)") }
+            if !session.ended { fail("the channel closed: \(reason)") }
         }
-        if scenario == .send || scenario == .ping { startSending() }
+        if session.sends { perform(session.begin(at: now())) }
     }
 
     /// Queues a packet; it leaves as the channel takes it.
@@ -195,7 +184,10 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         let mtu = max(1, ch.peerMTU)
         while true {
             if scenario == .send {
-                while outgoing.count < mtu, sent < count { queueNextSequence() }
+                while outgoing.count < mtu, let next = session.takeSequence(at: now()) {
+                    outgoing += SpeedL2CAP.frame(next.packet.encode())
+                    if let note = next.note { say(note) }
+                }
             }
             if outgoing.isEmpty { return }
             let n = min(mtu, outgoing.count)
@@ -204,68 +196,18 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
         }
     }
 
-    func startSending() {
-        markStart()
-        transmit(.reset)
-        if scenario == .ping { ping() }
-    }
+    func packetArrived(_ bytes: [UInt8]) { perform(session.arrived(bytes, at: now())) }
 
-    func queueNextSequence() {
-        let p = SpeedProtocol.Packet.sequence(
-            last: sent == count - 1, sequence: UInt32(sent),
-            timestamp: UInt32(truncatingIfNeeded: Int((now() - start) * 1e6)), payloadSize: max(0, size - 12))
-        outgoing += SpeedL2CAP.frame(p.encode())
-        sent += 1
-        sentBytes += size
-        if sent % 1024 == 0 { say("sent \(sent)/\(count)") }
-    }
-
-    func ping() {
-        guard sent < count else { return }
-        lastPing = now()
-        transmit(
-            .sequence(
-                last: sent == count - 1, sequence: UInt32(sent), timestamp: UInt32(truncatingIfNeeded: Int((lastPing - start) * 1e6)),
-                payloadSize: max(0, size - 12)))
-        sent += 1
-        sentBytes += size
-    }
-
-    func packetArrived(_ bytes: [UInt8]) {
-        guard let p = SpeedProtocol.Packet.decode(bytes) else {
-            say("invalid packet (\(bytes.count) octets)")
-            return
+    /// What the session asked for: the meters at the start and end of the measurement, its packets, the end.
+    func perform(_ step: SpeedSession.Step) {
+        if let note = step.note { say(note) }
+        if step.startMeasuring {
+            startSnapshot = meter.snapshot()
+            endSnapshot = nil
         }
-        switch (p, scenario) {
-        case (.reset, _):
-            received = 0
-            receivedBytes = 0
-            markStart()
-        case let (.sequence(last, seq, _, _), .receive):
-            received += 1
-            receivedBytes += bytes.count + 2
-            if received % 1024 == 0 { say("received \(received)") }
-            if last {
-                markEnd()
-                transmit(.ack(last: true, sequence: seq))
-                done.signal()
-            }
-        case let (.sequence(last, seq, _, _), .pong):
-            received += 1
-            receivedBytes += bytes.count + 2
-            if received == 1 { markStart() }
-            transmit(.ack(last: last, sequence: seq))
-            if last { markEnd(); done.signal() }
-        case let (.ack(last, _), .send):
-            markEnd()
-            if last { done.signal() }
-        case let (.ack(last, _), .ping):
-            rtts.append((now() - lastPing) * 1000)
-            received += 1
-            if last || sent >= count { markEnd(); done.signal() } else { ping() }
-        default:
-            break
-        }
+        if step.stopMeasuring { endSnapshot = meter.snapshot() }
+        for p in step.send { transmit(p) }
+        if step.finished { done.signal() }
     }
 
     func fail(_ why: String) {
@@ -277,7 +219,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     func host(_ host: LEHost, didReceive report: AdvertisingReport) {}
     func host(_ host: LEHost, didFailToConnectTo address: BluetoothAddress, status: HCIStatus) { fail("connection failed: \(status)") }
     func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus) {
-        if end == 0 { fail("disconnected: \(reason)") }
+        if !session.ended { fail("disconnected: \(reason)") }
     }
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {}
     func host(_ host: LEHost, didReceiveRead request: HostReadRequest) { host.respondToRead(id: request.id, result: .failure(.readNotPermitted)) }

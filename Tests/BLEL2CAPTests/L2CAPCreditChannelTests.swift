@@ -90,6 +90,86 @@ private let enhancedSamples: [L2CAPSignal] = [
         #expect((try? ch.addSendCredits(535)) != nil)
     }
 
+    /// One SDU through a sender's segmentation, the host's ACL fragmentation into `aclBuffer`-octet packets, the
+    /// peer's recombination and reassembly; checks each K-frame against Vol 3 Part A §3.4.3 on the way.
+    func carry(_ sdu: [UInt8], from tx: inout L2CAPCreditChannel, to rx: inout L2CAPCreditChannel, aclBuffer: Int) throws -> [UInt8]? {
+        tx.enqueue(sdu)
+        var recombiner = L2CAPRecombiner(maximumFrameLength: Int(rx.localMPS))
+        var delivered: [UInt8]?
+        var frames = 0
+        while let kFrame = tx.nextFrame() {
+            frames += 1
+            // Each K-frame's information payload fits the peer's MPS; only the first carries the SDU length.
+            #expect(kFrame.count <= Int(tx.remoteMPS))
+            if frames == 1 { #expect(Int(kFrame[0]) | Int(kFrame[1]) << 8 == sdu.count) }
+            let fragments = L2CAPFragmenter.fragment(kFrame, channelID: L2CAPChannelID(rawValue: tx.remoteCID), maximumFragmentSize: aclBuffer)
+            #expect(fragments.allSatisfy { $0.bytes.count <= aclBuffer })
+            var frame: L2CAPFrame?
+            for f in fragments {
+                #expect(frame == nil)
+                frame = try recombiner.append(f.bytes, boundary: f.boundary)
+            }
+            let whole = try #require(frame)
+            #expect(whole.payload == kFrame)
+            if let done = try rx.receive(whole.payload) {
+                #expect(delivered == nil)
+                delivered = done
+            }
+        }
+        // Segments: the first K-frame holds MPS − 2 octets of the SDU, each further one MPS.
+        let mps = Int(tx.remoteMPS), rest = max(0, sdu.count - (mps - 2))
+        #expect(frames == 1 + (rest + mps - 1) / mps)
+        _ = rx.consumed(delivered?.count ?? 0)
+        return delivered
+    }
+
+    /// `ble bench peer --l2cap` on bluez: bumble-bench's channel (MTU and MPS 1024, 128 credits) over the guest's
+    /// 1021-octet LE ACL buffers, carrying its stream (a 3-octet RESET, then 1024-octet SDUs); and Multipeer's
+    /// kernel channel (MTU 65535, MPS 1017). Segmentation, fragmentation and reassembly give back each SDU whole.
+    @Test func benchSizesOverA1021OctetACLBufferSegmentAndReassembleWithinTheRules() throws {
+        for (mtu, mps, sizes) in [(UInt16(1024), UInt16(1024), [3, 1024, 1022, 1023, 1, 0]), (65535, 1017, [1015, 1016, 1017, 65535, 3, 2034])] {
+            var tx = channel(remoteMTU: mtu, remoteMPS: mps, send: 65535)
+            var rx = channel(localMTU: mtu, localMPS: mps, receive: 65535, window: 65535 * Int(mps))
+            for (i, n) in sizes.enumerated() {
+                let sdu = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) }
+                #expect(try carry(sdu, from: &tx, to: &rx, aclBuffer: 1021) == sdu, "SDU of \(n) octets, MPS \(mps)")
+            }
+            #expect(tx.queuedFrames == 0 && rx.unconsumed == 0)
+        }
+        // The exact shape btmon showed for a 1024-octet SDU at MPS 1024: K-frames of 1024 and 2 octets, the first in
+        // ACL packets of 1021 and 7 octets.
+        var tx = channel(remoteMTU: 1024, remoteMPS: 1024, send: 10)
+        tx.enqueue([UInt8](repeating: 0xA5, count: 1024))
+        let frames = [tx.nextFrame(), tx.nextFrame()].compactMap { $0 }
+        try #require(frames.count == 2)
+        let (first, second) = (frames[0], frames[1])
+        #expect(first.count == 1024 && Array(first.prefix(2)) == [0x00, 0x04] && second == [0xA5, 0xA5])
+        #expect(L2CAPFragmenter.fragment(first, channelID: L2CAPChannelID(rawValue: 0x40), maximumFragmentSize: 1021).map(\.bytes.count) == [1021, 7])
+    }
+
+    /// The frames of `bench-bluez`'s failed run (btmon): the kernel sent bumble-bench's SDUs as they were, with no
+    /// SDU length field, because the socket it connected was never bound to an LE address type and so stayed in
+    /// basic mode (l2cap_sock_connect picks LE flow control from the bound source's type), though it had asked for an
+    /// LE credit-based channel. Our host read the RESET SDU [00 01 00] as "an SDU of 256, 1 octet so far", then the
+    /// next 1024-octet frame overran it: the error the run reported. The same SDUs as K-frames arrive whole.
+    @Test func sdusSentWithoutTheirLengthFieldGiveTheBenchRunsErrorAndAsKFramesArriveWhole() throws {
+        var rx = channel(localMTU: 1024, localMPS: 1024, receive: 128, window: 128 * 1024)
+        let reset: [UInt8] = [0x00, 0x01, 0x00]
+        let sequence = [0x03, 0xFE, 0x01, 0x00] + [UInt8](repeating: 0, count: 1020)
+        #expect(try rx.receive(reset) == nil)
+        do {
+            _ = try rx.receive(sequence)
+            Issue.record("a frame past the announced SDU length was taken")
+        } catch {
+            #expect(error == .sduOverrun(expected: 256, received: 1025))
+            #expect(error.description == "K-frames carry 1025 octets for an SDU of 256")
+        }
+        var tx = channel(remoteMTU: 1024, remoteMPS: 1024, send: 128)
+        rx = channel(localMTU: 1024, localMPS: 1024, receive: 128, window: 128 * 1024)
+        #expect(try carry(reset, from: &tx, to: &rx, aclBuffer: 1021) == reset)
+        #expect(try carry(sequence, from: &tx, to: &rx, aclBuffer: 1021) == sequence)
+    }
+
     @Test func creditsReturnAsTheApplicationConsumesSoASlowReaderStopsTheSender() throws {
         // Window 300 octets of 30-octet frames: 10 credits. The peer spends them all on 10 one-frame SDUs.
         var ch = channel(receive: 10, window: 300)

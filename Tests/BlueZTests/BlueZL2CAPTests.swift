@@ -82,6 +82,17 @@ struct BlueZL2CAPTests {
         #expect(BlueZL2CAP.AddressType(bluez: nil) == .lePublic)
     }
 
+    /// Every socket of ours is bound to an LE address type, the adapter's or any: an unbound one stays in basic mode
+    /// and sends its SDUs with no SDU length field (the `bench-bluez` run's "K-frames carry 1025 octets for an SDU of
+    /// 256"). Type octet 1 (BDADDR_LE_PUBLIC), never 0 (BR/EDR).
+    @Test func aSocketsSourceIsAlwaysAnLEAddress() {
+        #expect(BlueZL2CAP.SocketAddress.source(adapter: nil).bytes == [31, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0])
+        #expect(BlueZL2CAP.SocketAddress.source(adapter: "not an address", psm: 0x80).bytes == [31, 0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0])
+        #expect(
+            BlueZL2CAP.SocketAddress.source(adapter: "00:11:22:33:44:55", psm: 0x81).bytes
+                == [31, 0, 0x81, 0, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00, 0, 0, 1, 0])
+    }
+
     @Test func errnoBecomesTheCBErrorAnAppSeesWithTheKernelsText() {
         func check(_ code: Int32, _ expected: CBError.Code, _ text: String) {
             let e = BlueZL2CAP.SocketError(call: "connect", code: code).cbError

@@ -173,6 +173,19 @@ try_add_controller() {
         fi
         nap 0.1
     done
+    # A set-up that failed part-way also ends DOWN with the address read: a command timed out on the loaded
+    # emulated guest (dmesg "hci1: Opcode 0x1002 failed: -110"), and the kernel then keeps the adapter in set-up
+    # for good (HCI_SETUP: the user channel answers EBUSY, "in use by the kernel", for the rest of the boot; mgmt
+    # never lists it). The kernel makes hciN's debugfs entries (hci_version…) only once its set-up's last init
+    # stage has passed: without them, a new bridge is tried.
+    mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null
+    if [ -d /sys/kernel/debug/bluetooth ] && [ ! -e "/sys/kernel/debug/bluetooth/hci$idx/hci_version" ]; then
+        log "hci$idx: the kernel's set-up failed part-way (dmesg: $(dmesg | grep "hci$idx: Opcode" | tail -1))"
+        kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+        # (Gone before the next bridge, which would otherwise get the next index.)
+        while [ -e "/sys/class/bluetooth/hci$idx" ] && [ $((SECONDS - start)) -lt 60 ]; do nap 0.1; done
+        return 1
+    fi
     echo "$pid" > "$OCB_RUN/hci$idx.pid"
     echo "$idx"
 }

@@ -14,7 +14,8 @@ extension BlueZCentral {
             guard let remote = BlueZL2CAP.SocketAddress(psm: psm, address: ends.peer, type: .init(bluez: ends.type)) else {
                 return Self.opened(p, nil, CBError(.unknownDevice, userInfo: [NSLocalizedDescriptionKey: "BlueZ gives no usable address for \(p)"]))
             }
-            let local = ends.adapter.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
+            // Never unbound, even when the adapter's address is not known (SocketAddress.source).
+            let local = BlueZL2CAP.SocketAddress.source(adapter: ends.adapter)
             BlueZL2CAPConnect.start(remote: remote, local: local) { result in
                 switch result {
                 case let .success(fd): Self.opened(p, BlueZL2CAPChannel(peer: p, psm: psm, fd: fd), nil)
@@ -59,7 +60,7 @@ final class BlueZL2CAPConnect: @unchecked Sendable {
     /// `done` runs once, on `queue`, with the connected socket (now the caller's) or why it failed.
     @discardableResult
     static func start(
-        remote: BlueZL2CAP.SocketAddress, local: BlueZL2CAP.SocketAddress?, security: UInt8 = BlueZL2CAP.securityLow,
+        remote: BlueZL2CAP.SocketAddress, local: BlueZL2CAP.SocketAddress, security: UInt8 = BlueZL2CAP.securityLow,
         receiveMTU: UInt16 = BlueZL2CAP.receiveMTU, done: @escaping @Sendable (Result<Int32, BlueZL2CAP.SocketError>) -> Void
     ) -> Cancellation {
         let cancellation = Cancellation()

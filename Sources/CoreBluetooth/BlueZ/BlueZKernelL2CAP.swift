@@ -26,9 +26,7 @@ package enum BlueZKernelL2CAP {
         package var psm: UInt16 { inner.psm }
 
         package init(adapterAddress: String?, psm: UInt16 = 0, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU) throws(Failure) {
-            let local =
-                adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: psm, address: $0, type: .lePublic) }
-                ?? BlueZL2CAP.SocketAddress(psm: psm, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
+            let local = BlueZL2CAP.SocketAddress.source(adapter: adapterAddress, psm: psm)
             do {
                 inner = try BlueZL2CAPListener(local: local, security: BlueZL2CAP.securityLow, receiveMTU: receiveMTU)
             } catch {
@@ -53,11 +51,9 @@ package enum BlueZKernelL2CAP {
             done(.failure(Failure(description: "\(address): not a Bluetooth address", errno: EINVAL)))
             return {}
         }
-        // Bound to an LE address type even when any adapter will do: the kernel takes BT_RCVMTU only on a socket
-        // whose source is LE (unbound, the channel offered its default MTU, 672, seen from `ble bench peer`).
-        let local =
-            adapterAddress.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
-            ?? BlueZL2CAP.SocketAddress(psm: 0, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
+        // Bound to an LE address type even when any adapter will do (SocketAddress.source): unbound, the kernel's
+        // channel stays in basic mode, refuses BT_RCVMTU (it offered 672) and sends SDUs without their length field.
+        let local = BlueZL2CAP.SocketAddress.source(adapter: adapterAddress)
         let attempt = BlueZL2CAPConnect.start(remote: remote, local: local, receiveMTU: receiveMTU) { r in
             done(r.mapError { Failure(description: $0.description, errno: $0.code) })
         }

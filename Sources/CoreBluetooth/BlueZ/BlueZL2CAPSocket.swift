@@ -92,6 +92,16 @@ enum BlueZL2CAP {
         }
 
         var addressString: String { address.map { String(format: "%02X", $0) }.joined(separator: ":") }
+
+        /// What a socket of ours is bound to: the adapter's address ("AA:BB:…") or, with none usable, any adapter,
+        /// always with an LE address type. The kernel gives a channel LE credit-based flow control only when its
+        /// socket's source is LE (l2cap_sock_bind/connect); an unbound socket stays in basic mode, yet still asks
+        /// the peer for an LE credit-based channel, then sends its SDUs with no SDU length field (the peer sees
+        /// malformed K-frames: "K-frames carry 1025 octets for an SDU of 256" in `bench-bluez`) and offers 672.
+        static func source(adapter: String?, psm: UInt16 = 0) -> SocketAddress {
+            adapter.flatMap { SocketAddress(psm: psm, address: $0, type: .lePublic) }
+                ?? SocketAddress(psm: psm, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
+        }
     }
 
     /// A failed socket call, with errno kept.
@@ -124,12 +134,12 @@ enum BlueZL2CAP {
         }
     }
 
-    /// A non-blocking L2CAP SEQPACKET socket bound to `local` (psm 0 for a client: any).
-    static func makeSocket(local: SocketAddress?, security: UInt8, receiveMTU: UInt16 = receiveMTU) throws(SocketError) -> Int32 {
+    /// A non-blocking L2CAP SEQPACKET socket bound to `local` (psm 0 for a client: any; see `source`: never unbound).
+    static func makeSocket(local: SocketAddress, security: UInt8, receiveMTU: UInt16 = receiveMTU) throws(SocketError) -> Int32 {
         let fd = socket(afBluetooth, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), btprotoL2CAP)
         guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
         do throws(SocketError) {
-            if let local { try bind(fd, local) }
+            try bind(fd, local)
             var mode = btModeLEFlowControl
             // BT_MODE needs a kernel with it (5.10+); the LE address type picks the same mode anyway.
             _ = setsockopt(fd, solBluetooth, btMode, &mode, socklen_t(1))

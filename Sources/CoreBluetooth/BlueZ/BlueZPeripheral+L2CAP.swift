@@ -12,9 +12,7 @@ extension BlueZPeripheral {
     func publishL2CAPChannel(encryption: Bool) {
         session.queue.async { [self] in
             let adapter = session.adapterPath.flatMap { session.tree[$0, BlueZObjectTree.adapterInterface]?["Address"]?.string }
-            let local =
-                adapter.flatMap { BlueZL2CAP.SocketAddress(psm: 0, address: $0, type: .lePublic) }
-                ?? BlueZL2CAP.SocketAddress(psm: 0, address: [0, 0, 0, 0, 0, 0], type: .lePublic)
+            let local = BlueZL2CAP.SocketAddress.source(adapter: adapter)
             let security = encryption ? BlueZL2CAP.securityMedium : BlueZL2CAP.securityLow
             let result = Result { () throws(BlueZL2CAP.SocketError) -> BlueZL2CAPListener in
                 try BlueZL2CAPListener(local: local, security: security)
