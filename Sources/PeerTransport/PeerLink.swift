@@ -253,6 +253,19 @@ public final class PeerLink: @unchecked Sendable {
     }
 }
 
+/// First in a link's pipeline (before TLS): notes that octets arrived, so a TLS record or a frame still
+/// arriving over a slow link counts as the peer talking (`PeerLink.silence`).
+final class HeardHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    weak var link: PeerLink?
+    init(link: PeerLink) { self.link = link }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        link?.heard()
+        context.fireChannelRead(data)
+    }
+}
+
 /// Decodes frames into messages for its link; a malformed stream closes the connection.
 final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
@@ -262,7 +275,6 @@ final class PeerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard error == nil else { return }
-        link?.heard()
         let chunks = link?.onResourceChunk
         do {
             try reader.read(unwrapInboundIn(data), slicingResourceChunks: chunks != nil) { item in

@@ -152,6 +152,7 @@ public final class PeerTransport: @unchecked Sendable {
                     let frames = PeerFrameHandler()
                     let link = PeerLink(channel: ch, encrypted: context != nil, remoteHost: remoteHost)
                     frames.link = link
+                    try ch.pipeline.syncOperations.addHandler(HeardHandler(link: link))
                     if let context {
                         let certs = CertificateRecorder(link: link)
                         try ch.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: nil, customVerificationCallback: certs.verify))
@@ -188,6 +189,7 @@ public final class PeerTransport: @unchecked Sendable {
                 let link = PeerLink(channel: ch, encrypted: clientContext != nil)
                 frames.link = link
                 do {
+                    try ch.pipeline.syncOperations.addHandler(HeardHandler(link: link))
                     if let clientContext {
                         let certs = CertificateRecorder(link: link)
                         let ssl = try NIOSSLClientHandler(
@@ -293,6 +295,7 @@ final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, @un
                 try pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls, customVerificationCallback: certs.verify), position: .first)
                 try pipeline.syncOperations.addHandler(TLSReady(link: link, onLink: onLink))
             }
+            try pipeline.syncOperations.addHandler(HeardHandler(link: link), position: .first)
             try pipeline.syncOperations.addHandler(frames)
         } catch {
             context.close(promise: nil)
