@@ -101,10 +101,31 @@ wait_exit() {
     wait "$pid"
 }
 
+# Where the controllers' far end is: rootcanal on the host (OCB_AIR=host: scripts/kernel/air, reached through QEMU's
+# user-mode network) or in this guest.
+if [ "${OCB_AIR:-guest}" = host ]; then OCB_RC_HOST=10.0.2.100; else OCB_RC_HOST=127.0.0.1; fi
+
+# air_request VERB NAME: asks the host to start, restart or stop its rootcanal NAME (rootcanal, rootcanal-fast):
+# scripts/kernel/air serve answers "ok" once done.
+air_request() {
+    local fd reply=""
+    exec {fd}<>/dev/tcp/10.0.2.100/6599 || { log "the host's air does not answer"; return 1; }
+    echo "$*" >&"$fd"
+    read -r -t 40 reply <&"$fd"
+    exec {fd}<&-
+    [ "$reply" = ok ] || { log "the host's air answered '$reply' to '$*'"; return 1; }
+}
+
 # start_rootcanal [NAME PORT BASE]: rootcanal (NAME "rootcanal" on $OCB_RC_PORT unless given), its other ports
-# from BASE (6401: test, +1 HCI, +2 link, +3 LE link), its log in $OCB_CAP/NAME.log.
+# from BASE (6401: test, +1 HCI, +2 link, +3 LE link), its log in $OCB_CAP/NAME.log. With the air on the host,
+# the host (re)starts its NAME (marked $OCB_RUN/NAME.host; its ports are the host's).
 start_rootcanal() {
     local bin name=${1:-rootcanal} port=${2:-$OCB_RC_PORT} base=${3:-6401}
+    if [ "${OCB_AIR:-guest}" = host ]; then
+        air_request restart "$name" || return 1
+        : > "$OCB_RUN/$name.host"
+        return 0
+    fi
     bin=$(ls "$OCB_REPO"/.venv/lib/*/site-packages/rootcanal/bin/linux-x86_64/rootcanal 2>/dev/null | head -1)
     [ -x "$bin" ] || { log "rootcanal not found in $OCB_REPO/.venv (scripts/setup-venv.sh installs it)"; return 1; }
     "$bin" --test_port=$base --hci_port=$((base + 1)) --link_port=$((base + 2)) --link_ble_port=$((base + 3)) \
@@ -135,7 +156,7 @@ try_add_controller() {
     local out idx pid start=$SECONDS nowait=${1:-}
     local line=""
     out="$OCB_RUN/bridge.$BASHPID.$RANDOM"
-    "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
+    "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} "$OCB_RC_HOST" "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
     until [[ $line == hci[0-9]* ]]; do
         kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
@@ -255,6 +276,7 @@ restore_controllers() {
     if [ -e "$OCB_RUN/rootcanal-fast.pid" ]; then
         read -r f < "$OCB_RUN/rootcanal-fast.pid"; kill -KILL "$f" 2>/dev/null; rm -f "$OCB_RUN/rootcanal-fast.pid"
     fi
+    if [ -e "$OCB_RUN/rootcanal-fast.host" ]; then air_request stop rootcanal-fast; rm -f "$OCB_RUN/rootcanal-fast.host"; fi
     { read -r f < "$OCB_RUN/rootcanal.pid" && kill -CONT "$f"; } 2>/dev/null
     { read -r f < "$OCB_RUN/btmon.pid" && kill -CONT "$f"; } 2>/dev/null
     # Controllers a scenario plugged in beyond those (a dongle back at a new index) go too.
