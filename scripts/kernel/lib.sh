@@ -167,6 +167,8 @@ try_add_controller() {
     local out idx pid start=$SECONDS nowait=${1:-}
     local line=""
     out="$OCB_RUN/bridge.$BASHPID.$RANDOM"
+    local plugged _
+    read -r plugged _ < /proc/uptime
     "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} "$OCB_RC_HOST" "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
     until [[ $line == hci[0-9]* ]]; do
@@ -200,7 +202,19 @@ try_add_controller() {
         elif [[ $state =~ [[:space:]]DOWN[[:space:]] ]]; then
             [ -z "$seen_up" ] || break
             if [[ ! $state =~ [[:space:]]INIT[[:space:]] && $state != *"BD Address: 00:00:00:00:00:00"* ]]; then
-                quiet=$((quiet + 1)); [ $quiet -lt 2 ] || break
+                quiet=$((quiet + 1))
+                if [ $quiet -ge 2 ]; then
+                    # ... unless its set-up failed: a command the kernel timed out during it (at a load of 15-19,
+                    # "hci1: Opcode 0x200f failed: -110") leaves the adapter down with its address read but still in
+                    # HCI_SETUP, never announced over mgmt, and the user channel's bind then fails with EBUSY for good
+                    # (gk-bluez found hci1 "in use" for 150 s). The kernel logs each such failure.
+                    if ! dmesg 2>/dev/null | awk -v since="$plugged" -v h="hci$idx: " '
+                        { t = substr($0, 2, index($0, "]") - 2) + 0 }
+                        t >= since && index($0, h) && /failed|timeout/ { bad = 1 } END { exit !bad }'; then break; fi
+                    log "hci$idx's set-up failed (the kernel logged a failed command; see dmesg.log)"
+                    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+                    return 1
+                fi
             fi
         fi
         nap 0.1
