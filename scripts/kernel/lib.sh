@@ -69,6 +69,17 @@ wait_for() {
     done
 }
 
+# new_lines FILE: from now on, the lines FILE gets are copied into a file of their own, NEW_LINES_FILE (the copier's
+# pid in NEW_LINES_PID), for a wait that must not read a big log from its start: bluetoothd's, written since the boot,
+# took a wait_for_count with a 10 s limit 132 s to read in privacy, eleven scenarios into a guest (bash reads and
+# matches line by line, and looks at the clock only once it has caught up).
+new_lines() {
+    NEW_LINES_FILE="$OCB_RUN/new-lines.$BASHPID.$RANDOM"
+    : > "$NEW_LINES_FILE"
+    tail -c 0 -F "$1" >> "$NEW_LINES_FILE" 2> /dev/null &
+    NEW_LINES_PID=$!
+}
+
 # wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE, `clean`ed, match.
 wait_for_count() {
     local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS line piece count=0 extra _ffd _fpartial _flines _pieces
@@ -101,10 +112,31 @@ wait_exit() {
     wait "$pid"
 }
 
+# Where the controllers' far end is: rootcanal on the host (OCB_AIR=host: scripts/kernel/air, reached through QEMU's
+# user-mode network) or in this guest.
+if [ "${OCB_AIR:-guest}" = host ]; then OCB_RC_HOST=10.0.2.100; else OCB_RC_HOST=127.0.0.1; fi
+
+# air_request VERB NAME: asks the host to start, restart or stop its rootcanal NAME (rootcanal, rootcanal-fast):
+# scripts/kernel/air serve answers "ok" once done.
+air_request() {
+    local fd reply=""
+    exec {fd}<>/dev/tcp/10.0.2.100/6599 || { log "the host's air does not answer"; return 1; }
+    echo "$*" >&"$fd"
+    read -r -t 40 reply <&"$fd"
+    exec {fd}<&-
+    [ "$reply" = ok ] || { log "the host's air answered '$reply' to '$*'"; return 1; }
+}
+
 # start_rootcanal [NAME PORT BASE]: rootcanal (NAME "rootcanal" on $OCB_RC_PORT unless given), its other ports
-# from BASE (6401: test, +1 HCI, +2 link, +3 LE link), its log in $OCB_CAP/NAME.log.
+# from BASE (6401: test, +1 HCI, +2 link, +3 LE link), its log in $OCB_CAP/NAME.log. With the air on the host,
+# the host (re)starts its NAME (marked $OCB_RUN/NAME.host; its ports are the host's).
 start_rootcanal() {
     local bin name=${1:-rootcanal} port=${2:-$OCB_RC_PORT} base=${3:-6401}
+    if [ "${OCB_AIR:-guest}" = host ]; then
+        air_request restart "$name" || return 1
+        : > "$OCB_RUN/$name.host"
+        return 0
+    fi
     bin=$(ls "$OCB_REPO"/.venv/lib/*/site-packages/rootcanal/bin/linux-x86_64/rootcanal 2>/dev/null | head -1)
     [ -x "$bin" ] || { log "rootcanal not found in $OCB_REPO/.venv (scripts/setup-venv.sh installs it)"; return 1; }
     "$bin" --test_port=$base --hci_port=$((base + 1)) --link_port=$((base + 2)) --link_ble_port=$((base + 3)) \
@@ -135,7 +167,9 @@ try_add_controller() {
     local out idx pid start=$SECONDS nowait=${1:-}
     local line=""
     out="$OCB_RUN/bridge.$BASHPID.$RANDOM"
-    "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} 127.0.0.1 "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
+    local plugged _
+    read -r plugged _ < /proc/uptime
+    "$OCB_CACHE/vhci-bridge" ${OCB_LE_BUFFER:+-l "$OCB_LE_BUFFER"} "$OCB_RC_HOST" "$OCB_RC_PORT" > "$out" 2>> "$OCB_OUT/bridges.log" &
     pid=$!
     until [[ $line == hci[0-9]* ]]; do
         kill -0 "$pid" 2>/dev/null || { log "vhci-bridge ended"; rm -f "$out"; return 1; }
@@ -168,7 +202,19 @@ try_add_controller() {
         elif [[ $state =~ [[:space:]]DOWN[[:space:]] ]]; then
             [ -z "$seen_up" ] || break
             if [[ ! $state =~ [[:space:]]INIT[[:space:]] && $state != *"BD Address: 00:00:00:00:00:00"* ]]; then
-                quiet=$((quiet + 1)); [ $quiet -lt 2 ] || break
+                quiet=$((quiet + 1))
+                if [ $quiet -ge 2 ]; then
+                    # ... unless its set-up failed: a command the kernel timed out during it (at a load of 15-19,
+                    # "hci1: Opcode 0x200f failed: -110") leaves the adapter down with its address read but still in
+                    # HCI_SETUP, never announced over mgmt, and the user channel's bind then fails with EBUSY for good
+                    # (gk-bluez found hci1 "in use" for 150 s). The kernel logs each such failure.
+                    if ! dmesg 2>/dev/null | awk -v since="$plugged" -v h="hci$idx: " '
+                        { t = substr($0, 2, index($0, "]") - 2) + 0 }
+                        t >= since && index($0, h) && /failed|timeout/ { bad = 1 } END { exit !bad }'; then break; fi
+                    log "hci$idx's set-up failed (the kernel logged a failed command; see dmesg.log)"
+                    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+                    return 1
+                fi
             fi
         fi
         nap 0.1
@@ -268,6 +314,7 @@ restore_controllers() {
     if [ -e "$OCB_RUN/rootcanal-fast.pid" ]; then
         read -r f < "$OCB_RUN/rootcanal-fast.pid"; kill -KILL "$f" 2>/dev/null; rm -f "$OCB_RUN/rootcanal-fast.pid"
     fi
+    if [ -e "$OCB_RUN/rootcanal-fast.host" ]; then air_request stop rootcanal-fast; rm -f "$OCB_RUN/rootcanal-fast.host"; fi
     { read -r f < "$OCB_RUN/rootcanal.pid" && kill -CONT "$f"; } 2>/dev/null
     { read -r f < "$OCB_RUN/btmon.pid" && kill -CONT "$f"; } 2>/dev/null
     # Controllers a scenario plugged in beyond those (a dongle back at a new index) go too.

@@ -104,6 +104,15 @@ clean "$BTCTL_LOG" | grep -v '^\s*$' | tail -n 8 >&2
 # bluetoothd 5.66 has been seen to end right after the failed ATT connection that follows (its log's last line:
 # "att_connect_cb() connect to …: Connection refused (111)"); it is started again then, and says so.
 if ! kill -0 "$(cat "$OCB_RUN/bluetoothd.pid" 2>/dev/null)" 2>/dev/null; then
+    # The guest's kernel (Linux 6.1.192) has killed it: "list_del corruption" in hci_chan_del as bluetoothd released
+    # its socket on the link that had just failed, in 7 of 8 attempts over two sessions (the README's kernel
+    # section). Nothing Bluetooth works in this guest after that, so BlueZ's pairing anew cannot be tried: exit 3
+    # says so (the test records it as the kernel's known issue; everything above has passed).
+    { read -r tainted < /proc/sys/kernel/tainted; } 2>/dev/null
+    if [ $(( ${tainted:-0} & 128 )) -ne 0 ]; then
+        log "KERNEL-BUG: bluetoothd was killed by the guest's kernel (BUG, tainted $tainted; see dmesg.log) as its connection on the stale key ended; BlueZ pairing anew cannot be tried in this guest"
+        exit 3
+    fi
     log "bluetoothd ended after the refused key (BlueZ's side; see bluetoothd.log); starting it again"
     start_bluez || fail "BlueZ did not start again"
     wait_for_count "$BTCTL_LOG" "Agent registered" 2 30 || true   # bluetoothctl registers its agent again itself

@@ -14,7 +14,7 @@ ours=$(served_address "$OCB_OUT/$OCB_SCENARIO.serve.log")
 [ -n "$ours" ] || fail "no address in ble serve's output"
 bz() { BLE_TRANSPORT=bluez:hci0 "$OCB_BLE" "$@"; }
 s="$OCB_OUT/$OCB_SCENARIO.scan.log"
-bz scan --duration 20 --name "Served HR" --json > "$s" 2> "$s.err" || { cat "$s.err"; fail "ble scan on bluez failed"; }
+bz scan --duration 10 --name "Served HR" --json > "$s" 2> "$s.err" || { cat "$s.err"; fail "ble scan on bluez failed"; }
 cat "$s" "$s.err"
 grep -q "\"address\":\"$ours" "$s" || fail "the scan did not report $ours"
 grep -q '"name":"Served HR"' "$s" || fail "no name in the scan"

@@ -37,10 +37,11 @@ grep -q "bonded with $(address 0)/P" "$OCB_OUT/$OCB_SCENARIO.pair1.log" || fail 
 # again in a new guest. The attempt is cancelled (Device1.Disconnect) and its end waited for before the power cycle.
 ours=$(address 1)
 ended="att_connect_cb\(\) connect to $ours"
-before=$(grep -cE "$ended" "$OCB_CAP/bluetoothd.log")
+new_lines "$OCB_CAP/bluetoothd.log"
 sleep 2
 dbus-send --system --print-reply --dest=org.bluez "/org/bluez/hci0/dev_${ours//:/_}" org.bluez.Device1.Disconnect > /dev/null 2>&1 || true
-wait_for_count "$OCB_CAP/bluetoothd.log" "$ended" $((before + 1)) 10 || log "no pending connection of bluetoothd's ended (none was made)"
+wait_for "$NEW_LINES_FILE" "$ended" 10 || log "no pending connection of bluetoothd's ended (none was made)"
+kill "$NEW_LINES_PID" 2>/dev/null
 bluez_power 0 false; sleep 1; bluez_up 0 || fail "hci0 did not come back on"
 # The advertisement does not survive the power cycle, and bluetoothctl answered neither "advertise off" after it
 # nor "advertise on" (AlreadyExists): a new bluetoothctl registers a new one (the old one's goes with its D-Bus
