@@ -213,13 +213,16 @@ try_add_controller() {
                         t >= since && index($0, h) && /failed|timeout/ { bad = 1 } END { exit !bad }'; then break; fi
                     log "hci$idx's set-up failed (the kernel logged a failed command; see dmesg.log)"
                     kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+                    # (Gone before the next bridge, which would otherwise get the next index.)
+                    while [ -e "/sys/class/bluetooth/hci$idx" ] && [ $((SECONDS - start)) -lt 60 ]; do nap 0.1; done
                     return 1
                 fi
             fi
         fi
         nap 0.1
     done
-    # A set-up that failed part-way also ends DOWN with the address read: a command timed out on the loaded
+    # (The same failure, caught by the kernel's own marker when dmesg had no line for it.) A set-up that failed
+    # part-way also ends DOWN with the address read: a command timed out on the loaded
     # emulated guest (dmesg "hci1: Opcode 0x1002 failed: -110"), and the kernel then keeps the adapter in set-up
     # for good (HCI_SETUP: the user channel answers EBUSY, "in use by the kernel", for the rest of the boot; mgmt
     # never lists it). The kernel makes hciN's debugfs entries (hci_version…) only once its set-up's last init
