@@ -23,7 +23,7 @@
 // Threading: everything runs on `queue`, which is also the D-Bus connection's queue (replies and signals arrive on
 // it); public methods hop onto it.
 import Foundation
-import Synchronization
+import BLETransport
 import BLEWire
 import DBus
 import CoreBluetooth
@@ -118,11 +118,11 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     private let root: String
     /// Where the node exports its objects on the bus (its adverts are under it).
     package var objectRoot: String { root }
-    private static let instances = Mutex(0)
+    private static let instances = Locked(0)
 
     // MARK: Making nodes
 
-    private static let shared = Mutex<(node: BlueZPeerNode, users: Int)?>(nil)
+    private static let shared = Locked<(node: BlueZPeerNode, users: Int)?>(nil)
 
     /// The process's node on the adapter `options` name (one radio per process, as on a phone), opened when it is the
     /// first user; nil (the reason logged and kept in `PeerBluetoothNodes.unavailableReason`) when BlueZ cannot give
@@ -223,7 +223,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
     private var devices: [String: Device] = [:]
 
-    private let knownAddress = Mutex<BluetoothAddress?>(nil)
+    private let knownAddress = Locked<BluetoothAddress?>(nil)
     public var address: BluetoothAddress? { knownAddress.withLock { $0 } }
 
     private func bluez(_ path: String, _ interface: String, _ member: String, _ body: [DBusValue] = []) -> DBusMessage {
@@ -375,7 +375,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         var attempts = 0
     }
     private var adverts: [UInt64: Advert] = [:]
-    private let ids = Mutex<UInt64>(0)
+    private let ids = Locked<UInt64>(0)
 
     /// Ids are made at once (the public calls answer without waiting for the queue, as they may run on it).
     private func makeID() -> UInt64 {

@@ -9,7 +9,6 @@
 //
 // Threading contract: node state lives on its host's loop; the public methods may be called from any thread.
 import Foundation
-import Synchronization
 import BLEWire
 import BLEHCI
 import BLEL2CAP
@@ -35,7 +34,7 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         var factory: (@Sendable (String) throws -> LEHost)?
         var sharing: Sharing?
     }
-    private static let registry = Mutex(Registry())
+    private static let registry = Locked(Registry())
 
     /// Replaces how hosts are made (tests give hosts on an air of their own) and how nodes are shared;
     /// nil restores `BLE_TRANSPORT`.
@@ -199,11 +198,11 @@ public final class BluetoothPeerNode: PeerBluetoothNode, HostCentralDelegate, Ho
         scheduleSweep()
     }
 
-    private let knownAddress = Mutex<BluetoothAddress?>(nil)
+    private let knownAddress = Locked<BluetoothAddress?>(nil)
     /// This device's address as peers connect to it (nil until the controller is on).
     public var address: BluetoothAddress? { knownAddress.withLock { $0 } }
 
-    private let ids = Mutex<UInt64>(0)
+    private let ids = Locked<UInt64>(0)
     private func makeID() -> UInt64 {
         ids.withLock {
             $0 += 1; return $0

@@ -3,7 +3,7 @@
 // where the system keeps the adapter). MCSession, MCNearbyServiceAdvertiser and MCNearbyServiceBrowser (and GameKit
 // through them) see only this protocol, so sessions, invitations and transfers are the same on both; the advert
 // format (PeerAdvert) is the same too, so a peer on one backend finds and joins a peer on the other.
-import Synchronization
+import BLETransport
 import BLEWire
 import PeerSession
 import PeerTransport
@@ -53,7 +53,7 @@ public enum PeerBluetoothNodes {
         var reason: String?
         var factory: (@Sendable (UInt64) -> (any PeerBluetoothNode)?)?
     }
-    private static let state = Mutex(State())
+    private static let state = Locked(State())
 
     /// Why the last node could not be had (for MCError's failure reason).
     public static var unavailableReason: String { state.withLock { $0.reason } ?? "no Bluetooth controller" }
