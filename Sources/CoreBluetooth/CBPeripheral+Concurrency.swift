@@ -170,8 +170,12 @@ final class ValueListeners: @unchecked Sendable {
         }
     }
 
+    /// Every value received passes here: with nobody listening (the usual case) it costs one lock, no array.
     func yield(_ value: Data, handle: UInt16) {
-        for e in lock.withLock({ entries.values.filter { $0.handle == handle } }) { e.continuation.yield(value) }
+        let listening = lock.withLock { () -> [AsyncStream<Data>.Continuation]? in
+            entries.isEmpty ? nil : entries.values.filter { $0.handle == handle }.map(\.continuation)
+        }
+        for c in listening ?? [] { c.yield(value) }
     }
 
     func finishAll() {
