@@ -684,9 +684,8 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Host plumbing (Linux addition, not for apps): a notification or indication, delivered as `peripheral(_:didUpdateValueFor:error:)`.
     public func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        let me = ObjectIdentifier(self)
         SharedLink.existing(connection)?.forEachRecipient(of: handle) { p in
-            if p.managerID == me { p.received(value: value, handle: handle) }
+            if p.manager === self { p.received(value: value, handle: handle) }
         }
     }
 

@@ -10,9 +10,6 @@ import BLEHost
 
 open class CBPeripheral: CBPeer, @unchecked Sendable {
     package weak var manager: CBCentralManager?
-    /// Which manager this peripheral belongs to, fixed at init: compared for every value received, without
-    /// loading the weak reference.
-    package let managerID: ObjectIdentifier
     /// The address to connect to: the latest one seen (a bonded device's private address changes).
     package var deviceAddress: BluetoothAddress {
         get { lock.withLock { storedDeviceAddress } }
@@ -58,7 +55,6 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
-        self.managerID = ObjectIdentifier(manager)
         self.storedDeviceAddress = address
         super.init(identifier: identifier)
     }
