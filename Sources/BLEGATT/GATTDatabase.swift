@@ -118,8 +118,16 @@ public struct GATTDatabase: Sendable, Equatable {
         characteristics.first { ($0.declarationHandle...$0.endHandle).contains(handle) }
     }
 
+    /// Every notification sent asks this, so it is a binary search: `characteristics` is kept in handle
+    /// order and their ranges do not overlap, so the one owning `valueHandle` is the last declared before it.
     public func characteristic(valueHandle: UInt16) -> GATTCharacteristicRecord? {
-        characteristics.first { $0.valueHandle == valueHandle }
+        var lo = 0, hi = characteristics.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if characteristics[mid].declarationHandle < valueHandle { lo = mid + 1 } else { hi = mid }
+        }
+        guard lo > 0, characteristics[lo - 1].valueHandle == valueHandle else { return nil }
+        return characteristics[lo - 1]
     }
 
     /// Replaces a stored value. Returns false when the attribute is missing or not stored.

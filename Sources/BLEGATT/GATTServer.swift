@@ -275,10 +275,9 @@ public struct GATTServer: Sendable {
     /// `notify` without the action list, for a host's send path: the PDU, or nil when the client has not
     /// enabled notifications.
     public func notification(handle: UInt16, value: [UInt8], to client: GATTClientID) -> ATTPDU? {
-        guard let bearer = clients[client]?.bearer, subscription(of: client, valueHandle: handle).contains(.notification) else {
-            return nil
-        }
-        return bearer.notification(handle: handle, value: value)
+        // Every notification sent passes here: the bearer is read in place, not copied out of the table.
+        guard subscription(of: client, valueHandle: handle).contains(.notification) else { return nil }
+        return clients[client]?.bearer.notification(handle: handle, value: value)
     }
 
     /// An indication of `value` (cut to ATT_MTU − 3) if the client enabled indications; it waits

@@ -111,15 +111,22 @@ extension LEHost {
     }
 
     func sendUpdate(_ value: [UInt8], forHandle handle: UInt16, to clients: [UInt16]?) {
-        let targets = clients ?? connections.keys.sorted()
-        for h in targets {
-            guard let c = connections[h] else { continue }
-            // A notification (the hot path) goes straight out, without an action list.
-            if let pdu = gattServer.notification(handle: handle, value: value, to: c.clientID) {
-                sendATT(pdu, on: c)
-            } else if gattServer.subscription(of: c.clientID, valueHandle: handle).contains(.indication) {
-                perform(gattServer.indicate(handle: handle, value: value, to: c.clientID))
-            }
+        if let clients {
+            for h in clients { if let c = connections[h] { sendUpdate(value, forHandle: handle, on: c) } }
+        } else if connections.count == 1, let c = connections.first?.value {
+            // One link (the usual case): no sorted list of handles built for every update.
+            sendUpdate(value, forHandle: handle, on: c)
+        } else {
+            for h in connections.keys.sorted() { sendUpdate(value, forHandle: handle, on: connections[h]!) }
+        }
+    }
+
+    private func sendUpdate(_ value: [UInt8], forHandle handle: UInt16, on c: HostConnection) {
+        // A notification (the hot path) goes straight out, without an action list.
+        if let pdu = gattServer.notification(handle: handle, value: value, to: c.clientID) {
+            sendATT(pdu, on: c)
+        } else if gattServer.subscription(of: c.clientID, valueHandle: handle).contains(.indication) {
+            perform(gattServer.indicate(handle: handle, value: value, to: c.clientID))
         }
     }
 }

@@ -6,6 +6,7 @@ import Foundation
 import BLEWire
 import BLEGATT
 import BLEHost
+import Synchronization
 
 extension CBPeripheral {
     /// Runs a GATT procedure, applies `apply` to the model on the delegate queue, then returns.
@@ -158,25 +159,40 @@ extension CBPeripheral {
 final class ValueListeners: @unchecked Sendable {
     private let lock = NSLock()
     private var entries: [UUID: (handle: UInt16, continuation: AsyncStream<Data>.Continuation)] = [:]
+    /// How many entries there are, readable without the lock: every value received asks, and usually nobody
+    /// listens. Written under the lock, after the entries change.
+    private let count = Atomic<Int>(0)
 
-    func add(id: UUID, handle: UInt16, _ c: AsyncStream<Data>.Continuation) { lock.withLock { entries[id] = (handle, c) } }
+    func add(id: UUID, handle: UInt16, _ c: AsyncStream<Data>.Continuation) {
+        lock.withLock {
+            entries[id] = (handle, c)
+            count.store(entries.count, ordering: .releasing)
+        }
+    }
 
     /// Removes a listener and returns how many remain for its handle.
     @discardableResult
     func remove(id: UUID) -> Int {
         lock.withLock {
             guard let e = entries.removeValue(forKey: id) else { return -1 }
+            count.store(entries.count, ordering: .releasing)
             return entries.values.filter { $0.handle == e.handle }.count
         }
     }
 
+    /// Every value received passes here: with nobody listening (the usual case) it costs one atomic load.
     func yield(_ value: Data, handle: UInt16) {
-        for e in lock.withLock({ entries.values.filter { $0.handle == handle } }) { e.continuation.yield(value) }
+        guard count.load(ordering: .acquiring) > 0 else { return }
+        let listening = lock.withLock { entries.values.filter { $0.handle == handle }.map(\.continuation) }
+        for c in listening { c.yield(value) }
     }
 
     func finishAll() {
         for e in lock.withLock({ () -> [AsyncStream<Data>.Continuation] in
-            let v = entries.values.map(\.continuation); entries.removeAll(); return v
+            let v = entries.values.map(\.continuation)
+            entries.removeAll()
+            count.store(0, ordering: .releasing)
+            return v
         }) { e.finish() }
     }
 }

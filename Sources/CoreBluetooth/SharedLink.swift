@@ -157,6 +157,11 @@ final class SharedLink {
     /// `recipients(of:)` one by one, in the same order, without building arrays: this runs for every value
     /// received.
     func forEachRecipient(of handle: UInt16, _ body: (CBPeripheral) -> Void) {
+        // A link's only user gets every value: it is either subscribed or, with nobody subscribed, one of everyone.
+        if users.count == 1 {
+            if let p = users[0].peripheral { body(p) }
+            return
+        }
         let wanted = handle != serviceChangedHandle || handle == 0 ? subscriptions[handle]?.wanted : nil
         let everyone = wanted?.isEmpty ?? true
         for u in users where everyone || wanted?[u.id] != nil {

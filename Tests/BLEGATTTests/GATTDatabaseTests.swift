@@ -154,3 +154,37 @@ import BLEWire
     }
     #expect(db.attributes.isEmpty)
 }
+
+/// The value-handle look-up every notification makes is a binary search: at every handle of a database with
+/// fixed handles, gaps and a service added after a lower one, and after a removal, it answers what a scan of
+/// every characteristic answers.
+@Test func characteristicByValueHandleMatchesAScan() throws {
+    var (db, _, _) = try makeDatabase()
+    let late = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x1240),
+            characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: [1], handle: 0x0205),
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A01), properties: [.read, .notify], permissions: .readable, value: [2]),
+            ], handle: 0x0200, endHandle: 0x020F))
+    let low = try db.add(
+        GATTServiceDefinition(
+            uuid: BluetoothUUID(0x1241),
+            characteristics: [
+                GATTCharacteristicDefinition(uuid: BluetoothUUID(0x2A02), properties: .notify, permissions: [], value: nil, handle: 0x0031)
+            ], handle: 0x0030, endHandle: 0x0034))
+    func check(_ what: String) {
+        for h in UInt16(0)...0x0300 {
+            #expect(db.characteristic(valueHandle: h) == db.characteristics.first { $0.valueHandle == h }, "\(what): handle \(h)")
+        }
+    }
+    #expect(db.characteristic(valueHandle: 0x0032)?.uuid == BluetoothUUID(0x2A02))
+    #expect(db.characteristic(valueHandle: 0x0206)?.uuid == BluetoothUUID(0x2A00))
+    #expect(db.characteristic(valueHandle: 0x0205) == nil)   // a declaration, not a value
+    check("built")
+    try db.remove(serviceRange: low.range)
+    #expect(db.characteristic(valueHandle: 0x0032) == nil)
+    check("after a removal")
+    try db.remove(serviceRange: late.range)
+    check("after another")
+}

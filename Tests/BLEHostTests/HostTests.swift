@@ -322,6 +322,68 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(t.gatt(.read(handle: writable)) == .success(.value([UInt8](repeating: 9, count: 500))))
     }
 
+    /// A notification in one ACL packet takes the central's short path (no frame built, no PDU decoded); one in
+    /// several packets, or any while ATT tracing is on, takes the general one. Both deliver the same values in
+    /// the order sent, and both drop what the general path drops: a PDU longer than ATT_MTU, or one too short
+    /// to hold a handle.
+    @Test func notificationsTakeEitherPathWithTheSameResult() throws {
+        let t = try LinkedHosts()
+        let pc = try #require(t.p.connections.first)
+        let aclSize = t.air.loop.sync { t.peripheral.aclBufferSize }
+        let long = (0..<(aclSize + 40)).map { UInt8(truncatingIfNeeded: $0) }   // fragmented: the general path
+        func notify(_ handle: UInt16, _ value: [UInt8]) {
+            t.peripheral.sendATT(.handleValueNotification(ATTHandleValueNotification(handle: handle, value: value)), on: pc)
+        }
+        func run(_ burst: @escaping () -> Void) -> [(UInt16, [UInt8])] {
+            t.c.values.removeAll()
+            t.air.loop.sync { burst() }
+            t.air.loop.advance(by: .milliseconds(100))
+            #expect(t.c.values.allSatisfy { !$0.2 })
+            return t.c.values.map { ($0.0, $0.1) }
+        }
+        // At ATT_MTU 23, every PDU here fits one ACL packet.
+        let atDefaultMTU = {
+            notify(0x0021, [1, 2, 3])
+            notify(0x0022, [])   // an empty value is still a notification
+            t.peripheral.sendL2CAP([ATTOpcode.handleValueNotification.rawValue, 0x25], cid: .att, on: pc)   // no whole handle
+            notify(0x0023, [UInt8](repeating: 5, count: 21))   // 24 octets: one more than ATT_MTU
+            notify(0x0024, [UInt8](repeating: 6, count: 20))   // exactly ATT_MTU
+        }
+        let expectedAtDefault: [(UInt16, [UInt8])] = [(0x0021, [1, 2, 3]), (0x0022, []), (0x0024, [UInt8](repeating: 6, count: 20))]
+        // At ATT_MTU 517, longer ones come in several packets.
+        let atLargeMTU = {
+            notify(0x0031, [7])
+            notify(0x0032, long)
+            notify(0x0033, [UInt8](repeating: 5, count: 515))   // 518 octets: one more than ATT_MTU
+            notify(0x0034, [UInt8](repeating: 6, count: 514))   // exactly ATT_MTU
+            notify(0x0035, [8, 9])
+        }
+        let expectedAtLarge: [(UInt16, [UInt8])] = [
+            (0x0031, [7]), (0x0032, long), (0x0034, [UInt8](repeating: 6, count: 514)), (0x0035, [8, 9]),
+        ]
+        func check(_ got: [(UInt16, [UInt8])], _ want: [(UInt16, [UInt8])], _ what: String) {
+            #expect(got.map(\.0) == want.map(\.0), "\(what)")
+            #expect(got.map(\.1) == want.map(\.1), "\(what)")
+        }
+        func traced(_ on: Bool) {
+            t.air.loop.sync { t.central.loggers.att.logLevel = on ? .trace : .info }
+            #expect(t.air.loop.sync { t.central.loggers.attTraces } == on)
+        }
+        check(run(atDefaultMTU), expectedAtDefault, "short path, MTU 23")
+        traced(true)
+        check(run(atDefaultMTU), expectedAtDefault, "traced, MTU 23")
+        traced(false)
+        t.air.loop.sync { t.link.exchangeMTU(517) }
+        t.air.loop.advance(by: .seconds(1))
+        #expect(t.link.attMTU == 517)
+        check(run(atLargeMTU), expectedAtLarge, "short path, MTU 517")
+        traced(true)
+        check(run(atLargeMTU), expectedAtLarge, "traced, MTU 517")
+        traced(false)
+        // The link is still usable: nothing above was taken for a protocol error.
+        #expect(t.gatt(.read(handle: t.handles.characteristics[1].value)) == .success(.value([0x01])))
+    }
+
     /// A write to a value the database stores is answered by the server and reported to the peripheral's delegate
     /// (`ble serve` prints it): a Write Request and a Write Command, not a CCCD write.
     @Test func writesToStoredValuesAreReported() throws {
