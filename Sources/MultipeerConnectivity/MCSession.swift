@@ -437,10 +437,16 @@ open class MCSession: NSObject, @unchecked Sendable {
 
     // MARK: Keep-alive
 
+    /// Where every session's keep-alive runs: a serial queue of its own (an overcommit queue, which gets a
+    /// thread when the others are busy), not the global concurrent queue, whose few workers an application (or a
+    /// test) blocking them holds up: a keep-alive that ran a second late sent its pings late and then judged
+    /// the peer silent (GKLinkLossTests at a 1 s timeout on a saturated machine).
+    private static let keepAliveQueue = DispatchQueue(label: "opencorebluetooth.multipeer.keepalive")
+
     private func startKeepAlive() {
         lock.withLock {
             guard keepAlive == nil else { return }
-            let t = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
+            let t = DispatchSource.makeTimerSource(queue: Self.keepAliveQueue)
             let period = min(1, storedLivenessTimeout / 4)
             t.schedule(deadline: .now() + period, repeating: period)
             t.setEventHandler { [weak self] in self?.checkLiveness() }
