@@ -6,12 +6,11 @@ import BLEWire
 import BLETransport
 import BLEVirtualRadio
 import BLETransportLinux
-import Synchronization
 
 public enum HostFactory {
-    private static let snoop = Mutex<BTSnoopWriter?>(nil)
-    private static let counter = Mutex(0)
-    private static let provider = Mutex<(@Sendable (String) throws -> LEHost?)?>(nil)
+    private static let snoop = Locked<BTSnoopWriter?>(nil)
+    private static let counter = Locked(0)
+    private static let provider = Locked<(@Sendable (String) throws -> LEHost?)?>(nil)
 
     /// While set, `virtual` hosts (managers created with no host while `BLE_TRANSPORT` is unset or `virtual`)
     /// are first asked of this closure, given the host's name; nil from it means the process-wide air as usual.
@@ -89,7 +88,7 @@ public enum HostFactory {
     }
 
     private struct WeakHost: Sendable { weak var host: LEHost? }
-    private static let shared = Mutex<[String: WeakHost]>([:])
+    private static let shared = Locked<[String: WeakHost]>([:])
 
     /// The one host of this process on the controller `spec` names, as on an iPhone: every caller gets the
     /// same host while it is alive (one serial port or HCI channel is opened once), and both roles run on

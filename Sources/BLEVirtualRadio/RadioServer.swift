@@ -3,12 +3,11 @@
 import Foundation
 import BLEHCI
 import BLETransport
-import Synchronization
 
 public final class RadioServer: @unchecked Sendable {
     public let air: VirtualAir
     private let listener: TCPListener
-    private let sessions = Mutex<[ObjectIdentifier: (StreamConnection, VirtualController)]>([:])
+    private let sessions = Locked<[ObjectIdentifier: (StreamConnection, VirtualController)]>([:])
 
     public init(air: VirtualAir, host: String = "127.0.0.1", port: UInt16) throws {
         self.air = air

@@ -10,10 +10,9 @@
 import Foundation
 import BLEHCI
 import BLETransport
-import Synchronization
 
 /// Controllers the "operating system" refuses to open, with the reason (any thread).
-private let refusals = Mutex<[ObjectIdentifier: String]>([:])
+private let refusals = Locked<[ObjectIdentifier: String]>([:])
 
 /// The faults switched on for an air (loop-confined).
 struct AirFaults {

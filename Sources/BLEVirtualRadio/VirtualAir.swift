@@ -7,7 +7,6 @@
 import Foundation
 import BLEWire
 import BLETransport
-import Synchronization
 
 /// A position in metres.
 public struct VirtualPosition: Sendable, Equatable {
@@ -49,7 +48,7 @@ public final class VirtualAir: @unchecked Sendable {
     /// Set it before connections are made.
     public var airtime: AirtimeModel?
 
-    private let addressCounter = Mutex<UInt32>(0)
+    private let addressCounter = Locked<UInt32>(0)
     // Loop-confined.
     var controllers: [VirtualController] = []
     var scanners: [VirtualController] = []

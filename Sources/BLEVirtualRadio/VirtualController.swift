@@ -8,7 +8,6 @@ import Foundation
 import BLEWire
 import BLEHCI
 import BLETransport
-import Synchronization
 
 public enum VirtualRadioError: Error, Equatable, Sendable {
     case poweredOff
@@ -48,16 +47,16 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     let loop: EventLoop
     public var name: String { "virtual:\(address.string)" }
 
-    private let positionLock = Mutex(VirtualPosition.origin)
+    private let positionLock = Locked(VirtualPosition.origin)
     public var position: VirtualPosition {
         get { positionLock.withLock { $0 } }
         set { positionLock.withLock { $0 = newValue } }
     }
 
-    private let sinkLock = Mutex<(any HCITransportSink)?>(nil)
+    private let sinkLock = Locked<(any HCITransportSink)?>(nil)
     /// The power switch as other threads see it (`isPoweredOn` is the loop's copy).
-    private let poweredFlag = Mutex(true)
-    private let powerHandler = Mutex<(@Sendable (Bool) -> Void)?>(nil)
+    private let poweredFlag = Locked(true)
+    private let powerHandler = Locked<(@Sendable (Bool) -> Void)?>(nil)
     public var onPowerChange: (@Sendable (Bool) -> Void)? {
         get { powerHandler.withLock { $0 } }
         set { powerHandler.withLock { $0 = newValue } }

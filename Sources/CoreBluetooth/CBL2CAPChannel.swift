@@ -74,7 +74,7 @@ final class ChannelBridge: @unchecked Sendable {
     let input: PipeInputStream
     let output: PipeOutputStream
     /// Octets the app has read that the loop has not yet turned into credits, and whether a hop is scheduled.
-    private let consumed = Mutex<(octets: Int, scheduled: Bool)>((0, false))
+    private let consumed = Locked<(octets: Int, scheduled: Bool)>((0, false))
     private let pumpScheduled = Atomic<Bool>(false)
 
     // Loop-confined.
