@@ -55,7 +55,7 @@ enum SpeedProtocol {
     }
 }
 
-final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, MeteredSpeedPeer, @unchecked Sendable {
     enum Role: String { case central, peripheral }
     enum Scenario: String { case send, receive, ping, pong }
 
@@ -235,17 +235,8 @@ final class BenchPeer: HostCentralDelegate, HostPeripheralDelegate, @unchecked S
 
     func packetArrived(_ bytes: [UInt8]) { perform(session.arrived(bytes, at: now())) }
 
-    /// What the session asked for: the meters at the start and end of the measurement, its packets, the end.
-    func perform(_ step: SpeedSession.Step) {
-        if let note = step.note { say(note) }
-        if step.startMeasuring {
-            startSnapshot = meter.snapshot()
-            endSnapshot = nil
-        }
-        if step.stopMeasuring { endSnapshot = meter.snapshot() }
-        for p in step.send { _ = transmit(p) }
-        if step.finished { done.signal() }
-    }
+    /// A packet the session asked for; one the link refuses now goes when `pump` next finds room.
+    func send(_ p: SpeedProtocol.Packet) { _ = transmit(p) }
 
     func fail(_ why: String) {
         failure = why

@@ -50,7 +50,7 @@ enum SpeedL2CAP {
     }
 }
 
-final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sendable {
+final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, MeteredSpeedPeer, @unchecked Sendable {
     typealias Role = BenchPeer.Role
     typealias Scenario = BenchPeer.Scenario
 
@@ -172,7 +172,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     }
 
     /// Queues a packet; it leaves as the channel takes it.
-    func transmit(_ p: SpeedProtocol.Packet) {
+    func send(_ p: SpeedProtocol.Packet) {
         outgoing += SpeedL2CAP.frame(p.encode())
         flush()
     }
@@ -197,18 +197,6 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, @unchec
     }
 
     func packetArrived(_ bytes: [UInt8]) { perform(session.arrived(bytes, at: now())) }
-
-    /// What the session asked for: the meters at the start and end of the measurement, its packets, the end.
-    func perform(_ step: SpeedSession.Step) {
-        if let note = step.note { say(note) }
-        if step.startMeasuring {
-            startSnapshot = meter.snapshot()
-            endSnapshot = nil
-        }
-        if step.stopMeasuring { endSnapshot = meter.snapshot() }
-        for p in step.send { transmit(p) }
-        if step.finished { done.signal() }
-    }
 
     func fail(_ why: String) {
         guard failure == nil else { return }

@@ -12,6 +12,8 @@
 // Rules, as bumble-bench's: RESET starts a measurement again (counts to zero); a receiver ACKs the LAST packet
 // and stops; a pong ACKs every packet (echoing LAST) and measures from the first; a sender stops at the ACK of
 // LAST; a ping sends one packet per ACK, timing each round trip.
+import Dispatch
+
 struct SpeedSession: Equatable {
     typealias Packet = SpeedProtocol.Packet
     typealias Scenario = BenchPeer.Scenario
@@ -167,5 +169,30 @@ struct SpeedSession: Equatable {
             break
         }
         return step
+    }
+}
+
+/// A bench peer on our own host (GATT or L2CAP): it reads the transport's meters and sends the session's packets
+/// itself. `perform` carries out a session's step for either.
+protocol MeteredSpeedPeer: AnyObject {
+    var meter: BenchMeter { get }
+    var startSnapshot: BenchMeter.Snapshot? { get set }
+    var endSnapshot: BenchMeter.Snapshot? { get set }
+    var done: DispatchSemaphore { get }
+    func say(_ s: String)
+    func send(_ p: SpeedProtocol.Packet)
+}
+
+extension MeteredSpeedPeer {
+    /// What the session asked for: the meters at the start and end of the measurement, its packets, the end.
+    func perform(_ step: SpeedSession.Step) {
+        if let note = step.note { say(note) }
+        if step.startMeasuring {
+            startSnapshot = meter.snapshot()
+            endSnapshot = nil
+        }
+        if step.stopMeasuring { endSnapshot = meter.snapshot() }
+        for p in step.send { send(p) }
+        if step.finished { done.signal() }
     }
 }
