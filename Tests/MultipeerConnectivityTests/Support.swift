@@ -150,7 +150,7 @@ struct Pair {
 
     init(
         encryption: MCEncryptionPreference = .required, answer accept: Bool? = true, connect: Bool = true, context: Data? = nil,
-        timeout: TimeInterval = 10, transports: MCTransports = .network, findWithin: Double = 5
+        timeout: TimeInterval = 10, transports: MCTransports = .network, findWithin: Double = 30
     ) throws {
         serviceType = "t" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
         a = MCSession(peer: MCPeerID(displayName: "A"), securityIdentity: nil, encryptionPreference: encryption, transports: transports)
@@ -168,6 +168,8 @@ struct Pair {
         advertiser.startAdvertisingPeer()
         browser.startBrowsingForPeers()
         guard connect else { return }
+        // `findWithin` only bounds a peer never found: how soon is the machine's business (over Bluetooth, under
+        // ThreadSanitizer on a saturated machine, it took over 5 s).
         try waitFor("A found", seconds: findWithin) { found.peer(named: "A") != nil }
         browser.invitePeer(found.peer(named: "A")!, to: b, withContext: context, timeout: timeout)
         if accept == true {
@@ -262,7 +264,7 @@ struct Newcomer {
     let browser: MCNearbyServiceBrowser
     let seen = BrowserRecorder()
 
-    init(joining p: Pair, transports: MCTransports = .default, findWithin: Double = 10) throws {
+    init(joining p: Pair, transports: MCTransports = .default, findWithin: Double = 30) throws {
         session = MCSession(peer: MCPeerID(displayName: "C"), securityIdentity: nil, encryptionPreference: .required, transports: transports)
         session.delegate = recorder
         browser = MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: p.serviceType)
