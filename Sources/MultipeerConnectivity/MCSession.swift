@@ -466,27 +466,36 @@ open class MCSession: NSObject, @unchecked Sendable {
     }
 
     private func checkLiveness() {
-        let now = Date()
-        let (ping, dead, timeout) = lock.withLock { () -> ([PeerConnection], [PeerConnection], TimeInterval) in
-            let timeout = storedLivenessTimeout
+        let asked = DispatchTime.now().uptimeNanoseconds
+        let (connected, ping) = lock.withLock { () -> ([PeerConnection], Bool) in
             let connected = peers.values.filter(\.connected)
-            // Silent: no whole message for the timeout, and no octets either (a large frame still arriving
-            // over a slow link is the peer talking; a link we stopped reading is not counted).
-            let dead = connected.filter { now.timeIntervalSince($0.lastHeard) > timeout && $0.link.silence > timeout }
-            guard now.timeIntervalSince(lastPing) >= timeout / 3 else { return ([], dead, timeout) }
+            let now = Date()
+            guard now.timeIntervalSince(lastPing) >= storedLivenessTimeout / 3 else { return (connected, false) }
             lastPing = now
-            return (connected.filter { c in !dead.contains { $0 === c } }, dead, timeout)
+            return (connected, true)
         }
-        for c in dead {
-            PeerLog.write("\(c.peer.displayName) silent for \(timeout) s: disconnected")
-            // Reported now: closing a TLS link waits up to 5 s for the peer's close_notify, which a peer
-            // that fell silent never sends. On the link's loop, where its transfers run.
-            c.link.execute { [weak self] in
-                self?.linkClosed(c, error: nil)
-                c.link.close()
-            }
-        }
-        for c in ping { c.link.send(.ping) }
+        if ping { for c in connected { c.link.send(.ping) } }
+        // Judged on each link's event loop, after what the loop still had to do (its tasks run in order).
+        for c in connected { c.link.execute { [weak self] in self?.judgeSilence(of: c, askedAt: asked) } }
+    }
+
+    /// Drops a peer silent for the timeout: no whole message and no octets either (a large frame still arriving
+    /// over a slow link is the peer talking; a link we stopped reading is not counted). A loop that ran this
+    /// late had fallen behind (overloaded, or its process starved of processor time): the peer's octets may
+    /// have waited unread meanwhile, so that silence was ours, and it counts again from now, as after a pause.
+    /// (All of a test's sessions share one loop: under ThreadSanitizer on a saturated machine it fell over
+    /// 10 s behind, and every peer of an eight-peer mesh dropped every other.)
+    private func judgeSilence(of c: PeerConnection, askedAt asked: UInt64) {
+        let timeout = livenessTimeout
+        let late = TimeInterval(DispatchTime.now().uptimeNanoseconds &- asked) / 1e9
+        if late > timeout / 2 { return c.link.restartSilence() }
+        let silent = lock.withLock { peers[c.peer.token] === c && c.connected && Date().timeIntervalSince(c.lastHeard) > timeout }
+        guard silent, c.link.silence > timeout else { return }
+        PeerLog.write("\(c.peer.displayName) silent for \(timeout) s: disconnected")
+        // Reported now: closing a TLS link waits up to 5 s for the peer's close_notify, which a peer that fell
+        // silent never sends. On the link's loop, where its transfers run.
+        linkClosed(c, error: nil)
+        c.link.close()
     }
 }
 

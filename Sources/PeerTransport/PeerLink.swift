@@ -234,6 +234,13 @@ public final class PeerLink: @unchecked Sendable {
 
     // Called by the handler on the event loop.
     func received(_ m: PeerMessage) { lock.withLock { _onMessage }?(m) }
+    /// Counts the silence from now: the time before was ours, not the peer's (our event loop had fallen behind
+    /// and not read what the peer sent), as after `resumeReading`. Safe from any thread.
+    public func restartSilence() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        lock.withLock { lastRead = max(lastRead, now) }
+    }
+
     func heard() {
         let now = DispatchTime.now().uptimeNanoseconds
         lock.withLock { lastRead = now }

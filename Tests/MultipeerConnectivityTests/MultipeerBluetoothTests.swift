@@ -165,6 +165,32 @@ struct MultipeerBluetoothTests {
         try waitFor("message") { p.rb.lock.withLock { p.rb.messages.contains { $0.1 == Data("still here".utf8) } } }
     }
 
+    /// Our own event loop falling behind (an overloaded or starved process) is not the peer's silence: what the
+    /// peer sent waited unread. With the loop held for three times the timeout, neither side drops the other,
+    /// and the session goes on. Before, every peer was judged silent once the timeout passed (all of a test
+    /// process's sessions share one loop; an eight-peer mesh under ThreadSanitizer fell apart this way).
+    @Test func aLoopThatFellBehindIsNotASilentPeer() throws {
+        let air = try BluetoothAirFixture()
+        defer { air.stop() }
+        let p = try Pair(encryption: .none, transports: .bluetooth)
+        defer { p.stop() }
+        p.a.livenessTimeout = 2
+        p.b.livenessTimeout = 2
+        // B's link, on the loop every session of the process shares (A's link too).
+        let lb = try #require(p.b.lock.withLock { p.b.peers.values.first?.link })
+        let holding = DispatchSemaphore(value: 0)
+        lb.execute {
+            holding.signal()
+            Thread.sleep(forTimeInterval: 6)
+        }
+        holding.wait()
+        Thread.sleep(forTimeInterval: 6 + 3)
+        #expect(!p.ra.lock.withLock { p.ra.states.contains { $0.1 == .notConnected } })
+        #expect(!p.rb.lock.withLock { p.rb.states.contains { $0.1 == .notConnected } })
+        try p.a.send(Data("still here".utf8), toPeers: p.a.connectedPeers, with: .reliable)
+        try waitFor("message") { p.rb.lock.withLock { p.rb.messages.contains { $0.1 == Data("still here".utf8) } } }
+    }
+
     /// A controller that refuses the first advertising and scanning enables (as a command that timed out on
     /// a saturated machine, or a controller busy for a moment, does): the node tries again, so the peers still
     /// find each other and connect. Before, one refusal left a peer invisible for good.
