@@ -581,8 +581,8 @@ btctl_answer_yes() {
 served_address() { sed -n 's/^advertising "[^"]*" as \([0-9A-F:]*\).*/\1/p' "$1" | head -1; }
 
 # clean FILE: FILE without ANSI colours and readline's invisible-text markers (\001, \002), prompts' carriage
-# returns as new lines.
-clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1" | tr -d '\001\002' | tr '\r' '\n'; }
+# returns as new lines. (One sed: it was sed, tr and tr, three programs started for each look at a log.)
+clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g; s/[\x01\x02]//g; s/\r/\n/g' "$1"; }
 
 # ble ARGS…: our tool on the HCI user channel of hci$OUR_HCI (1 unless set).
 ble() { BLE_TRANSPORT="hci-socket:${OUR_HCI:-1}" "$OCB_BLE" "$@"; }
@@ -610,4 +610,10 @@ cpu_seconds() {
 }
 
 # address N: hciN's public address.
-address() { hciconfig "hci$1" | awk '/BD Address:/ { print $3; exit }'; }
+address() {
+    local line
+    while IFS= read -r line; do
+        [[ $line =~ BD\ Address:\ ([0-9A-F:]+) ]] && { echo "${BASH_REMATCH[1]}"; break; }
+    done < <(hciconfig "hci$1")
+    return 0
+}
