@@ -338,7 +338,10 @@ restore_controllers() {
     for f in /sys/class/rfkill/rfkill*/soft; do
         { read -r i < "$f"; } 2>/dev/null; [ "$i" != 1 ] || { rfkill unblock bluetooth 2>/dev/null; break; }
     done
-    add_missing_controllers 1 && return 0
+    # (Two tries on the same air first: on a loaded machine the kernel itself times out a command of a controller's
+    # set-up now and then, "hci1: Opcode 0x1004 failed: -110" at a load of 20, with rootcanal answering; remaking the
+    # air for that cost 36 s where a restore takes 7 to 10.)
+    add_missing_controllers 2 15 && return 0
     # A controller that does not finish its set-up: rootcanal answers no new controller. rootcanal 1.10 has been seen
     # to loop for good on "remote disconnected!" once a controller that had just carried a flood of writes was
     # removed (after cb-peripheral-hci), its new controllers' packets dropped ("Closed socket"). The air is then
@@ -356,7 +359,8 @@ restore_controllers() {
     add_missing_controllers 3
 }
 
-# add_missing_controllers ATTEMPTS: hci0 … hci(N-1), each that has no bridge made anew (up to ATTEMPTS tries);
+# add_missing_controllers ATTEMPTS [LIMIT]: hci0 … hci(N-1), each that has no bridge made anew (up to ATTEMPTS tries,
+# each given LIMIT seconds, 25 unless given);
 # fails if one cannot be made or comes at another index (the old one still in the kernel's list: controllers_ready).
 add_missing_controllers() {
     local i idx attempt ok=0
@@ -364,9 +368,9 @@ add_missing_controllers() {
         bridge_alive "$i" && continue
         idx=""
         for ((attempt = 1; attempt <= $1; attempt++)); do
-            # (The first try gives up sooner: a set-up takes 2 to 6 s even on a loaded machine, and when rootcanal
-            # answers nothing the air is made anew.)
-            idx=$(if [ "$1" -eq 1 ]; then OCB_SETUP_LIMIT=15 try_add_controller; else try_add_controller; fi) && break
+            # (Before the air is made anew the tries give up sooner, LIMIT 15: a set-up takes 2 to 6 s even on a loaded
+            # machine, and when rootcanal answers nothing the air is made anew.)
+            idx=$(OCB_SETUP_LIMIT=${2:-${OCB_SETUP_LIMIT:-25}} try_add_controller) && break
             log "adding a controller failed (attempt $attempt)"
             idx=""
         done
