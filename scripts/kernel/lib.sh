@@ -10,6 +10,10 @@ OCB_RUN=/run/ocb
 # few seconds, and rootcanal, blocked on each log line, forwarded one LE ACL packet per ~40 ms (20 K-frames a
 # second between our host and l2test).
 OCB_CAP=/tmp/ocb-cap
+# The commands run most often, as bash builtins (Debian's bash-builtins, which scripts/kernel/prepare installs; the
+# programs when it is missing): in the guest each program started costs 0.2 to 0.5 s (read from the host over 9p,
+# linked and run under emulation), and one guest's restores between scenarios alone started rm 38 times (19 s).
+for _b in rm mkdir mkfifo sleep; do [ ! -f "/usr/lib/bash/$_b" ] || enable -f "/usr/lib/bash/$_b" "$_b" 2>/dev/null; done
 mkdir -p "$OCB_RUN" "$OCB_CAP"
 
 # nap SECONDS: a sleep that starts no program: a read that times out on a FIFO nobody writes to. In the guest
@@ -26,7 +30,10 @@ fail() { log "FAIL: $*"; exit 1; }
 
 # The waits below read each file once, as it grows (bash's own read and regular expressions: no program started
 # per look, each of which took 0.3 to 1.3 s in the guest on a loaded machine), and match line by line as grep -E
-# would, the last line too before it ends.
+# would, the last line too before it ends. They do it untraced (`local -; set +x`, restored on return): the scenario's
+# trace (NAME.trace) has the wait's call and the next command, with their times, not a line per line read; traced,
+# each line read and matched wrote two or three trace lines, and bash's per-line work took five times as long
+# (cb-peripheral-hci spent 38 s in `read` and 14 s in `[[` of its 126 s, at a load of 7 to 16).
 
 # _follow_open FILE: opens FILE (once it exists) for _follow; the descriptor in _ffd.
 _follow_open() { _ffd=""; _fpartial=""; [ -e "$1" ] && exec {_ffd}<"$1"; } 2>/dev/null
@@ -57,6 +64,7 @@ _clean_pieces() {
 
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches the extended regular expression.
 wait_for() {
+    local -; set +x
     local file=$1 re=$2 limit=${3:-30} start=$SECONDS line _ffd _fpartial _flines
     _follow_open "$file"
     while :; do
@@ -82,6 +90,7 @@ new_lines() {
 
 # wait_for_count FILE REGEX N [SECONDS]: until N lines of FILE, `clean`ed, match.
 wait_for_count() {
+    local -; set +x
     local file=$1 re=$2 n=$3 limit=${4:-30} start=$SECONDS line piece count=0 extra _ffd _fpartial _flines _pieces
     _follow_open "$file"
     while :; do
@@ -203,33 +212,12 @@ try_add_controller() {
             [ -z "$seen_up" ] || break
             if [[ ! $state =~ [[:space:]]INIT[[:space:]] && $state != *"BD Address: 00:00:00:00:00:00"* ]]; then
                 quiet=$((quiet + 1))
-                if [ $quiet -ge 2 ]; then
-                    # ... unless its set-up failed: a command the kernel timed out during it (at a load of 15-19,
-                    # "hci1: Opcode 0x200f failed: -110") leaves the adapter down with its address read but still in
-                    # HCI_SETUP, never announced over mgmt, and the user channel's bind then fails with EBUSY for good
-                    # (gk-bluez found hci1 "in use" for 150 s). The kernel logs each such failure.
-                    if ! dmesg 2>/dev/null | awk -v since="$plugged" -v h="hci$idx: " '
-                        { t = substr($0, 2, index($0, "]") - 2) + 0 }
-                        t >= since && index($0, h) && /failed|timeout/ { bad = 1 } END { exit !bad }'; then break; fi
-                    log "hci$idx's set-up failed (the kernel logged a failed command; see dmesg.log)"
-                    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-                    # (Gone before the next bridge, which would otherwise get the next index.)
-                    while [ -e "/sys/class/bluetooth/hci$idx" ] && [ $((SECONDS - start)) -lt 60 ]; do nap 0.1; done
-                    return 1
-                fi
+                [ $quiet -lt 2 ] || break
             fi
         fi
         nap 0.1
     done
-    # (The same failure, caught by the kernel's own marker when dmesg had no line for it.) A set-up that failed
-    # part-way also ends DOWN with the address read: a command timed out on the loaded
-    # emulated guest (dmesg "hci1: Opcode 0x1002 failed: -110"), and the kernel then keeps the adapter in set-up
-    # for good (HCI_SETUP: the user channel answers EBUSY, "in use by the kernel", for the rest of the boot; mgmt
-    # never lists it). The kernel makes hciN's debugfs entries (hci_version…) only once its set-up's last init
-    # stage has passed: without them, a new bridge is tried.
-    mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null
-    if [ -d /sys/kernel/debug/bluetooth ] && [ ! -e "/sys/kernel/debug/bluetooth/hci$idx/hci_version" ]; then
-        log "hci$idx: the kernel's set-up failed part-way (dmesg: $(dmesg | grep "hci$idx: Opcode" | tail -1))"
+    if setup_failed "$idx" "$plugged"; then
         kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
         # (Gone before the next bridge, which would otherwise get the next index.)
         while [ -e "/sys/class/bluetooth/hci$idx" ] && [ $((SECONDS - start)) -lt 60 ]; do nap 0.1; done
@@ -237,6 +225,27 @@ try_add_controller() {
     fi
     echo "$pid" > "$OCB_RUN/hci$idx.pid"
     echo "$idx"
+}
+
+# setup_failed N SINCE: hciN, down after its set-up, is in fact half set up (and says why): a command the kernel timed
+# out during the set-up (at a load of 15-19, "hci1: Opcode 0x200f failed: -110"; or 0x1002) leaves the adapter down
+# with its address read but still in HCI_SETUP for good: never announced over mgmt, and the user channel's bind
+# fails with EBUSY ("in use by the kernel") for the rest of the boot (gk-bluez found hci1 "in use" for 150 s). Two
+# signs, either enough: the kernel logged a failed command for hciN since SINCE (its uptime when the bridge started),
+# or hciN has no debugfs entries (hci_version…), which the kernel makes only once the set-up's last stage has passed.
+setup_failed() {
+    local why=""
+    [ -d /sys/kernel/debug/bluetooth ] || mount -t debugfs none /sys/kernel/debug 2>/dev/null
+    if [ -d /sys/kernel/debug/bluetooth ] && [ ! -e "/sys/kernel/debug/bluetooth/hci$1/hci_version" ]; then
+        why="no debugfs entries: its set-up's last stage never ran"
+    fi
+    local failed
+    failed=$(dmesg 2>/dev/null | awk -v since="$2" -v h="hci$1: " '
+        { t = substr($0, 2, index($0, "]") - 2) + 0 }
+        t >= since && index($0, h) && /failed|timeout/ { line = $0 } END { print line }')
+    [ -z "$failed" ] || why="${why:+$why; }the kernel logged: $failed"
+    [ -n "$why" ] || return 1
+    log "hci$1's set-up failed part-way ($why; see dmesg.log)"
 }
 
 # remove_controller N: closes hciN's /dev/vhci, as unplugging a dongle removes it.
@@ -329,7 +338,10 @@ restore_controllers() {
     for f in /sys/class/rfkill/rfkill*/soft; do
         { read -r i < "$f"; } 2>/dev/null; [ "$i" != 1 ] || { rfkill unblock bluetooth 2>/dev/null; break; }
     done
-    add_missing_controllers 1 && return 0
+    # (Two tries on the same air first: on a loaded machine the kernel itself times out a command of a controller's
+    # set-up now and then, "hci1: Opcode 0x1004 failed: -110" at a load of 20, with rootcanal answering; remaking the
+    # air for that cost 36 s where a restore takes 7 to 10.)
+    add_missing_controllers 2 15 && return 0
     # A controller that does not finish its set-up: rootcanal answers no new controller. rootcanal 1.10 has been seen
     # to loop for good on "remote disconnected!" once a controller that had just carried a flood of writes was
     # removed (after cb-peripheral-hci), its new controllers' packets dropped ("Closed socket"). The air is then
@@ -347,17 +359,18 @@ restore_controllers() {
     add_missing_controllers 3
 }
 
-# add_missing_controllers ATTEMPTS: hci0 … hci(N-1), each that has no bridge made anew (up to ATTEMPTS tries);
+# add_missing_controllers ATTEMPTS [LIMIT]: hci0 … hci(N-1), each that has no bridge made anew (up to ATTEMPTS tries,
+# each given LIMIT seconds, 25 unless given);
 # fails if one cannot be made or comes at another index (the old one still in the kernel's list: controllers_ready).
 add_missing_controllers() {
     local i idx attempt ok=0
     for ((i = 0; i < ${ocb_controllers:-2}; i++)); do
         bridge_alive "$i" && continue
         idx=""
-        for attempt in $(seq 1 "$1"); do
-            # (The first try gives up sooner: a set-up takes 2 to 6 s even on a loaded machine, and when rootcanal
-            # answers nothing the air is made anew.)
-            idx=$(if [ "$1" -eq 1 ]; then OCB_SETUP_LIMIT=15 try_add_controller; else try_add_controller; fi) && break
+        for ((attempt = 1; attempt <= $1; attempt++)); do
+            # (Before the air is made anew the tries give up sooner, LIMIT 15: a set-up takes 2 to 6 s even on a loaded
+            # machine, and when rootcanal answers nothing the air is made anew.)
+            idx=$(OCB_SETUP_LIMIT=${2:-${OCB_SETUP_LIMIT:-25}} try_add_controller) && break
             log "adding a controller failed (attempt $attempt)"
             idx=""
         done
@@ -553,6 +566,7 @@ btctl_agent() {
 # btctl_answer_yes: in the background, answers "yes" to each of the agent's (yes/no) questions.
 btctl_answer_yes() {
     (
+        set +x   # (a look five times a second for the whole scenario: untraced, as the waits are)
         answered=0 asked=0
         _follow_open "$BTCTL_LOG"
         while kill -0 "$BTCTL_PID" 2>/dev/null; do
@@ -571,8 +585,8 @@ btctl_answer_yes() {
 served_address() { sed -n 's/^advertising "[^"]*" as \([0-9A-F:]*\).*/\1/p' "$1" | head -1; }
 
 # clean FILE: FILE without ANSI colours and readline's invisible-text markers (\001, \002), prompts' carriage
-# returns as new lines.
-clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1" | tr -d '\001\002' | tr '\r' '\n'; }
+# returns as new lines. (One sed: it was sed, tr and tr, three programs started for each look at a log.)
+clean() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g; s/[\x01\x02]//g; s/\r/\n/g' "$1"; }
 
 # ble ARGS…: our tool on the HCI user channel of hci$OUR_HCI (1 unless set).
 ble() { BLE_TRANSPORT="hci-socket:${OUR_HCI:-1}" "$OCB_BLE" "$@"; }
@@ -600,4 +614,10 @@ cpu_seconds() {
 }
 
 # address N: hciN's public address.
-address() { hciconfig "hci$1" | awk '/BD Address:/ { print $3; exit }'; }
+address() {
+    local line
+    while IFS= read -r line; do
+        [[ $line =~ BD\ Address:\ ([0-9A-F:]+) ]] && { echo "${BASH_REMATCH[1]}"; break; }
+    done < <(hciconfig "hci$1")
+    return 0
+}
