@@ -27,7 +27,12 @@ dir="$OCB_OUT/$OCB_SCENARIO.in"
 photo="$OCB_OUT/$OCB_SCENARIO.photo.bin"
 rm -rf "$dir"; mkdir -p "$dir/a" "$dir/b"
 pids=""
-trap 'kill $pids 2>/dev/null || true; rm -rf "$dir" "$photo"' EXIT
+# The kernel's L2CAP signalling (BT_DBG through dynamic debug: each command's code and identifier, each channel's
+# CIDs), kept beside the scenario's log: the bluez peer's side of every channel.
+ddc=/sys/kernel/debug/dynamic_debug/control
+l2funcs="l2cap_build_cmd l2cap_le_sig_channel l2cap_le_connect_req l2cap_le_connect_rsp l2cap_chan_connect l2cap_disconnect_req l2cap_disconnect_rsp l2cap_chan_del l2cap_le_credits l2cap_conn_add l2cap_conn_del"
+for f in $l2funcs; do echo "func $f +pf" > "$ddc" 2>/dev/null || log "no dynamic debug for $f"; done
+trap 'kill $pids 2>/dev/null || true; rm -rf "$dir" "$photo"; for f in $l2funcs; do echo "func $f -p" > "$ddc" 2>/dev/null; done; dmesg | grep -a "l2cap\|Bluetooth" > "$OCB_OUT/$OCB_SCENARIO.l2cap.dmesg" 2>/dev/null || true' EXIT
 # run_gk NAME SESSION_TRANSPORT PICKER_TRANSPORT: the session and the picker; the picker connects and sends the
 # photo, the session stores it.
 run_gk() {
@@ -37,12 +42,14 @@ run_gk() {
     p="$OCB_OUT/$OCB_SCENARIO.$name.picker.log"
     rm -rf "$dir/a"/* "$dir/b"/*
     head -c 8192 /dev/urandom > "$photo"
-    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$s_env" BLE_LOG=1 "$OCB_BLE" gk session --name "S $name" --session-id "$id" \
+    # Our host's side records every HCI packet (btmon is paused while fast_controllers run): the link between the
+    # two is all the channels' signalling and data, both ways.
+    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$s_env" BLE_LOG=1 BLE_SNOOP="$OCB_OUT/$OCB_SCENARIO.$name.session.snoop" "$OCB_BLE" gk session --name "S $name" --session-id "$id" \
         --dir "$dir/a" --once --duration 150 > "$s" 2>&1 &
     local ses=$!
     pids="$pids $ses"
     wait_for "$s" "^available as" 30 || { cat "$s"; fail "$name: the GameKit session did not start"; }
-    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$p_env" BLE_LOG=1 "$OCB_BLE" gk pick --name "P $name" --session-id "$id" \
+    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$p_env" BLE_LOG=1 BLE_SNOOP="$OCB_OUT/$OCB_SCENARIO.$name.picker.snoop" "$OCB_BLE" gk pick --name "P $name" --session-id "$id" \
         --peer "S $name" --photo "$photo" --dir "$dir/b" --duration 150 > "$p" 2>&1 &
     local pick=$!
     pids="$pids $pick"
