@@ -63,6 +63,8 @@ final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, 
         note("descriptor \(descriptor.value.map { "\($0)" } ?? "nil")", error)
     }
 
+    func peripheral(_ peripheral: CBPeripheral, didReadRSSI RSSI: NSNumber, error: (any Error)?) { note("rssi \(RSSI)", error) }
+
     func count(_ event: String) -> Int { events.filter { $0 == event }.count }
 }
 
@@ -312,6 +314,43 @@ struct BlueZBackendTests {
         try await r.wait(for: "descriptors 1")
         p.readValue(for: chars[0].descriptors![0])
         try await r.wait(for: "descriptor Heart rate")
+    }
+
+    /// README's readRSSI row: BlueZ gives a connected device's RSSI only as Device1.RSSI, which it sets from
+    /// advertisements while discovering and drops (invalidates) when discovery ends; then the read fails as
+    /// operationNotSupported with the reason, through the delegate and the async call alike.
+    @Test func readRSSIIsDevice1sRSSIWhileBlueZHasOne() async throws {
+        let rig = try await Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        let (p, _, device) = try await rig.connected()
+        p.readRSSI()
+        try await r.wait(for: "rssi -50")
+        #expect(r.error("rssi -50") == nil)
+        // Polled through the async call until the backend has the signal (20 s at most, on the clock).
+        func until(_ what: String, _ check: () async -> Bool) async throws {
+            let start = ContinuousClock.now
+            while ContinuousClock.now - start < .seconds(20) {
+                if await check() { return }
+                try await pause(nanoseconds: 10_000_000)
+            }
+            if await check() { return }
+            Issue.record("timed out waiting for \(what)")
+            throw CancellationError()
+        }
+        fake.change(device, "org.bluez.Device1", ["RSSI": .int16(-63)])
+        try await until("the new RSSI") { (try? await p.currentRSSI()) == -63 }
+        fake.invalidate(device, "org.bluez.Device1", ["RSSI"])
+        try await until("the RSSI dropped") {
+            do {
+                _ = try await p.currentRSSI()
+                return false
+            } catch { return (error as? CBError)?.code == .operationNotSupported }
+        }
+        p.readRSSI()
+        try await r.wait(for: "rssi 127")
+        let e = try #require(r.error("rssi 127") as? CBError)
+        #expect(e.code == .operationNotSupported)
+        #expect(e.localizedDescription.contains("only while it is discovering"))
     }
 
     @Test func theAsyncGATTCallsRunOnBlueZ() async throws {

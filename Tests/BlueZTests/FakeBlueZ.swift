@@ -274,6 +274,12 @@ final class FakeBlueZ: @unchecked Sendable {
         emit(path, "org.freedesktop.DBus.Properties", "PropertiesChanged", [.string(interface), .stringVariantDictionary(changed), .array(.string, [])])
     }
 
+    /// Properties BlueZ no longer has (PropertiesChanged's invalidated list): RSSI once discovery ends, for one.
+    func invalidate(_ path: String, _ interface: String, _ names: [String]) {
+        lock.withLock { for k in names { objects[path]?[interface]?[k] = nil } }
+        emit(path, "org.freedesktop.DBus.Properties", "PropertiesChanged", [.string(interface), .stringVariantDictionary([:]), .array(.string, names.map { .string($0) })])
+    }
+
     /// A notification or indication: the characteristic's Value changes.
     func notify(_ path: String, _ value: [UInt8]) { change(path, "org.bluez.GattCharacteristic1", ["Value": .bytes(value)]) }
 
