@@ -310,6 +310,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             let names = (m.body[1].arrayItems ?? []).compactMap(\.string)
             if names.contains("org.bluez.Device1"), let d = devices.removeValue(forKey: path) {
                 monitored[path] = nil
+                endSuperseded(d.address)
                 deviceGone(d)
             }
             if names.contains(Self.monitorManagerInterface), path == adapterPath { setMonitorManager(nil) }
@@ -332,6 +333,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                 }
             } else if interface == "org.bluez.Device1", let adapterPath, path.hasPrefix(adapterPath + "/") {
                 updateDevice(path, changed.mapValues(\.unwrapped), report: true)
+                if changed["Connected"]?.unwrapped.bool == false, let d = devices[path] { endSuperseded(d.address) }
             }
         case ("org.freedesktop.DBus", "NameOwnerChanged"):
             guard m.body.count >= 3, m.body[0].string == "org.bluez" else { return }
@@ -376,6 +378,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     private func poweredOff() {
         // Answers to calls made before this are about an adapter state that is gone: they are ignored.
         epoch &+= 1
+        // The adapter's links are gone, and with them the channels the kernel kept for superseded connects.
+        endSuperseded(nil)
         for id in adverts.keys { adverts[id]?.registered = false; adverts[id]?.registering = false }
         discovering = false
         // What the monitor held found is judged by the sweep again until it reports anew.
@@ -945,9 +949,37 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         for (id, a) in attempts where a.address.caseInsensitiveCompare(address) == .orderedSame && now.timeIntervalSince(a.started) >= relinkAfter {
             PeerLog.write("Bluetooth (BlueZ): \(address) linked to us while our channel to it waited; opening it again over that link")
             attempts[id] = nil
-            a.cancel()
+            keepSuperseded(address, a.cancel)
             a.retry()
         }
+    }
+
+    /// Connects superseded by one over the peer's own link, left open. Not closed then: the kernel (6.1) deletes a
+    /// channel still connecting without a word to the peer, and gives its source CID to the next channel; when the
+    /// request had reached the peer, the peer still holds a channel with that CID and refuses the next one as
+    /// "Source CID already allocated" (0x000A), which the socket reports as ECONNREFUSED. In the guest (gk-bluez) a
+    /// superseded connect's request had been answered with success by our host, yet the kernel's socket never
+    /// completed; closed 7 s later, its CID 0x0040 went to the picker's invitation channel, which our host refused,
+    /// and the invitation failed. Kept, a superseded connect holds its CID until its device's link ends (the kernel
+    /// then ends every channel of it), the device goes, or the node closes; at most `maximumSuperseded` at once
+    /// (the oldest closed first). Its answer, if one comes, is dropped (a connected socket is closed with a
+    /// Disconnection Request, which frees the CID on both sides).
+    private var superseded: [(address: String, cancel: @Sendable () -> Void)] = []
+    static let maximumSuperseded = 16
+
+    private func keepSuperseded(_ address: String, _ cancel: @escaping @Sendable () -> Void) {
+        superseded.append((address, cancel))
+        if superseded.count > Self.maximumSuperseded { superseded.removeFirst().cancel() }
+    }
+
+    /// The link to `address` ended (nil: every link): the connects kept for it are closed now.
+    private func endSuperseded(_ address: String?) {
+        let (ending, kept) = superseded.reduce(into: ([(address: String, cancel: @Sendable () -> Void)](), [(address: String, cancel: @Sendable () -> Void)]())) { r, e in
+            if address == nil || e.address.caseInsensitiveCompare(address!) == .orderedSame { r.0.append(e) } else { r.1.append(e) }
+        }
+        guard !ending.isEmpty else { return }
+        superseded = kept
+        for e in ending { e.cancel() }
     }
 
     private func bridge(_ fd: Int32, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?, completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
@@ -987,6 +1019,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             bridges.removeAll()
             // Connects still waiting end (their completions get the failure).
             for (_, a) in attempts { a.cancel() }
+            endSuperseded(nil)
             // bluetoothd ends our discovery session (and any registration left) when we leave the bus; the calls above
             // go out before the connection closes.
             let bus = self.bus
