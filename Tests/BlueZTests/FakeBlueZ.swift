@@ -61,6 +61,12 @@ final class FakeBlueZ: @unchecked Sendable {
     var holdConnect = false
     /// Whether characteristics that take writes without response offer AcquireWrite (WriteAcquired, BlueZ 5.46+).
     var offersAcquireWrite = true
+    /// Whether characteristics that notify offer AcquireNotify (NotifyAcquired, BlueZ 5.46+; bluetoothd 5.66 does):
+    /// off by default, so that the tests of StartNotify and PropertiesChanged keep that path.
+    var offersAcquireNotify = false
+    /// bluetoothd's ends of AcquireNotify's sockets, by characteristic, and the ones the client closed.
+    private var notifyEnds: [String: Int32] = [:]
+    private var releasedNotify: [String] = []
     /// The socket buffer of an acquired write's socket (small to make the sender wait), and whether its reader
     /// pauses, as a link that is slower than the writer.
     var acquiredSocketBuffer: Int32 = 0
@@ -447,6 +453,8 @@ final class FakeBlueZ: @unchecked Sendable {
             }
         case ("org.bluez.GattCharacteristic1", "AcquireWrite"):
             return acquireWrite(call, path)
+        case ("org.bluez.GattCharacteristic1", "AcquireNotify"):
+            return acquireNotify(call, path)
         case ("org.bluez.GattCharacteristic1", "StartNotify"):
             change(path, "org.bluez.GattCharacteristic1", ["Notifying": .boolean(true)])
             return call.reply()
@@ -550,6 +558,48 @@ final class FakeBlueZ: @unchecked Sendable {
         }
         return nil
     }
+
+    /// AcquireNotify as bluetoothd answers it: one end of a SOCK_SEQPACKET pair and the MTU, NotifyAcquired true;
+    /// `notifyThroughSocket` writes values there; when the client closes its end, NotifyAcquired is false again
+    /// (bluetoothd disables the notifications then) and the path is listed in `notifySocketsReleased`.
+    private func acquireNotify(_ call: DBusMessage, _ path: String) -> DBusMessage? {
+        if lock.withLock({ notifyEnds[path] != nil }) { return call.errorReply(name: "org.bluez.Error.NotPermitted", message: "Notify acquired") }
+        var ends: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &ends) == 0 else {
+            return call.errorReply(name: "org.bluez.Error.Failed", message: "socketpair failed")
+        }
+        change(path, "org.bluez.GattCharacteristic1", ["NotifyAcquired": .boolean(true)])
+        var reply = call.reply([.unixFD(0), .uint16(mtu)])
+        reply.unixFDs = [ends[0]]
+        _ = try? connection.send(reply)
+        close(ends[0])
+        let ours = ends[1]
+        lock.withLock { notifyEnds[path] = ours }
+        Thread.detachNewThread { [weak self] in
+            // Nothing comes the other way: a read that ends is the client's close.
+            var b = [UInt8](repeating: 0, count: 16)
+            while read(ours, &b, b.count) > 0 {}
+            guard let self else { return }
+            self.lock.withLock {
+                self.notifyEnds[path] = nil
+                self.releasedNotify.append(path)
+            }
+            close(ours)
+            self.change(path, "org.bluez.GattCharacteristic1", ["NotifyAcquired": .boolean(false)])
+        }
+        return nil
+    }
+
+    /// A notification through AcquireNotify's socket; false when no client holds one for the characteristic.
+    @discardableResult
+    func notifyThroughSocket(_ path: String, _ value: [UInt8]) -> Bool {
+        lock.withLock {
+            guard let fd = notifyEnds[path] else { return false }
+            return value.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == value.count
+        }
+    }
+
+    var notifySocketsReleased: [String] { lock.withLock { releasedNotify } }
 
     func setAcquiredReaderPaused(_ paused: Bool) {
         acquiredReaderPaused.lock()
@@ -672,7 +722,8 @@ final class FakeBlueZ: @unchecked Sendable {
                     [
                         "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
                         "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
-                    ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a })
+                    ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a }
+                        .merging(offersAcquireNotify && c.flags.contains("notify") ? ["NotifyAcquired": .boolean(false)] : [:]) { a, _ in a })
                 handle += 2
                 for d in c.descriptors {
                     add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])
