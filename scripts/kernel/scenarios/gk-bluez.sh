@@ -16,7 +16,19 @@
 # 0x1002 failed: -110"), which left it in set-up for good (EBUSY, "in use by the kernel"); try_add_controller now
 # re-plugs such an adapter. Then (gkb2 session) 6 of 8 runs passed, 86-291 s; both failures were the serving half
 # (bluez session, our picker) in one boot with the machine's load at 11-14: the picker's invitation timed out, or its
-# LE credit-based connection request went unanswered by the kernel after crossing connects.
+# LE credit-based connection request went unanswered by the kernel after crossing connects. Reproduced (gkb3 session,
+# load 10-19), with our host's HCI capture (BLE_SNOOP) and the guest kernel's L2CAP signalling (dynamic debug) kept:
+# (1) the bluez session's reply to the invitation arrived on another channel (our picker: "sent inviteReply to an
+# advertiser"). Linux keeps a peer's request identifier on each channel it accepted (chan->ident) and matches the
+# answer to its own next request by identifier among all channels of the link (l2cap_le_connect_rsp); its own
+# identifiers run 1-128 from 1 per link, ours ran 1-255 from 1: the bluez node's second connect (over our link)
+# went out, by its count, with the identifier of our invitation channel's request (3: two credit indications before
+# it on the bluez side, an info channel's request and its disconnection before it on ours; the first failing run had
+# no kernel log, the identifiers are those of the same sequence in later runs), and our answer gave the invitation
+# channel the new channel's CIDs. Our host now uses identifiers 129-199, which Linux never uses for its own. (2) the bluez picker's invitation
+# was refused "Source CID already allocated": its node had closed a connect still waiting in the kernel (whose
+# request our host had answered), the kernel freed that CID without a word and gave it to the next channel. The node
+# now keeps such a connect open until the device's link ends.
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
 # No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link
