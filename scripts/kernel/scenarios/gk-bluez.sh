@@ -22,10 +22,12 @@
 # advertiser"). Linux keeps a peer's request identifier on each channel it accepted (chan->ident) and matches the
 # answer to its own next request by identifier among all channels of the link (l2cap_le_connect_rsp); its own
 # identifiers run 1-128 from 1 per link, ours ran 1-255 from 1: the bluez node's second connect (over our link)
-# went out, by its count, with the identifier of our invitation channel's request (3: two credit indications before
-# it on the bluez side, an info channel's request and its disconnection before it on ours; the first failing run had
-# no kernel log, the identifiers are those of the same sequence in later runs), and our answer gave the invitation
-# channel the new channel's CIDs. Our host now uses identifiers 129-199, which Linux never uses for its own. (2) the bluez picker's invitation
+# went out with the identifier of our invitation channel's request (3: two credit indications before it on the
+# bluez side, an info channel's request and its disconnection before it on ours), and our answer gave the invitation
+# channel the new channel's CIDs. The kernel's log of a failing run (mg2): "l2cap_le_connect_req: psm 0x81 scid
+# 0x0041" for our request with id 0x03, then "l2cap_build_cmd: … code 0x14, ident 0x03" for its own, then
+# "l2cap_le_connect_rsp: dcid 0x0040" (our CID for its new channel) taken by the invitation channel; the new channel
+# stayed in BT_CONNECT until our picker, hearing the reply on its advertiser's channel, closed that one. Our host now uses identifiers 129-199, which Linux never uses for its own. (2) the bluez picker's invitation
 # was refused "Source CID already allocated": its node had closed a connect still waiting in the kernel (whose
 # request our host had answered), the kernel freed that CID without a word and gave it to the next channel. The node
 # now keeps such a connect open until the device's link ends.
