@@ -139,11 +139,16 @@ public struct L2CAPSignalingState: Sendable {
     mutating func nextIdentifier() -> UInt8 { ids.next() }
 }
 
-/// Identifiers of our requests on one link cycle 1…255 (0 is invalid, §4).
+/// Identifiers of our requests on one link cycle 129…199 (any non-zero value is valid, §4): never one the Linux
+/// kernel uses for its own requests. Linux (l2cap_get_ident) takes 1…128, and keeps the identifier of a peer's
+/// LE credit-based connection request on the channel it accepted (chan->ident); when its own next request carries
+/// the same identifier, the answer to it is matched to that older channel (__l2cap_get_chan_by_ident in
+/// l2cap_le_connect_rsp, Linux 6.1), which then takes the new channel's CIDs. Our identifiers cannot meet its own.
 struct IdentifierCounter: Sendable {
-    private var last: UInt8 = 0
+    static let range: ClosedRange<UInt8> = 129...199
+    private var last: UInt8 = range.upperBound
     mutating func next() -> UInt8 {
-        last = last == 255 ? 1 : last + 1
+        last = last >= Self.range.upperBound ? Self.range.lowerBound : last + 1
         return last
     }
 }

@@ -10,6 +10,13 @@
 //   browse           Adapter1.SetDiscoveryFilter {Transport le, DuplicateData} + StartDiscovery; Device1's
 //                    ServiceData entries whose UUID is browsed and whose value is a token and an SPSM are `seen`;
 //                    a device that bluetoothd drops, or that gives no sign for `lostAfter`, is `lost`.
+//   monitor          where bluetoothd offers AdvertisementMonitorManager1 (its experimental interfaces: main.conf
+//                    Experimental = true, or -E), an AdvertisementMonitor1 per browsed service too (or_patterns:
+//                    the Service Data structure of that UUID): the kernel then scans without its duplicate filter,
+//                    and bluetoothd calls DeviceFound when the peer's adverts begin and DeviceLost `monitorLostAfter`
+//                    seconds after they stop; a device it holds found is not lost by the `lostAfter` sweep. Without
+//                    the manager (stock Debian and Raspberry Pi OS), or when bluetoothd refuses the monitor, browsing
+//                    is discovery alone, as above.
 //   listen/connect   the kernel's LE credit-based L2CAP sockets (BlueZKernelL2CAP: PSM chosen by the kernel,
 //                    connect by address and type, which makes the LE link too), each bridged into a PeerLink by
 //                    SeqPacketBridge.
@@ -237,17 +244,21 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     /// A GetManagedObjects answer: the adapter and the devices under it.
     private func load(_ m: DBusMessage) {
         var adapters: [String: [String: DBusValue]] = [:]
+        var monitorManagers: [String: [String: DBusValue]] = [:]
         var found: [String: [String: DBusValue]] = [:]
         if case .dictionary(_, _, let entries) = m.body.first?.unwrapped ?? .bytes([]) {
             for e in entries {
                 guard let path = e.key.string, let interfaces = e.value.unwrapped.stringDictionary else { continue }
                 if let a = interfaces["org.bluez.Adapter1"]?.unwrapped.stringDictionary { adapters[path] = a.mapValues(\.unwrapped) }
+                if let a = interfaces[Self.monitorManagerInterface]?.unwrapped.stringDictionary { monitorManagers[path] = a.mapValues(\.unwrapped) }
                 if let d = interfaces["org.bluez.Device1"]?.unwrapped.stringDictionary { found[path] = d.mapValues(\.unwrapped) }
             }
         }
         let chosen = options.adapter.map { name in adapters.keys.first { $0.hasSuffix("/" + name) } } ?? adapters.keys.sorted().first
         setAdapter(chosen, chosen.flatMap { adapters[$0] } ?? [:])
+        forgetMonitored()
         devices = [:]
+        setMonitorManager(chosen.flatMap { monitorManagers[$0] })
         guard let adapterPath else { return }
         for (path, props) in found where path.hasPrefix(adapterPath + "/") { updateDevice(path, props, report: false) }
     }
@@ -269,6 +280,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
 
     private func setAdapter(_ path: String?, _ props: [String: DBusValue]) {
+        if path != adapterPath { setMonitorManager(nil) }
         adapterPath = path
         adapterProperties = props
         let a = props["Address"]?.string.flatMap { BluetoothAddress(string: $0, type: props["AddressType"]?.string == "random" ? .random : .public) }
@@ -289,10 +301,19 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             if let d = interfaces["org.bluez.Device1"]?.unwrapped.stringDictionary, let adapterPath, path.hasPrefix(adapterPath + "/") {
                 updateDevice(path, d.mapValues(\.unwrapped), report: true)
             }
+            if let props = interfaces[Self.monitorManagerInterface]?.unwrapped.stringDictionary, path == adapterPath {
+                setMonitorManager(props.mapValues(\.unwrapped))
+                refreshMonitor()
+            }
         case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
             guard m.body.count >= 2, let path = m.body[0].string else { return }
             let names = (m.body[1].arrayItems ?? []).compactMap(\.string)
-            if names.contains("org.bluez.Device1"), let d = devices.removeValue(forKey: path) { deviceGone(d) }
+            if names.contains("org.bluez.Device1"), let d = devices.removeValue(forKey: path) {
+                monitored[path] = nil
+                endSuperseded(d.address)
+                deviceGone(d)
+            }
+            if names.contains(Self.monitorManagerInterface), path == adapterPath { setMonitorManager(nil) }
             if names.contains("org.bluez.Adapter1"), path == adapterPath {
                 PeerLog.warning("Bluetooth (BlueZ): \(adapterName) went away; adverts and browsing wait for it to come back")
                 setAdapter(nil, [:])
@@ -312,6 +333,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                 }
             } else if interface == "org.bluez.Device1", let adapterPath, path.hasPrefix(adapterPath + "/") {
                 updateDevice(path, changed.mapValues(\.unwrapped), report: true)
+                if changed["Connected"]?.unwrapped.bool == false, let d = devices[path] { endSuperseded(d.address) }
             }
         case ("org.freedesktop.DBus", "NameOwnerChanged"):
             guard m.body.count >= 3, m.body[0].string == "org.bluez" else { return }
@@ -349,14 +371,20 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         for id in adverts.keys.sorted() { register(id) }
         discovering = false
         refreshDiscovery()
+        refreshMonitor()
         scheduleSweep()
     }
 
     private func poweredOff() {
         // Answers to calls made before this are about an adapter state that is gone: they are ignored.
         epoch &+= 1
+        // The adapter's links are gone, and with them the channels the kernel kept for superseded connects.
+        endSuperseded(nil)
         for id in adverts.keys { adverts[id]?.registered = false; adverts[id]?.registering = false }
         discovering = false
+        // What the monitor held found is judged by the sweep again until it reports anew.
+        forgetMonitored()
+        monitorRefused = false
     }
 
     /// Runs `work` on the queue once the adapter is on.
@@ -530,6 +558,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             guard !closed else { return }
             browses[id] = Browse(service: PeerAdvert.uuidString(service).lowercased(), handler: handler)
             refreshDiscovery()
+            refreshMonitor()
             // What bluetoothd already knows is reported at once.
             for (path, d) in devices { report(path, d, only: id) }
             scheduleSweep()
@@ -541,6 +570,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         queue.async { [self] in
             guard browses.removeValue(forKey: id) != nil else { return }
             refreshDiscovery()
+            refreshMonitor()
         }
     }
 
@@ -598,8 +628,9 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         }
     }
 
-    private func deviceGone(_ d: Device) {
-        for (id, b) in browses {
+    /// A device is gone (for the browses of `service` only, when given): the tokens it carried are lost.
+    private func deviceGone(_ d: Device, service: String? = nil) {
+        for (id, b) in browses where service == nil || b.service == service {
             for (uuid, payload) in d.serviceData where uuid == b.service {
                 guard let service = PeerAdvert.uuid(bluezString: uuid), let advert = PeerAdvert(service: service, serviceDataPayload: payload),
                     browses[id]?.lastSeen.removeValue(forKey: advert.token) != nil
@@ -616,8 +647,9 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             guard let self else { return }
             sweepScheduled = false
             let now = Date()
+            let held = heldByMonitor()
             for (id, b) in browses {
-                for (token, seen) in b.lastSeen where now.timeIntervalSince(seen) > lostAfter {
+                for (token, seen) in b.lastSeen where now.timeIntervalSince(seen) > lostAfter && !held.contains(Held(service: b.service, token: token)) {
                     browses[id]?.lastSeen[token] = nil
                     b.handler(.lost(token: token))
                 }
@@ -632,6 +664,174 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         guard parts.count == 6 else { return nil }
         let octets = parts.compactMap { $0.count == 2 ? UInt8($0, radix: 16) : nil }
         return octets.count == 6 ? octets.reversed() : nil
+    }
+
+    // MARK: Advertisement monitor (bluetoothd's AdvertisementMonitorManager1, when it offers it)
+
+    static let monitorManagerInterface = "org.bluez.AdvertisementMonitorManager1"
+    /// Whether the adapter offers AdvertisementMonitorManager1 with or_patterns monitors (bluetoothd's experimental
+    /// interfaces; BlueZ 5.66 in the guest). Without it the node browses by discovery alone.
+    private var monitorManager = false
+    /// The monitor application registered (or being registered) with the manager: its path and the services of its
+    /// monitors, in order (monitor i is `path/si`); nil when there is none.
+    private var monitorApp: (path: String, services: [String], active: Set<Int>)?
+    private var monitorApps = 0
+    /// bluetoothd refused or released a monitor: browsing stays on discovery alone until the adapter comes back.
+    private var monitorRefused = false
+    /// Devices a monitor reported found and has not reported lost, with the services of the monitors that hold them.
+    private var monitored: [String: Set<String>] = [:]
+    /// How long a monitored peer may go without an advert before bluetoothd reports it lost (RSSILowTimeout, 1–300 s).
+    /// A bluez peer advertises every 1.28 s (the kernel's default interval), a native one every 100 ms: 5 s is four
+    /// missed adverts of the slower.
+    package var monitorLostAfter: UInt16 = 5
+    /// Whether a monitor of the node's is active (bluetoothd called Activate): for tests and logs.
+    package var monitoring: Bool { queue.sync { !(monitorApp?.active.isEmpty ?? true) } }
+
+    private func setMonitorManager(_ props: [String: DBusValue]?) {
+        let types = props?["SupportedMonitorTypes"]?.arrayItems?.compactMap(\.string)
+        // bluetoothd 5.66 lists "or_patterns"; a manager that lists nothing is taken at its word only if it says nothing.
+        let usable = props != nil && (types == nil || types!.contains("or_patterns"))
+        if !usable { dropMonitor(unregister: false) }
+        if props == nil || usable != monitorManager { monitorRefused = false }
+        monitorManager = usable
+    }
+
+    /// Registers, replaces or unregisters the monitor application so that it watches the browsed services, while the
+    /// manager is there, the adapter on and the node open.
+    private func refreshMonitor() {
+        let wanted = Array(Set(browses.values.map(\.service))).sorted()
+        let want = !closed && monitorManager && !monitorRefused && powered && adapterPath != nil && !wanted.isEmpty
+        if let app = monitorApp {
+            if want && app.services == wanted { return }
+            dropMonitor(unregister: true)
+        }
+        guard want, let adapterPath else { return }
+        monitorApps += 1
+        let path = root + "/monitor\(monitorApps)"
+        monitorApp = (path, wanted, [])
+        bus.export(path: path) { [weak self] call in self?.answerMonitor(path, nil, call) }
+        for i in wanted.indices {
+            bus.export(path: path + "/s\(i)") { [weak self] call in self?.answerMonitor(path, i, call) }
+        }
+        let asked = epoch
+        call(adapterPath, Self.monitorManagerInterface, "RegisterMonitor", [.objectPath(path)]) { [self] r in
+            guard case let .failure(e) = r, asked == epoch, monitorApp?.path == path else { return }
+            PeerLog.warning("Bluetooth (BlueZ): no advertisement monitor on \(adapterName) (\(e)); a peer is lost \(Int(lostAfter)) s after its last report")
+            monitorRefused = true
+            dropMonitor(unregister: false)
+        }
+        PeerLog.write("Bluetooth (BlueZ): registering an advertisement monitor for \(wanted.count) service(s) on \(adapterName)")
+    }
+
+    /// Ends the monitor application (asking bluetoothd to drop it when it may still hold it).
+    private func dropMonitor(unregister: Bool) {
+        guard let app = monitorApp else { return }
+        monitorApp = nil
+        forgetMonitored()
+        if unregister, let adapterPath {
+            call(adapterPath, Self.monitorManagerInterface, "UnregisterMonitor", [.objectPath(app.path)]) { _ in }
+        }
+        bus.unexport(path: app.path)
+        for i in app.services.indices { bus.unexport(path: app.path + "/s\(i)") }
+    }
+
+    /// The properties of monitor `i` (doc/org.bluez.AdvertisementMonitor.rst): or_patterns, one pattern, the
+    /// Service Data structure of the browsed 128-bit UUID (AD type 0x21, the UUID's 16 octets from the structure's
+    /// first data octet); every RSSI counts (rootcanal's sweeps from -2 to -125 dBm); found after 1 s of adverts,
+    /// lost after `monitorLostAfter` without one; every advert sampled.
+    static func monitorProperties(service: String, lostAfter: UInt16) -> [String: DBusValue]? {
+        guard let uuid = PeerAdvert.uuid(bluezString: service) else { return nil }
+        return [
+            "Type": .string("or_patterns"),
+            "RSSILowThreshold": .int16(-127),
+            "RSSIHighThreshold": .int16(-127),
+            "RSSILowTimeout": .uint16(lostAfter),
+            "RSSIHighTimeout": .uint16(1),
+            "RSSISamplingPeriod": .uint16(0),
+            "Patterns": .array(
+                .structure([.byte, .byte, .array(.byte)]),
+                [.structure([.byte(0), .byte(0x21), .bytes(uuid)])]),
+        ]
+    }
+
+    private func answerMonitor(_ app: String, _ index: Int?, _ call: DBusMessage) -> DBusMessage? {
+        guard let current = monitorApp, current.path == app else {
+            return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no such monitor")
+        }
+        guard let index else {
+            guard call.interface == "org.freedesktop.DBus.ObjectManager", call.member == "GetManagedObjects" else {
+                return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not supported")
+            }
+            let entries = current.services.indices.compactMap { i -> DBusDictEntry? in
+                guard let p = Self.monitorProperties(service: current.services[i], lostAfter: monitorLostAfter) else { return nil }
+                return DBusDictEntry(
+                    .objectPath(app + "/s\(i)"),
+                    .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string("org.bluez.AdvertisementMonitor1"), .stringVariantDictionary(p))]))
+            }
+            return call.reply([.dictionary(key: .objectPath, value: .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)), entries)])
+        }
+        guard index < current.services.count else { return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no such monitor") }
+        let service = current.services[index]
+        switch (call.interface, call.member) {
+        case ("org.bluez.AdvertisementMonitor1", "Activate"):
+            monitorApp?.active.insert(index)
+            PeerLog.write("Bluetooth (BlueZ): advertisement monitor active on \(adapterName): a peer is lost \(monitorLostAfter) s after its last advert")
+            return call.reply()
+        case ("org.bluez.AdvertisementMonitor1", "Release"):
+            // bluetoothd dropped it (refused its values, or deactivated it): discovery alone until the adapter is
+            // next powered on, when the monitor is tried once more.
+            PeerLog.warning("Bluetooth (BlueZ): bluetoothd released the advertisement monitor for \(service); a peer is lost \(Int(lostAfter)) s after its last report")
+            monitorRefused = true
+            dropMonitor(unregister: true)
+            return call.reply()
+        case ("org.bluez.AdvertisementMonitor1", "DeviceFound"), ("org.bluez.AdvertisementMonitor1", "DeviceLost"):
+            guard let device = call.body.first?.string, let adapterPath, device.hasPrefix(adapterPath + "/") else {
+                return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "no device of \(adapterName)")
+            }
+            if call.member == "DeviceFound" {
+                // Bounded as the browses are: bluetoothd reports only devices it has objects for.
+                guard monitored[device] != nil || monitored.count < Self.maximumTracked else { return call.reply() }
+                monitored[device, default: []].insert(service)
+                if let d = devices[device] { report(device, d, only: nil) }
+            } else {
+                monitored[device]?.remove(service)
+                if monitored[device]?.isEmpty == true { monitored[device] = nil }
+                if let d = devices[device] { deviceGone(d, service: service) }
+            }
+            return call.reply()
+        default:
+            return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not supported")
+        }
+    }
+
+    /// Hands the peers a monitor held found back to the sweep, as seen now (held, they may have sent no other sign
+    /// for longer than `lostAfter`).
+    private func forgetMonitored() {
+        let held = heldByMonitor()
+        monitored = [:]
+        guard !held.isEmpty else { return }
+        let now = Date()
+        for (id, b) in browses {
+            for token in b.lastSeen.keys where held.contains(Held(service: b.service, token: token)) { browses[id]?.lastSeen[token] = now }
+        }
+    }
+
+    struct Held: Hashable {
+        var service: String
+        var token: UInt64
+    }
+
+    /// The (service, token) pairs of devices a monitor holds found: the sweep does not lose those.
+    private func heldByMonitor() -> Set<Held> {
+        var out: Set<Held> = []
+        for (path, services) in monitored {
+            guard let d = devices[path] else { continue }
+            for s in services {
+                guard let payload = d.serviceData[s], let uuid = PeerAdvert.uuid(bluezString: s), let a = PeerAdvert(service: uuid, serviceDataPayload: payload) else { continue }
+                out.insert(Held(service: s, token: a.token))
+            }
+        }
+        return out
     }
 
     // MARK: Channels
@@ -749,9 +949,37 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         for (id, a) in attempts where a.address.caseInsensitiveCompare(address) == .orderedSame && now.timeIntervalSince(a.started) >= relinkAfter {
             PeerLog.write("Bluetooth (BlueZ): \(address) linked to us while our channel to it waited; opening it again over that link")
             attempts[id] = nil
-            a.cancel()
+            keepSuperseded(address, a.cancel)
             a.retry()
         }
+    }
+
+    /// Connects superseded by one over the peer's own link, left open. Not closed then: the kernel (6.1) deletes a
+    /// channel still connecting without a word to the peer, and gives its source CID to the next channel; when the
+    /// request had reached the peer, the peer still holds a channel with that CID and refuses the next one as
+    /// "Source CID already allocated" (0x000A), which the socket reports as ECONNREFUSED. In the guest (gk-bluez) a
+    /// superseded connect's request had been answered with success by our host, yet the kernel's socket never
+    /// completed; closed 7 s later, its CID 0x0040 went to the picker's invitation channel, which our host refused,
+    /// and the invitation failed. Kept, a superseded connect holds its CID until its device's link ends (the kernel
+    /// then ends every channel of it), the device goes, or the node closes; at most `maximumSuperseded` at once
+    /// (the oldest closed first). Its answer, if one comes, is dropped (a connected socket is closed with a
+    /// Disconnection Request, which frees the CID on both sides).
+    private var superseded: [(address: String, cancel: @Sendable () -> Void)] = []
+    static let maximumSuperseded = 16
+
+    private func keepSuperseded(_ address: String, _ cancel: @escaping @Sendable () -> Void) {
+        superseded.append((address, cancel))
+        if superseded.count > Self.maximumSuperseded { superseded.removeFirst().cancel() }
+    }
+
+    /// The link to `address` ended (nil: every link): the connects kept for it are closed now.
+    private func endSuperseded(_ address: String?) {
+        let (ending, kept) = superseded.reduce(into: ([(address: String, cancel: @Sendable () -> Void)](), [(address: String, cancel: @Sendable () -> Void)]())) { r, e in
+            if address == nil || e.address.caseInsensitiveCompare(address!) == .orderedSame { r.0.append(e) } else { r.1.append(e) }
+        }
+        guard !ending.isEmpty else { return }
+        superseded = kept
+        for e in ending { e.cancel() }
     }
 
     private func bridge(_ fd: Int32, remoteHost: String, asClient: Bool, tls: PeerTLSIdentity?, completion: @escaping @Sendable (Result<PeerLink, PeerTransportError>) -> Void) {
@@ -784,12 +1012,14 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
             for id in adverts.keys { bus.unexport(path: advertPath(id)) }
             adverts.removeAll()
             browses.removeAll()
+            refreshMonitor()
             for (_, c) in listeners { c() }
             listeners.removeAll()
             for (_, b) in bridges { b.cancel() }
             bridges.removeAll()
             // Connects still waiting end (their completions get the failure).
             for (_, a) in attempts { a.cancel() }
+            endSuperseded(nil)
             // bluetoothd ends our discovery session (and any registration left) when we leave the bus; the calls above
             // go out before the connection closes.
             let bus = self.bus

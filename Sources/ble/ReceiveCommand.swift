@@ -89,10 +89,16 @@ final class FileReceiver: NSObject, CBPeripheralManagerDelegate, @unchecked Send
         guard let channel else { return }
         let session = ReceiveSession(channel: channel, directory: directory) { [weak self] s, stored in
             DispatchQueue.main.async {
-                self?.sessions.removeAll { $0 === s }
-                if stored, self?.once == true { Foundation.exit(0) }
+                // Kept while --once waits for the channel's end (its events reach it).
+                if !(stored && self?.once == true) { self?.sessions.removeAll { $0 === s } }
+                // --once: the process ends when the sender, having read our result, closes the channel (the
+                // session's end event). Not at once: on bluez the result still waits in the channel's stream for
+                // the kernel socket, and exiting dropped it (cb-bluez-bluez: the sender waited for it for good);
+                // a sender that never closes, 10 s later.
+                if stored, self?.once == true { DispatchQueue.main.asyncAfter(deadline: .now() + 10) { Foundation.exit(0) } }
             }
         }
+        session.exitWhenClosedAfterStoring = once
         sessions.append(session)
         streams.attach([channel.inputStream, channel.outputStream], delegate: session)
     }
@@ -113,6 +119,9 @@ final class ReceiveSession: NSObject, StreamDelegate, @unchecked Sendable {
     var received: UInt64 = 0
     var progress: ProgressLine?
     var reply: [UInt8] = []
+    /// --once: the channel's end after a stored file ends the process.
+    var exitWhenClosedAfterStoring = false
+    private var stored = false
 
     init(channel: CBL2CAPChannel, directory: URL, finished: @escaping (ReceiveSession, Bool) -> Void) {
         self.channel = channel
@@ -134,6 +143,10 @@ final class ReceiveSession: NSObject, StreamDelegate, @unchecked Sendable {
         case .hasSpaceAvailable:
             flush()
         case .endEncountered, .errorOccurred:
+            if state == .done, stored, exitWhenClosedAfterStoring {
+                fflush(nil)
+                Foundation.exit(0)
+            }
             if state != .done {
                 try? file?.close()
                 if let offer, received < offer.size {
@@ -268,6 +281,7 @@ final class ReceiveSession: NSObject, StreamDelegate, @unchecked Sendable {
     func end(stored: Bool) {
         guard state != .done else { return }
         state = .done
+        self.stored = stored
         try? file?.close()
         fflush(nil)
         finished(self, stored)

@@ -120,7 +120,8 @@ let allSignals: [L2CAPSignal] = [
             #expect(bytes[1] != 0)
             ids.insert(bytes[1])
         }
-        #expect(ids.count == 255)
+        // They cycle through 129…199 (never an identifier the Linux kernel uses for its own requests).
+        #expect(ids == Set(IdentifierCounter.range))
         let req = s.connectionParameterUpdateRequest(minInterval: 6, maxInterval: 12, latency: 0, timeout: 100)
         #expect(
             s.receive(L2CAPSignal.connectionParameterUpdateResponse(identifier: req[1], result: 0).encode())
@@ -128,4 +129,14 @@ let allSignals: [L2CAPSignal] = [
         // An answer nobody asked for is ignored.
         #expect(s.receive(L2CAPSignal.connectionParameterUpdateResponse(identifier: req[1], result: 0).encode()) == [])
     }
+}
+
+/// Our signalling identifiers stay out of the Linux kernel's own (1…128): a Linux peer matches the answer to its own
+/// request by identifier among channels that include the ones it accepted from us, keyed by our request's identifier.
+@Test func ourSignallingIdentifiersNeverMeetTheLinuxKernels() {
+    var counter = IdentifierCounter()
+    var seen: [UInt8] = []
+    for _ in 0..<300 { seen.append(counter.next()) }
+    #expect(seen.allSatisfy { (129...199).contains($0) })
+    #expect(seen.first == 129 && seen[70] == 199 && seen[71] == 129)
 }

@@ -63,6 +63,8 @@ final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, 
         note("descriptor \(descriptor.value.map { "\($0)" } ?? "nil")", error)
     }
 
+    func peripheral(_ peripheral: CBPeripheral, didReadRSSI RSSI: NSNumber, error: (any Error)?) { note("rssi \(RSSI)", error) }
+
     func count(_ event: String) -> Int { events.filter { $0 == event }.count }
 }
 
@@ -312,6 +314,81 @@ struct BlueZBackendTests {
         try await r.wait(for: "descriptors 1")
         p.readValue(for: chars[0].descriptors![0])
         try await r.wait(for: "descriptor Heart rate")
+    }
+
+    /// Where BlueZ offers AcquireNotify (NotifyAcquired; bluetoothd 5.66 does for every notify characteristic), the
+    /// notifications come through its socket, one packet a value, in order, an empty one too; a change of Value on
+    /// the bus is then no notification; unsubscribing closes the socket (bluetoothd's sign to disable them). Refused
+    /// (another client holds it), StartNotify and PropertiesChanged as before.
+    @Test func notificationsComeThroughAcquireNotifysSocketWhereBlueZOffersIt() async throws {
+        let rig = try await Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        fake.offersAcquireNotify = true
+        let (p, s, device) = try await rig.connected()
+        let chars = try #require(s.characteristics)
+        let charPath = device + "/service0001/char0002"
+        p.setNotifyValue(true, for: chars[0])
+        try await r.wait(for: "notifying true")
+        #expect(fake.calls.contains("org.bluez.GattCharacteristic1.AcquireNotify \(charPath)"))
+        #expect(!fake.calls.contains { $0.hasPrefix("org.bluez.GattCharacteristic1.StartNotify") })
+        #expect(chars[0].isNotifying)
+        #expect(fake.notifyThroughSocket(charPath, [0x06, 90]))
+        #expect(fake.notifyThroughSocket(charPath, [0x06, 91]))
+        #expect(fake.notifyThroughSocket(charPath, []))
+        #expect(fake.notifyThroughSocket(charPath, [0x06, 92]))
+        try await r.wait(for: "value [6, 92]")
+        #expect(r.events.filter { $0.hasPrefix("value") }.suffix(4) == ["value [6, 90]", "value [6, 91]", "value []", "value [6, 92]"])
+        fake.notify(charPath, [0x06, 99])
+        try await pause(nanoseconds: 300_000_000)
+        #expect(!r.events.contains("value [6, 99]"))
+        p.setNotifyValue(false, for: chars[0])
+        try await r.wait(for: "notifying false")
+        try await r.wait("bluetoothd's end closed") { _ in fake.notifySocketsReleased.contains(charPath) }
+        #expect(!fake.notifyThroughSocket(charPath, [0x06, 100]))
+        // Refused: StartNotify, and the values as PropertiesChanged.
+        fake.failNext("AcquireNotify", name: "org.bluez.Error.NotPermitted", message: "Notify acquired")
+        p.setNotifyValue(true, for: chars[0])
+        try await r.wait("StartNotify's answer") { $0.filter { $0 == "notifying true" }.count == 2 }
+        #expect(fake.calls.contains("org.bluez.GattCharacteristic1.StartNotify \(charPath)"))
+        fake.notify(charPath, [0x06, 101])
+        try await r.wait(for: "value [6, 101]")
+    }
+
+    /// README's readRSSI row: BlueZ gives a connected device's RSSI only as Device1.RSSI, which it sets from
+    /// advertisements while discovering and drops (invalidates) when discovery ends; then the read fails as
+    /// operationNotSupported with the reason, through the delegate and the async call alike.
+    @Test func readRSSIIsDevice1sRSSIWhileBlueZHasOne() async throws {
+        let rig = try await Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        let (p, _, device) = try await rig.connected()
+        p.readRSSI()
+        try await r.wait(for: "rssi -50")
+        #expect(r.error("rssi -50") == nil)
+        // Polled through the async call until the backend has the signal (20 s at most, on the clock).
+        func until(_ what: String, _ check: () async -> Bool) async throws {
+            let start = ContinuousClock.now
+            while ContinuousClock.now - start < .seconds(20) {
+                if await check() { return }
+                try await pause(nanoseconds: 10_000_000)
+            }
+            if await check() { return }
+            Issue.record("timed out waiting for \(what)")
+            throw CancellationError()
+        }
+        fake.change(device, "org.bluez.Device1", ["RSSI": .int16(-63)])
+        try await until("the new RSSI") { (try? await p.currentRSSI()) == -63 }
+        fake.invalidate(device, "org.bluez.Device1", ["RSSI"])
+        try await until("the RSSI dropped") {
+            do {
+                _ = try await p.currentRSSI()
+                return false
+            } catch { return (error as? CBError)?.code == .operationNotSupported }
+        }
+        p.readRSSI()
+        try await r.wait(for: "rssi 127")
+        let e = try #require(r.error("rssi 127") as? CBError)
+        #expect(e.code == .operationNotSupported)
+        #expect(e.localizedDescription.contains("only while it is discovering"))
     }
 
     @Test func theAsyncGATTCallsRunOnBlueZ() async throws {

@@ -119,6 +119,8 @@ struct BlueZPeerNodeChannelTests {
         fake.change("/org/bluez/hci1", "org.bluez.Adapter1", ["Address": .string("00:11:22:33:44:66")])
         // Our connect to 00:11:22:33:44:66 waits (the kernel's own LE connection, never made).
         let sockets = HangingSockets(hang: ["00:11:22:33:44:66"])
+        // bluetoothd's device for the peer, linked.
+        let device = fake.addDevice(adapter: "/org/bluez/hci0", address: "00:11:22:33:44:66", ["Connected": .boolean(true)])
         let n = try BlueZPeerNode(options: BlueZOptions(busAddress: bus.address, adapter: "hci0"), sockets: sockets)
         let m = try BlueZPeerNode(options: BlueZOptions(busAddress: bus.address, adapter: "hci1"), sockets: sockets)
         defer {
@@ -136,12 +138,18 @@ struct BlueZPeerNodeChannelTests {
         }
         try await pause(nanoseconds: 500_000_000)
         #expect(!events.events.contains { $0.hasPrefix("n ") && !$0.contains("listens") })
-        // The peer links to us: our waiting connect is ended and made again, over that link.
+        // The peer links to us: our connect is made again, over that link; the waiting one is kept open (closed, the
+        // kernel would give its CID to the next channel while the peer may hold it).
         m.connect(to: PeerBluetoothEndpoint(address: [0x55, 0x44, 0x33, 0x22, 0x11, 0x00], isRandom: false, psm: psm("n")), tls: nil) { r in
             if case .success = r { events.note("m linked to n") }
         }
         try await events.wait("both linked") { $0.contains("n linked to m") && $0.contains("m linked to n") }
-        #expect(sockets.cancelled == 1)
+        try await pause(nanoseconds: 200_000_000)
+        #expect(sockets.cancelled == 0)
+        // The device's link ends: the kept connect is closed then, and its failure reaches no one.
+        fake.change(device, "org.bluez.Device1", ["Connected": .boolean(false)])
+        try await events.wait("the kept connect closed") { _ in sockets.cancelled == 1 }
+        try await pause(nanoseconds: 200_000_000)
         #expect(!events.events.contains { $0.hasPrefix("n failed") })
     }
 

@@ -328,6 +328,85 @@ struct BlueZPeerNodeTests {
         #expect(!events.events.contains { $0.hasPrefix("failed") })
     }
 
+    /// ServiceData holding one PeerAdvert payload per UUID.
+    private func serviceData(_ pairs: [(String, [UInt8])]) -> DBusValue {
+        .dictionary(key: .string, value: .variant, pairs.map { DBusDictEntry(.string($0.0), .variant(.bytes($0.1))) })
+    }
+
+    @Test func aMonitorHoldsAPeerFoundUntilBluetoothdReportsItLost() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        fake.addAdapter(monitors: true)
+        let n = try node(bus)
+        defer { n.release() }
+        n.lostAfter = 5
+        n.monitorLostAfter = 4
+        let events = NodeEvents()
+        let id = n.browse(service: service) { events.record($0) }
+        // One monitor for the browsed service, its pattern the Service Data structure's UUID; discovery runs as well.
+        try await events.wait("the monitor's activation") { _ in fake.monitors.count == 1 && n.monitoring }
+        let (path, props) = try #require(fake.monitors.first)
+        #expect(path.hasPrefix(n.objectRoot + "/"))
+        #expect(props["Type"]?.string == "or_patterns")
+        #expect(props["RSSILowTimeout"]?.integer == 4 && props["RSSIHighTimeout"]?.integer == 1)
+        #expect(props["RSSILowThreshold"]?.integer == -127 && props["RSSIHighThreshold"]?.integer == -127)
+        let patterns = try #require(props["Patterns"]?.arrayItems)
+        #expect(patterns == [.structure([.byte(0), .byte(0x21), .bytes(service)])])
+        #expect(fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering")?.bool == true)
+        let uuid = PeerAdvert.uuidString(service).lowercased()
+        // Two peers, both seen; bluetoothd's monitor finds one (the fake matches its pattern against the ServiceData).
+        // (bluetoothd's signals and calls reach the node in the order sent: the device, then DeviceFound.)
+        let held = fake.addDevice(address: "C0:11:22:33:44:55", random: true, ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xAB, psm: 0x83).serviceDataPayload)])])
+        #expect(try await fake.monitorReport("DeviceFound", held) == 1)
+        fake.addDevice(address: "C0:11:22:33:44:66", ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xCD, psm: 0x85).serviceDataPayload)])])
+        try await events.wait(for: "seen ab at ble:C0:11:22:33:44:55/random psm 131")
+        try await events.wait(for: "seen cd at ble:C0:11:22:33:44:66/public psm 133")
+        // Neither sends another sign. The sweep loses cd after lostAfter; ab, seen no later than cd, would be lost in the
+        // same sweep were it not held by the monitor.
+        try await events.wait(for: "lost cd")
+        #expect(!events.events.contains("lost ab"), "\(events.events)")
+        // bluetoothd reports it lost: lost at once; found again: seen again.
+        #expect(try await fake.monitorReport("DeviceLost", held) == 1)
+        try await events.wait(for: "lost ab")
+        let seen = events.events.filter { $0.hasPrefix("seen ab") }.count
+        #expect(try await fake.monitorReport("DeviceFound", held) == 1)
+        try await events.wait("seen ab again") { e in e.filter { $0.hasPrefix("seen ab") }.count == seen + 1 }
+        // The last browse ends: the monitor is unregistered.
+        n.cancelBrowse(id)
+        try await events.wait("the monitor's end") { _ in fake.calls.contains { $0.hasPrefix("org.bluez.AdvertisementMonitorManager1.UnregisterMonitor") } && fake.monitors.isEmpty }
+        #expect(!n.monitoring)
+    }
+
+    @Test func withoutAMonitorManagerOrWhenItRefusesBrowsingIsDiscoveryAlone() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        let adapter = fake.addAdapter()
+        let n = try node(bus)
+        defer { n.release() }
+        n.lostAfter = 2
+        let events = NodeEvents()
+        _ = n.browse(service: service) { events.record($0) }
+        try await events.wait("discovery") { _ in fake.property(adapter, "org.bluez.Adapter1", "Discovering")?.bool == true }
+        // Stock bluetoothd: no manager, no monitor asked for.
+        #expect(!fake.calls.contains { $0.contains("AdvertisementMonitorManager1") })
+        // The manager appears (bluetoothd's experimental interfaces) but refuses the monitor: discovery alone still
+        // finds and loses the peer, after lostAfter.
+        fake.failNext("RegisterMonitor", name: "org.bluez.Error.Failed", message: "Failed")
+        fake.addMonitorManager(adapter)
+        try await events.wait("the refused registration") { _ in fake.calls.contains { $0.hasPrefix("org.bluez.AdvertisementMonitorManager1.RegisterMonitor") } }
+        let uuid = PeerAdvert.uuidString(service).lowercased()
+        let device = fake.addDevice(address: "C0:11:22:33:44:77", ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xEF, psm: 0x87).serviceDataPayload)])])
+        try await events.wait(for: "seen ef at ble:C0:11:22:33:44:77/public psm 135")
+        #expect(try await fake.monitorReport("DeviceFound", device) == 0)
+        try await events.wait(for: "lost ef")
+        #expect(!n.monitoring)
+        // Powered off and on: the monitor is asked for once more, and taken.
+        fake.setPowered(adapter, false)
+        try await pause(nanoseconds: 200_000_000)
+        fake.setPowered(adapter, true)
+        try await events.wait("the monitor's activation") { _ in fake.monitors.count == 1 && n.monitoring }
+    }
+
     @Test func theAdvertiserHearsThatBlueZHasNoSlotLeft() async throws {
         let bus = try await PrivateBus()
         let fake = try await FakeBlueZ(address: bus.address)

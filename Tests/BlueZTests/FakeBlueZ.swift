@@ -46,6 +46,10 @@ final class FakeBlueZ: @unchecked Sendable {
     /// LEAdvertisingManager1 (path → properties), as BlueZ read them at registration.
     private var apps: [String: (owner: String, objects: [String: [String: [String: DBusValue]]])] = [:]
     private var adverts: [String: [String: DBusValue]] = [:]
+    /// Monitor applications registered with AdvertisementMonitorManager1 (path → owner, and each monitor's properties
+    /// as read at registration, by path) and the monitors activated (those whose values bluetoothd accepts).
+    private var monitorApps: [String: (owner: String, monitors: [String: [String: DBusValue]])] = [:]
+    private var activeMonitors: Set<String> = []
     private var appSignals: [(path: String, value: [UInt8])] = []
     /// Agents registered with AgentManager1 (path → owner and capability) and the default one.
     private var agents: [String: (owner: String, capability: String)] = [:]
@@ -57,6 +61,12 @@ final class FakeBlueZ: @unchecked Sendable {
     var holdConnect = false
     /// Whether characteristics that take writes without response offer AcquireWrite (WriteAcquired, BlueZ 5.46+).
     var offersAcquireWrite = true
+    /// Whether characteristics that notify offer AcquireNotify (NotifyAcquired, BlueZ 5.46+; bluetoothd 5.66 does):
+    /// off by default, so that the tests of StartNotify and PropertiesChanged keep that path.
+    var offersAcquireNotify = false
+    /// bluetoothd's ends of AcquireNotify's sockets, by characteristic, and the ones the client closed.
+    private var notifyEnds: [String: Int32] = [:]
+    private var releasedNotify: [String] = []
     /// The socket buffer of an acquired write's socket (small to make the sender wait), and whether its reader
     /// pauses, as a link that is slower than the writer.
     var acquiredSocketBuffer: Int32 = 0
@@ -165,8 +175,9 @@ final class FakeBlueZ: @unchecked Sendable {
 
     // MARK: Driving the fake
 
+    /// An adapter; `monitors`: with AdvertisementMonitorManager1 (bluetoothd's experimental interfaces on).
     @discardableResult
-    func addAdapter(_ name: String = "hci0", powered: Bool = true) -> String {
+    func addAdapter(_ name: String = "hci0", powered: Bool = true, monitors: Bool = false) -> String {
         let path = "/org/bluez/\(name)"
         add(
             path, "org.bluez.Adapter1",
@@ -175,7 +186,66 @@ final class FakeBlueZ: @unchecked Sendable {
                 "Alias": .string("fake"), "Powered": .boolean(powered), "Discovering": .boolean(false),
                 "UUIDs": .array(.string, []),
             ])
+        if monitors { addMonitorManager(path) }
         return path
+    }
+
+    /// AdvertisementMonitorManager1 on an adapter (as 5.66 lists it with software pattern matching).
+    func addMonitorManager(_ adapter: String) {
+        add(
+            adapter, "org.bluez.AdvertisementMonitorManager1",
+            ["SupportedMonitorTypes": .array(.string, [.string("or_patterns")]), "SupportedFeatures": .array(.string, [])])
+    }
+
+    /// The monitors registered and activated: their paths and properties.
+    var monitors: [String: [String: DBusValue]] {
+        lock.withLock {
+            var out: [String: [String: DBusValue]] = [:]
+            for (_, app) in monitorApps { for (p, props) in app.monitors where activeMonitors.contains(p) { out[p] = props } }
+            return out
+        }
+    }
+
+    /// Calls DeviceFound or DeviceLost on every active monitor whose or_patterns match the device's ServiceData (an AD
+    /// type 0x21 pattern at position 0 whose content begins the structure: the UUID in wire order); the number called.
+    @discardableResult
+    func monitorReport(_ member: String, _ device: String) async throws -> Int {
+        let uuids: [[UInt8]] = {
+            guard case .dictionary(_, _, let entries) = property(device, "org.bluez.Device1", "ServiceData") ?? .bytes([]) else { return [] }
+            return entries.compactMap { $0.key.string.flatMap(Self.wireUUID) }
+        }()
+        let targets: [(String, String)] = lock.withLock {
+            var out: [(String, String)] = []
+            for (_, app) in monitorApps {
+                for (p, props) in app.monitors where activeMonitors.contains(p) {
+                    let patterns = props["Patterns"]?.arrayItems ?? []
+                    let matches = patterns.contains { pattern in
+                        guard case .structure(let f) = pattern, f.count == 3, case .byte(let start) = f[0], case .byte(let type) = f[1],
+                            let content = f[2].byteArray
+                        else { return false }
+                        return type == 0x21 && uuids.contains { Array(($0 + [UInt8](repeating: 0, count: 32)).dropFirst(Int(start)).prefix(content.count)) == content }
+                    }
+                    if matches { out.append((app.owner, p)) }
+                }
+            }
+            return out
+        }
+        for (owner, p) in targets {
+            _ = try await connection.call(.methodCall(destination: owner, path: p, interface: "org.bluez.AdvertisementMonitor1", member: member, body: [.objectPath(device)]))
+        }
+        return targets.count
+    }
+
+    /// "0000180d-0000-1000-8000-00805f9b34fb" → its 16 octets in wire order (least significant first).
+    static func wireUUID(_ s: String) -> [UInt8]? {
+        let hex = Array(s.replacingOccurrences(of: "-", with: "").utf8)
+        guard hex.count == 32 else { return nil }
+        var out: [UInt8] = []
+        for i in stride(from: 0, to: 32, by: 2) {
+            guard let b = UInt8(String(decoding: hex[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
+            out.append(b)
+        }
+        return out.reversed()
     }
 
     func setPowered(_ path: String, _ on: Bool) { change(path, "org.bluez.Adapter1", ["Powered": .boolean(on)]) }
@@ -208,6 +278,12 @@ final class FakeBlueZ: @unchecked Sendable {
     func change(_ path: String, _ interface: String, _ changed: [String: DBusValue]) {
         lock.withLock { for (k, v) in changed { objects[path]?[interface]?[k] = v } }
         emit(path, "org.freedesktop.DBus.Properties", "PropertiesChanged", [.string(interface), .stringVariantDictionary(changed), .array(.string, [])])
+    }
+
+    /// Properties BlueZ no longer has (PropertiesChanged's invalidated list): RSSI once discovery ends, for one.
+    func invalidate(_ path: String, _ interface: String, _ names: [String]) {
+        lock.withLock { for k in names { objects[path]?[interface]?[k] = nil } }
+        emit(path, "org.freedesktop.DBus.Properties", "PropertiesChanged", [.string(interface), .stringVariantDictionary([:]), .array(.string, names.map { .string($0) })])
     }
 
     /// A notification or indication: the characteristic's Value changes.
@@ -365,8 +441,20 @@ final class FakeBlueZ: @unchecked Sendable {
             let path = call.body.first?.string ?? ""
             guard lock.withLock({ adverts.removeValue(forKey: path) }) != nil else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
             return call.reply()
+        case ("org.bluez.AdvertisementMonitorManager1", "RegisterMonitor"):
+            return registerMonitor(call)
+        case ("org.bluez.AdvertisementMonitorManager1", "UnregisterMonitor"):
+            let app = call.body.first?.string ?? ""
+            return lock.withLock {
+                guard let a = monitorApps[app], a.owner == call.sender else { return call.errorReply(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist") }
+                monitorApps[app] = nil
+                for p in a.monitors.keys { activeMonitors.remove(p) }
+                return call.reply()
+            }
         case ("org.bluez.GattCharacteristic1", "AcquireWrite"):
             return acquireWrite(call, path)
+        case ("org.bluez.GattCharacteristic1", "AcquireNotify"):
+            return acquireNotify(call, path)
         case ("org.bluez.GattCharacteristic1", "StartNotify"):
             change(path, "org.bluez.GattCharacteristic1", ["Notifying": .boolean(true)])
             return call.reply()
@@ -471,6 +559,48 @@ final class FakeBlueZ: @unchecked Sendable {
         return nil
     }
 
+    /// AcquireNotify as bluetoothd answers it: one end of a SOCK_SEQPACKET pair and the MTU, NotifyAcquired true;
+    /// `notifyThroughSocket` writes values there; when the client closes its end, NotifyAcquired is false again
+    /// (bluetoothd disables the notifications then) and the path is listed in `notifySocketsReleased`.
+    private func acquireNotify(_ call: DBusMessage, _ path: String) -> DBusMessage? {
+        if lock.withLock({ notifyEnds[path] != nil }) { return call.errorReply(name: "org.bluez.Error.NotPermitted", message: "Notify acquired") }
+        var ends: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &ends) == 0 else {
+            return call.errorReply(name: "org.bluez.Error.Failed", message: "socketpair failed")
+        }
+        change(path, "org.bluez.GattCharacteristic1", ["NotifyAcquired": .boolean(true)])
+        var reply = call.reply([.unixFD(0), .uint16(mtu)])
+        reply.unixFDs = [ends[0]]
+        _ = try? connection.send(reply)
+        close(ends[0])
+        let ours = ends[1]
+        lock.withLock { notifyEnds[path] = ours }
+        Thread.detachNewThread { [weak self] in
+            // Nothing comes the other way: a read that ends is the client's close.
+            var b = [UInt8](repeating: 0, count: 16)
+            while read(ours, &b, b.count) > 0 {}
+            guard let self else { return }
+            self.lock.withLock {
+                self.notifyEnds[path] = nil
+                self.releasedNotify.append(path)
+            }
+            close(ours)
+            self.change(path, "org.bluez.GattCharacteristic1", ["NotifyAcquired": .boolean(false)])
+        }
+        return nil
+    }
+
+    /// A notification through AcquireNotify's socket; false when no client holds one for the characteristic.
+    @discardableResult
+    func notifyThroughSocket(_ path: String, _ value: [UInt8]) -> Bool {
+        lock.withLock {
+            guard let fd = notifyEnds[path] else { return false }
+            return value.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == value.count
+        }
+    }
+
+    var notifySocketsReleased: [String] { lock.withLock { releasedNotify } }
+
     func setAcquiredReaderPaused(_ paused: Bool) {
         acquiredReaderPaused.lock()
         pauseAcquiredReader = paused
@@ -505,6 +635,49 @@ final class FakeBlueZ: @unchecked Sendable {
             _ = try? self.connection.send(call.reply())
         }
         return nil
+    }
+
+    /// RegisterMonitor as bluetoothd 5.66 runs it (src/adv_monitor.c): the answer at once, then the application's
+    /// objects read; each AdvertisementMonitor1 whose values it accepts is activated (Activate), any other released
+    /// (Release): Type or_patterns; RSSI thresholds -127…20 with the high one not below the low one; timeouts 1…300 s;
+    /// a sampling period of at most 255; at least one pattern, each starting within the 31 octets of advertising data,
+    /// its content 1…31 octets and ending within them.
+    private func registerMonitor(_ call: DBusMessage) -> DBusMessage? {
+        guard let app = call.body.first?.string, let owner = call.sender else {
+            return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "Invalid arguments in method call")
+        }
+        if lock.withLock({ monitorApps[app] != nil }) { return call.errorReply(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
+        lock.withLock { monitorApps[app] = (owner, [:]) }
+        _ = try? connection.send(call.reply())
+        connection.call(.methodCall(destination: owner, path: app, interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects")) { [weak self] r in
+            guard let self, case let .success(m) = r, case .dictionary(_, _, let entries) = m.body.first ?? .bytes([]) else { return }
+            for e in entries {
+                guard let p = e.key.string, let ifaces = e.value.stringDictionary, let props = ifaces["org.bluez.AdvertisementMonitor1"]?.stringDictionary?.mapValues(\.unwrapped)
+                else { continue }
+                let valid = Self.validMonitor(props)
+                self.lock.withLock {
+                    self.monitorApps[app]?.monitors[p] = props
+                    if valid { self.activeMonitors.insert(p) }
+                }
+                self.connection.call(.methodCall(destination: owner, path: p, interface: "org.bluez.AdvertisementMonitor1", member: valid ? "Activate" : "Release")) { _ in }
+            }
+        }
+        return nil
+    }
+
+    static func validMonitor(_ p: [String: DBusValue]) -> Bool {
+        guard p["Type"]?.string == "or_patterns" else { return false }
+        func int(_ k: String) -> Int64? { p[k]?.integer }
+        if let low = int("RSSILowThreshold"), let high = int("RSSIHighThreshold") {
+            guard (-127...20).contains(low), (-127...20).contains(high), high >= low else { return false }
+        }
+        for k in ["RSSILowTimeout", "RSSIHighTimeout"] { if let t = int(k), !(1...300).contains(t) { return false } }
+        if let s = int("RSSISamplingPeriod"), !(0...255).contains(s) { return false }
+        guard let patterns = p["Patterns"]?.arrayItems, !patterns.isEmpty else { return false }
+        return patterns.allSatisfy { pattern in
+            guard case .structure(let f) = pattern, f.count == 3, case .byte(let start) = f[0], case .byte = f[1], let content = f[2].byteArray else { return false }
+            return start < 31 && !content.isEmpty && Int(start) + content.count <= 31
+        }
     }
 
     private func registerAdvertisement(_ call: DBusMessage) -> DBusMessage? {
@@ -549,7 +722,8 @@ final class FakeBlueZ: @unchecked Sendable {
                     [
                         "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
                         "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
-                    ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a })
+                    ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a }
+                        .merging(offersAcquireNotify && c.flags.contains("notify") ? ["NotifyAcquired": .boolean(false)] : [:]) { a, _ in a })
                 handle += 2
                 for d in c.descriptors {
                     add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])

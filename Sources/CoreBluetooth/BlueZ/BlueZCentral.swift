@@ -14,7 +14,9 @@
 //                              announces it once the primary services are known
 //   discover…                  the GattService1 / GattCharacteristic1 / GattDescriptor1 objects under the device
 //   readValue / writeValue     ReadValue / WriteValue {type: request | command} (BlueZ does long reads and writes)
-//   setNotifyValue             StartNotify / StopNotify; PropertiesChanged Value → didUpdateValueFor
+//   setNotifyValue             AcquireNotify's socket where BlueZ offers it (NotifyAcquired, 5.46+, notify only):
+//                              each packet a value → didUpdateValueFor; closing it stops them. Else (indications,
+//                              older BlueZ, AcquireNotify refused) StartNotify / StopNotify and PropertiesChanged Value
 //   maximumWriteValueLength    GattCharacteristic1.MTU
 //   errors                     BlueZErrors: org.bluez.Error.* → CBError / CBATTError, BlueZ's text in the description
 //
@@ -116,6 +118,8 @@ final class BlueZCentral: @unchecked Sendable {
         var readEcho: [String: [UInt8]] = [:]
         /// How writes without response go, per characteristic (AcquireWrite's socket where BlueZ offers it).
         var writeChannels: [String: WriteChannel] = [:]
+        /// Notifications through AcquireNotify's socket, per characteristic (where BlueZ offers it).
+        var notifySockets: [String: BlueZAcquiredNotify] = [:]
     }
 
     enum WriteChannel {
@@ -867,23 +871,74 @@ final class BlueZCentral: @unchecked Sendable {
     func setNotify(_ p: CBPeripheral, _ enabled: Bool, _ characteristic: CBCharacteristic, done: Done<Void>? = nil) {
         queue.async { [self] in
             guard let (device, path) = target(p, characteristic, "setNotifyValue", done) else { return }
-            call(path, BlueZObjectTree.characteristicInterface, enabled ? "StartNotify" : "StopNotify") { [self] r in
-                var failure: (any Error)?
-                if case let .failure(e) = r {
-                    // Already in the state asked for (a second StartNotify, a StopNotify without a session) is success.
-                    let already: Bool =
-                        if case let .remote(name, message) = e {
-                            name == "org.bluez.Error.InProgress" || (!enabled && message.lowercased().contains("no notify session"))
-                        } else { false }
-                    if !already { failure = BlueZErrors.cbError(e, during: .notify) }
-                }
-                if let failure {
-                    return finish(p, done, .failure(failure)) { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: failure) }
-                }
-                if enabled { gatt[device]?.notifying.insert(path) } else { gatt[device]?.notifying.remove(path) }
-                finish(p, done, .success(()), prepare: { characteristic._isNotifying = enabled }) {
+            let props = tree[path, BlueZObjectTree.characteristicInterface]
+            let flags = (props?["Flags"]?.arrayItems ?? []).compactMap(\.string)
+            if !enabled, let socket = gatt[device]?.notifySockets.removeValue(forKey: path) {
+                // Closing the socket is bluetoothd's sign to disable the notifications.
+                socket.stop()
+                gatt[device]?.notifying.remove(path)
+                return finish(p, done, .success(()), prepare: { characteristic._isNotifying = false }) {
                     $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: nil)
                 }
+            }
+            if enabled, gatt[device]?.notifySockets[path] == nil, !(gatt[device]?.notifying.contains(path) ?? false),
+                props?["NotifyAcquired"] != nil, flags.contains("notify")
+            {
+                return acquireNotify(p, device, path, characteristic, done)
+            }
+            startNotify(p, enabled, device, path, characteristic, done)
+        }
+    }
+
+    /// AcquireNotify: the socket carries the values from now on; refused (another client holds it, or bluetoothd
+    /// cannot), StartNotify instead.
+    private func acquireNotify(_ p: CBPeripheral, _ device: String, _ path: String, _ characteristic: CBCharacteristic, _ done: Done<Void>?) {
+        call(path, BlueZObjectTree.characteristicInterface, "AcquireNotify", [.stringVariantDictionary([:])]) { [self] r in
+            var received: [Int32] = []
+            if case let .success(m) = r { received = m.unixFDs }
+            guard gatt[device] != nil, links[device] != nil else {
+                for d in received { Glibc.close(d) }   // the link went meanwhile
+                return
+            }
+            guard case let .success(m) = r, let fd = received.first, let mtu = m.body.count > 1 ? m.body[1].integer : nil else {
+                for d in received { Glibc.close(d) }
+                if case let .failure(e) = r { CBLog.warning("BlueZ backend: AcquireNotify failed (\(e)); subscribing with StartNotify") }
+                return startNotify(p, true, device, path, characteristic, done)
+            }
+            for d in received.dropFirst() { Glibc.close(d) }
+            let socket = BlueZAcquiredNotify(
+                fd: fd, mtu: Int(mtu), queue: queue,
+                value: { [weak self] v in self?.deliverNotification(device, path, v) },
+                ended: { [weak self] why in
+                    guard let self, self.gatt[device]?.notifySockets[path] != nil else { return }
+                    CBLog.warning("BlueZ backend: notifications of \(path) ended: \(why)")
+                    self.gatt[device]?.notifySockets[path] = nil
+                })
+            gatt[device]?.notifySockets[path] = socket
+            gatt[device]?.notifying.insert(path)
+            finish(p, done, .success(()), prepare: { characteristic._isNotifying = true }) {
+                $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: nil)
+            }
+        }
+    }
+
+    private func startNotify(_ p: CBPeripheral, _ enabled: Bool, _ device: String, _ path: String, _ characteristic: CBCharacteristic, _ done: Done<Void>?) {
+        call(path, BlueZObjectTree.characteristicInterface, enabled ? "StartNotify" : "StopNotify") { [self] r in
+            var failure: (any Error)?
+            if case let .failure(e) = r {
+                // Already in the state asked for (a second StartNotify, a StopNotify without a session) is success.
+                let already: Bool =
+                    if case let .remote(name, message) = e {
+                        name == "org.bluez.Error.InProgress" || (!enabled && message.lowercased().contains("no notify session"))
+                    } else { false }
+                if !already { failure = BlueZErrors.cbError(e, during: .notify) }
+            }
+            if let failure {
+                return finish(p, done, .failure(failure)) { $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: failure) }
+            }
+            if enabled { gatt[device]?.notifying.insert(path) } else { gatt[device]?.notifying.remove(path) }
+            finish(p, done, .success(()), prepare: { characteristic._isNotifying = enabled }) {
+                $0.peripheral(p, didUpdateNotificationStateFor: characteristic, error: nil)
             }
         }
     }
@@ -891,6 +946,11 @@ final class BlueZCentral: @unchecked Sendable {
     /// PropertiesChanged Value on a characteristic: a notification or indication when the app subscribed.
     private func valueChanged(_ path: String, _ value: [UInt8]) {
         guard let (device, objects) = owner(of: path), objects.characteristics[path] != nil else { return }
+        // While AcquireNotify's socket carries the notifications, a change of Value is a read's echo at most.
+        if objects.notifySockets[path] != nil, objects.readsInFlight[path, default: 0] == 0 {
+            gatt[device]!.readEcho[path] = nil
+            return
+        }
         if objects.readsInFlight[path, default: 0] > 0 {
             var held = objects.heldDuringRead[path] ?? []
             if held.count < Self.maximumHeldValues { held.append(value) }

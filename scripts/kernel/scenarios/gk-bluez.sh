@@ -16,7 +16,21 @@
 # 0x1002 failed: -110"), which left it in set-up for good (EBUSY, "in use by the kernel"); try_add_controller now
 # re-plugs such an adapter. Then (gkb2 session) 6 of 8 runs passed, 86-291 s; both failures were the serving half
 # (bluez session, our picker) in one boot with the machine's load at 11-14: the picker's invitation timed out, or its
-# LE credit-based connection request went unanswered by the kernel after crossing connects.
+# LE credit-based connection request went unanswered by the kernel after crossing connects. Reproduced (gkb3 session,
+# load 10-19), with our host's HCI capture (BLE_SNOOP) and the guest kernel's L2CAP signalling (dynamic debug) kept:
+# (1) the bluez session's reply to the invitation arrived on another channel (our picker: "sent inviteReply to an
+# advertiser"). Linux keeps a peer's request identifier on each channel it accepted (chan->ident) and matches the
+# answer to its own next request by identifier among all channels of the link (l2cap_le_connect_rsp); its own
+# identifiers run 1-128 from 1 per link, ours ran 1-255 from 1: the bluez node's second connect (over our link)
+# went out with the identifier of our invitation channel's request (3: two credit indications before it on the
+# bluez side, an info channel's request and its disconnection before it on ours), and our answer gave the invitation
+# channel the new channel's CIDs. The kernel's log of a failing run (mg2): "l2cap_le_connect_req: psm 0x81 scid
+# 0x0041" for our request with id 0x03, then "l2cap_build_cmd: … code 0x14, ident 0x03" for its own, then
+# "l2cap_le_connect_rsp: dcid 0x0040" (our CID for its new channel) taken by the invitation channel; the new channel
+# stayed in BT_CONNECT until our picker, hearing the reply on its advertiser's channel, closed that one. Our host now uses identifiers 129-199, which Linux never uses for its own. (2) the bluez picker's invitation
+# was refused "Source CID already allocated": its node had closed a connect still waiting in the kernel (whose
+# request our host had answered), the kernel freed that CID without a word and gave it to the next channel. The node
+# now keeps such a connect open until the device's link ends.
 start_bluez || fail "BlueZ did not start"
 fast_controllers || fail "no fast controllers"
 # No bond in bluetoothd: after the privacy row (bluetoothd bonded with hci1's address) bluetoothd encrypted every link
@@ -27,7 +41,12 @@ dir="$OCB_OUT/$OCB_SCENARIO.in"
 photo="$OCB_OUT/$OCB_SCENARIO.photo.bin"
 rm -rf "$dir"; mkdir -p "$dir/a" "$dir/b"
 pids=""
-trap 'kill $pids 2>/dev/null || true; rm -rf "$dir" "$photo"' EXIT
+# The kernel's L2CAP signalling (BT_DBG through dynamic debug: each command's code and identifier, each channel's
+# CIDs), kept beside the scenario's log: the bluez peer's side of every channel.
+ddc=/sys/kernel/debug/dynamic_debug/control
+l2funcs="l2cap_build_cmd l2cap_le_sig_channel l2cap_le_connect_req l2cap_le_connect_rsp l2cap_chan_connect l2cap_disconnect_req l2cap_disconnect_rsp l2cap_chan_del l2cap_le_credits l2cap_conn_add l2cap_conn_del"
+for f in $l2funcs; do echo "func $f +pf" > "$ddc" 2>/dev/null || log "no dynamic debug for $f"; done
+trap 'kill $pids 2>/dev/null || true; rm -rf "$dir" "$photo"; for f in $l2funcs; do echo "func $f -p" > "$ddc" 2>/dev/null; done; dmesg | grep -a "l2cap\|Bluetooth" > "$OCB_OUT/$OCB_SCENARIO.l2cap.dmesg" 2>/dev/null || true' EXIT
 # run_gk NAME SESSION_TRANSPORT PICKER_TRANSPORT: the session and the picker; the picker connects and sends the
 # photo, the session stores it.
 run_gk() {
@@ -37,12 +56,14 @@ run_gk() {
     p="$OCB_OUT/$OCB_SCENARIO.$name.picker.log"
     rm -rf "$dir/a"/* "$dir/b"/*
     head -c 8192 /dev/urandom > "$photo"
-    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$s_env" BLE_LOG=1 "$OCB_BLE" gk session --name "S $name" --session-id "$id" \
+    # Our host's side records every HCI packet (btmon is paused while fast_controllers run): the link between the
+    # two is all the channels' signalling and data, both ways.
+    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$s_env" BLE_LOG=1 BLE_SNOOP="$OCB_OUT/$OCB_SCENARIO.$name.session.snoop" "$OCB_BLE" gk session --name "S $name" --session-id "$id" \
         --dir "$dir/a" --once --duration 150 > "$s" 2>&1 &
     local ses=$!
     pids="$pids $ses"
     wait_for "$s" "^available as" 30 || { cat "$s"; fail "$name: the GameKit session did not start"; }
-    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$p_env" BLE_LOG=1 "$OCB_BLE" gk pick --name "P $name" --session-id "$id" \
+    env MC_TRANSPORTS=bluetooth BLE_TRANSPORT="$p_env" BLE_LOG=1 BLE_SNOOP="$OCB_OUT/$OCB_SCENARIO.$name.picker.snoop" "$OCB_BLE" gk pick --name "P $name" --session-id "$id" \
         --peer "S $name" --photo "$photo" --dir "$dir/b" --duration 150 > "$p" 2>&1 &
     local pick=$!
     pids="$pids $pick"

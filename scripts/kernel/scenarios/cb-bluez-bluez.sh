@@ -1,0 +1,53 @@
+# timeout: 300
+# Core Bluetooth on BlueZ against a BlueZ peer on a second adapter (issue 28): one bluetoothd keeps both hci0 and
+# hci1, and both ends are Core Bluetooth programs on BLE_TRANSPORT=bluez, so the peer's side of every packet is
+# BlueZ's own (bluetoothd's GATT server and advertising, the kernel's ATT bearer and L2CAP): the seeds' heart-rate
+# central (`ble demo --role central`) on bluez:hci0 against `ble serve examples/heart-rate.json` on bluez:hci1
+# (its service registered with GattManager1 on hci1, advertised with LEAdvertisingManager1): scan with a service
+# filter, connect, discover, read, a descriptor, subscribe, three notifications, a write with response, disconnect;
+# then an L2CAP credit-based channel kernel to kernel, `ble send` on bluez:hci0 to `ble receive` on bluez:hci1
+# (64 KB, compared). The rows against our own stack are cb-central-bluez, cb-peripheral-bluez and cb-l2cap-bluez.
+start_bluez || fail "BlueZ did not start"
+bluez_up 1 || fail "bluetoothd did not power hci1"
+pids=""
+dir="$OCB_OUT/$OCB_SCENARIO.in"
+file="$OCB_OUT/$OCB_SCENARIO.bin"
+rm -rf "$dir"; mkdir -p "$dir"
+# hci1 goes back to its starting state (down, off in bluetoothd) on every way out.
+trap 'kill $pids 2>/dev/null || true; rm -rf "$dir" "$file"; bluez_power 1 false 2>/dev/null; release 1' EXIT
+srv="$OCB_OUT/$OCB_SCENARIO.serve.log"
+BLE_TRANSPORT=bluez:hci1 BLE_LOG=1 "$OCB_BLE" serve "$OCB_REPO/examples/heart-rate.json" --notify-every 1 > "$srv" 2>&1 &
+pids="$pids $!"
+wait_for "$srv" '^advertising "Served HR" as ' 30 || { clean "$srv" | tail -20; fail "ble serve on bluez:hci1 did not advertise"; }
+c="$OCB_OUT/$OCB_SCENARIO.central.log"
+rc=0
+start=$SECONDS
+BLE_TRANSPORT=bluez:hci0 BLE_LOG=1 "$OCB_BLE" demo --role central --notifications 3 --timeout 90 > "$c" 2>&1 || rc=$?
+log "the heart-rate central on bluez:hci0 ran in $((SECONDS - start)) s"
+clean "$c" | grep -av "debug\|trace" | tail -30 >&2
+[ $rc -eq 0 ] || { clean "$srv" | grep -av trace | tail -30 >&2; fail "the central on bluez exited $rc"; }
+grep -q "state poweredOn" "$c" || fail "the manager never read .poweredOn"
+grep -q "discovered Served HR" "$c" || fail "the peripheral was not discovered with its name"
+grep -q "connected to" "$c" || fail "no didConnect"
+grep -q "notifications for 2A37: on" "$c" || fail "no subscription"
+grep -q "notification 3," "$c" || fail "fewer than 3 notifications"
+grep -q "read body sensor location" "$c" || fail "no read"
+grep -q 'descriptor Characteristic User Description = "Heart Rate Measurement"' "$c" || fail "no descriptor read"
+grep -q "acknowledged" "$c" || fail "the write with response was not acknowledged"
+grep -q "disconnected (by us)" "$c" || fail "no didDisconnect after the cancel"
+log "heart-rate flow: bluez:hci0 central against bluez:hci1 peripheral passed"
+
+head -c 65536 /dev/urandom > "$file"
+r="$OCB_OUT/$OCB_SCENARIO.receive.log"
+BLE_TRANSPORT=bluez:hci1 BLE_LOG=1 "$OCB_BLE" receive --dir "$dir" --name "bluez peer" --once > "$r" 2>&1 &
+pids="$pids $!"
+wait_for "$r" "^receiving into .* on PSM 0x" 30 || { clean "$r" | tail -20; fail "ble receive on bluez:hci1 did not publish"; }
+s="$OCB_OUT/$OCB_SCENARIO.send.log"
+start=$SECONDS
+BLE_TRANSPORT=bluez:hci0 BLE_LOG=1 "$OCB_BLE" send "$file" --to "bluez peer" --timeout 30 --retries 1 > "$s" 2>&1 \
+    || { clean "$s" | grep -av trace | tail -20; clean "$r" | grep -av trace | tail -20; fail "ble send on bluez:hci0 failed"; }
+log "64 KB sent from bluez:hci0 to bluez:hci1 over the kernel's L2CAP sockets in $((SECONDS - start)) s"
+wait_for "$r" "^stored " 30 || { clean "$r" | tail -20; fail "the receiver stored nothing"; }
+cmp "$file" "$dir/$(basename "$file")" || fail "the stored file differs"
+hciconfig hci0 | grep -q "UP RUNNING" || fail "hci0 is no longer up"
+log "ok"
