@@ -104,6 +104,11 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     /// Packets for the host waiting for their loop hop (`deliver`), and the emptied array of the last hop.
     var outbox: [HCIPacket] = []
     var spareOutbox: [HCIPacket] = []
+    /// The loop work of `deliver` and `creditReturned`, made once: a closure made for every hop costs an
+    /// allocation, and on a busy link there is a hop for nearly every packet. Weak, so as not to keep the
+    /// controller alive from itself.
+    private lazy var flushOutboxWork: @Sendable () -> Void = { [weak self] in self?.flushOutbox() }
+    private lazy var flushCompletedWork: @Sendable () -> Void = { [weak self] in self?.flushCompletedPackets() }
 
     init(air: VirtualAir, address: BluetoothAddress, position: VirtualPosition) {
         self.airRef = air
@@ -136,7 +141,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     /// packet); each is still handed over on its own, in order, with the sink looked up for each.
     func deliver(_ packet: HCIPacket) {
         outbox.append(packet)
-        if outbox.count == 1 { loop.execute { [self] in flushOutbox() } }
+        if outbox.count == 1 { loop.execute(flushOutboxWork) }
     }
 
     /// Loop: hands the waiting packets to the host. Packets produced while it runs (the host answering at
@@ -289,7 +294,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         completedPackets[handle, default: 0] += 1
         if !completedFlushScheduled {
             completedFlushScheduled = true
-            loop.execute { [self] in flushCompletedPackets() }
+            loop.execute(flushCompletedWork)
         }
     }
 
