@@ -336,15 +336,21 @@ extension LEHost {
     /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.
     func aclCreditsFreed() {
         let hadBacklog = aclWaitingHead < aclWaiting.count
-        var batch: [HCIPacket] = []
-        while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
-            let (h, p) = aclWaiting[aclWaitingHead]
-            aclWaitingHead += 1
-            aclCredits -= 1
-            aclInFlight[h, default: 0] += 1
-            batch.append(p)
+        if hadBacklog && aclCredits > 0 {
+            // The array of the last batch is reused: no allocation for every Number Of Completed Packets.
+            var batch = spareCreditBatch
+            spareCreditBatch = []
+            while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
+                let (h, p) = aclWaiting[aclWaitingHead]
+                aclWaitingHead += 1
+                aclCredits -= 1
+                aclInFlight[h, default: 0] += 1
+                batch.append(p)
+            }
+            sendBatch(batch)
+            batch.removeAll(keepingCapacity: true)
+            spareCreditBatch = batch
         }
-        sendBatch(batch)
         if aclWaitingHead == aclWaiting.count {
             aclWaiting.removeAll(keepingCapacity: true)
             aclWaitingHead = 0

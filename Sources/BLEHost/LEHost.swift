@@ -95,6 +95,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     var aclCredits = 1
     var aclWaiting: [(handle: UInt16, packet: HCIPacket)] = []
     var aclWaitingHead = 0
+    /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
+    var spareCreditBatch: [HCIPacket] = []
     var aclInFlight: [UInt16: Int] = [:]
 
     public internal(set) var connections: [UInt16: HostConnection] = [:]

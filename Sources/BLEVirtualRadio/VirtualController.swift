@@ -101,6 +101,14 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     var nextHandle: UInt16 = 0x0040
     var completedPackets: [UInt16: UInt16] = [:]
     var completedFlushScheduled = false
+    /// Packets for the host waiting for their loop hop (`deliver`), and the emptied array of the last hop.
+    var outbox: [HCIPacket] = []
+    var spareOutbox: [HCIPacket] = []
+    /// The loop work of `deliver` and `creditReturned`, made once: a closure made for every hop costs an
+    /// allocation, and on a busy link there is a hop for nearly every packet. Weak, so as not to keep the
+    /// controller alive from itself.
+    private lazy var flushOutboxWork: @Sendable () -> Void = { [weak self] in self?.flushOutbox() }
+    private lazy var flushCompletedWork: @Sendable () -> Void = { [weak self] in self?.flushCompletedPackets() }
 
     init(air: VirtualAir, address: BluetoothAddress, position: VirtualPosition) {
         self.airRef = air
@@ -128,12 +136,26 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         if loop.isInLoop { receive(packet) } else { loop.execute { [self] in receive(packet) } }
     }
 
-    /// Hands a packet to the host, after whatever is already queued.
+    /// Hands a packet to the host, after whatever this controller queued for it before. Packets produced
+    /// while earlier ones wait go with them in one loop hop (one closure and one lock per burst, not per
+    /// packet); each is still handed over on its own, in order, with the sink looked up for each.
     func deliver(_ packet: HCIPacket) {
-        loop.execute { [self] in
-            guard let s = sinkLock.withLock({ $0 }) else { return }
-            s.transport(didReceive: packet)
+        outbox.append(packet)
+        if outbox.count == 1 { loop.execute(flushOutboxWork) }
+    }
+
+    /// Loop: hands the waiting packets to the host. Packets produced while it runs (the host answering at
+    /// once) wait for the next hop, as they would have behind a queued closure each.
+    func flushOutbox() {
+        var batch = spareOutbox
+        spareOutbox = []
+        swap(&batch, &outbox)
+        for p in batch {
+            guard let s = sinkLock.withLock({ $0 }) else { continue }
+            s.transport(didReceive: p)
         }
+        batch.removeAll(keepingCapacity: true)
+        spareOutbox = batch
     }
 
     func deliver(_ event: HCIEvent) {
@@ -167,8 +189,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
                 complete(op, StatusReturn(status: .invalidParameters))
             }
         case .acl:
-            guard let acl = try? ACLPacket.decode(packet) else { return }
-            handle(acl: acl)
+            receiveACL(packet)
         default:
             break
         }
@@ -244,32 +265,48 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
 
     // MARK: Data
 
-    func handle(acl: ACLPacket) {
-        guard let link = links[acl.handle] else { return }
+    /// ACL data from the host. Without an airtime model the packet crosses to the peer as it came, with the
+    /// peer's handle written over ours (flags and data untouched): it is not decoded into an `ACLPacket` and
+    /// encoded again. A packet whose length field disagrees with its size, or for no link, is dropped.
+    func receiveACL(_ packet: HCIPacket) {
+        guard let h = try? ACLPacket.Header.decode(packet.bytes), let link = links[h.handle] else { return }
+        let air = airRef
         // A silenced device (VirtualAir+Faults.swift): its link layer still acknowledges, its data is lost.
-        if airRef?.faults.silenced.contains(ObjectIdentifier(self)) == true { return creditReturned(handle: acl.handle) }
-        if let model = airtime(for: link) {
+        if let air, !air.faults.silenced.isEmpty, air.faults.silenced.contains(ObjectIdentifier(self)) {
+            return creditReturned(handle: h.handle)
+        }
+        if air?.airtime != nil, let model = airtime(for: link) {
+            let acl = ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(packet.bytes[4...]))
             return enqueueForAir(acl, on: link, model: model)
         }
         if !link.lost, let peer = link.peer {
-            peer.deliver(ACLPacket(handle: link.peerHandle, boundary: acl.boundary, broadcast: acl.broadcast, data: acl.data).encode())
+            var out = packet
+            let first = (link.peerHandle & 0x0FFF) | UInt16(h.boundary.rawValue) << 12 | UInt16(h.broadcast & 0x3) << 14
+            out.bytes[0] = UInt8(first & 0xFF)
+            out.bytes[1] = UInt8(first >> 8)
+            peer.deliver(out)
         }
         // The packet left our buffers: return the credit.
-        creditReturned(handle: acl.handle)
+        creditReturned(handle: h.handle)
     }
 
     func creditReturned(handle: UInt16) {
         completedPackets[handle, default: 0] += 1
         if !completedFlushScheduled {
             completedFlushScheduled = true
-            loop.execute { [self] in flushCompletedPackets() }
+            loop.execute(flushCompletedWork)
         }
     }
 
     func flushCompletedPackets() {
         completedFlushScheduled = false
         guard !completedPackets.isEmpty else { return }
-        let list = completedPackets.sorted { $0.key < $1.key }.map { CompletedPackets(handle: $0.key, count: $0.value) }
+        let list: [CompletedPackets]
+        if completedPackets.count == 1, let (handle, count) = completedPackets.first {
+            list = [CompletedPackets(handle: handle, count: count)]   // one link (the usual case): nothing to sort
+        } else {
+            list = completedPackets.sorted { $0.key < $1.key }.map { CompletedPackets(handle: $0.key, count: $0.value) }
+        }
         completedPackets.removeAll(keepingCapacity: true)
         deliver(.numberOfCompletedPackets(list))
     }

@@ -283,13 +283,24 @@ extension CBPeripheral {
         // Values that arrive while earlier ones wait for the delegate queue join them: one queue hop carries
         // a burst, and the delegate still gets one callback per value, in order.
         // The hop is taken when the loop has finished what it is doing, so a burst that arrives in one
-        // loop turn crosses together.
-        guard inbound.append(handle, data) else { return }
+        // loop turn crosses together. Until then the burst gathers on the loop without a lock, and crosses
+        // to the delegate queue's side (`inbound`) with one.
         if let loop = connection?.host?.loop {
-            loop.whenIdle { [self] in queue.async { [self] in deliverInbound() } }
+            staged.append((handle, data))
+            guard staged.count == 1 else { return }
+            loop.whenIdle { [self] in handOverStaged() }
         } else {
+            handOverStaged()
+            guard inbound.append(handle, data) else { return }
             queue.async { [self] in deliverInbound() }
         }
+    }
+
+    /// Loop: moves the values gathered on the loop to the delegate queue's side, and schedules a delivery
+    /// unless one is pending already.
+    private func handOverStaged() {
+        guard !staged.isEmpty, inbound.append(contentsOf: &staged) else { return }
+        queue.async { [self] in deliverInbound() }
     }
 
     /// Delegate queue: hands every waiting value to the delegate.

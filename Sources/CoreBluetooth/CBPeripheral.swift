@@ -52,6 +52,8 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     let valueListeners = ValueListeners()
     /// Notifications and indications waiting for the delegate queue.
     let inbound = InboundValues()
+    /// Loop-confined: notifications and indications received during the loop's work at hand, not yet in `inbound`.
+    var staged: [(UInt16, Data)] = []
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
@@ -230,6 +232,20 @@ final class InboundValues: @unchecked Sendable {
         lock.withLock {
             items.append((handle, data))
             return items.count == 1
+        }
+    }
+
+    /// Adds the values of `values` (emptied, its storage possibly exchanged); returns true when the queue
+    /// was empty (the caller schedules a delivery).
+    func append(contentsOf values: inout [(UInt16, Data)]) -> Bool {
+        lock.withLock {
+            if items.isEmpty {
+                swap(&items, &values)
+                return true
+            }
+            items.append(contentsOf: values)
+            values.removeAll(keepingCapacity: true)
+            return false
         }
     }
 

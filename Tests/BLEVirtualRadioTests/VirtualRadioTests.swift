@@ -29,6 +29,7 @@ final class ScriptedHost: HCITransportSink, @unchecked Sendable {
 
     var events: [HCIEvent] { lock.lock(); defer { lock.unlock() }; return packets.filter { $0.type == .event }.compactMap { try? HCIEvent.decode($0) } }
     var acl: [ACLPacket] { lock.lock(); defer { lock.unlock() }; return packets.filter { $0.type == .acl }.compactMap { try? ACLPacket.decode($0) } }
+    var aclPackets: [HCIPacket] { lock.lock(); defer { lock.unlock() }; return packets.filter { $0.type == .acl } }
     func clear() { lock.lock(); packets.removeAll(); lock.unlock() }
 
     /// Sends a command and returns the events it caused (after running queued work).
@@ -192,6 +193,84 @@ func virtualAir() -> VirtualAir { VirtualAir(loop: EventLoop(label: "radio.test"
         air.loop.runPending()
         #expect(c.events.contains(.disconnectionComplete(status: .success, handle: cc.connectionHandle, reason: .connectionTerminatedByLocalHost)))
         #expect(p.events.contains(.disconnectionComplete(status: .success, handle: pc.connectionHandle, reason: .remoteUserTerminated)))
+    }
+
+    /// The controller forwards ACL data without decoding it: the peer gets the same octets with its own
+    /// handle in place of the sender's, whatever the flags; packets the controller cannot take are dropped
+    /// without a credit; a silenced controller's data is lost with its credit returned; and data and events
+    /// reach a host in the order they were produced, a burst at a time.
+    @Test func aclCrossesWithThePeerHandleAndItsFlagsAndOctetsUntouched() throws {
+        let air = virtualAir()
+        let other = try ScriptedHost(air), p = try ScriptedHost(air), c = try ScriptedHost(air)
+        // A first link from the central, so that its handle for the second differs from the peripheral's.
+        other.startAdvertising()
+        _ = c.createConnection(to: other.controller.address)
+        air.loop.advance(by: .milliseconds(200))
+        c.clear()
+        p.startAdvertising()
+        _ = c.createConnection(to: p.controller.address)
+        air.loop.advance(by: .milliseconds(200))
+        let ch = try #require(c.connectionCompletes.first { $0.status == .success }).connectionHandle
+        let ph = try #require(p.connectionCompletes.first).connectionHandle
+        #expect(ch != ph)
+        p.clear(); c.clear(); other.clear()
+        func credits(_ h: ScriptedHost) -> Int {
+            h.events.reduce(0) { n, e in if case let .numberOfCompletedPackets(l) = e { return n + l.reduce(0) { $0 + Int($1.count) } } else { return n } }
+        }
+
+        // Every boundary and broadcast flag, and sizes from empty to the buffer size.
+        let sent: [ACLPacket] = [
+            ACLPacket(handle: ch, boundary: .firstNonFlushable, data: [0x05, 0x00, 0x04, 0x00, 0x1B, 0x2A, 0x00]),
+            ACLPacket(handle: ch, boundary: .continuing, broadcast: 1, data: (0..<251).map { UInt8($0 & 0xFF) }),
+            ACLPacket(handle: ch, boundary: .firstFlushable, broadcast: 2, data: []),
+            ACLPacket(handle: ch, boundary: .complete, broadcast: 3, data: [0xFF]),
+        ]
+        for a in sent { c.controller.send(a.encode()) }
+        air.loop.runPending()
+        let got = p.aclPackets
+        let expected = sent.map { ACLPacket(handle: ph, boundary: $0.boundary, broadcast: $0.broadcast, data: $0.data).encode() }
+        #expect(got == expected)
+        #expect(credits(c) == 4)
+        // The sender's own packets are untouched (the rewrite works on the peer's copy).
+        #expect(try ACLPacket.decode(sent[1].encode()).handle == ch)
+
+        // Malformed (length field disagreeing with the size) or for no link: dropped, no credit.
+        p.clear(); c.clear()
+        var bad = ACLPacket(handle: ch, boundary: .firstNonFlushable, data: [1, 2, 3]).encode()
+        bad.bytes[2] = 9
+        c.controller.send(bad)
+        c.controller.send(HCIPacket(type: .acl, bytes: [UInt8(ch & 0xFF)]))
+        c.controller.send(ACLPacket(handle: 0x0EEE, boundary: .firstNonFlushable, data: [1]).encode())
+        air.loop.runPending()
+        #expect(p.aclPackets.isEmpty)
+        #expect(credits(c) == 0)
+
+        // Silenced: the data is lost on the air, the credit still comes back; restored: data flows again.
+        air.silence(c.controller)
+        air.loop.runPending()
+        c.controller.send(ACLPacket(handle: ch, boundary: .firstNonFlushable, data: [7]).encode())
+        air.loop.runPending()
+        #expect(p.aclPackets.isEmpty)
+        #expect(credits(c) == 1)
+        air.silence(c.controller, false)
+        air.loop.runPending()
+        c.controller.send(ACLPacket(handle: ch, boundary: .firstNonFlushable, data: [8]).encode())
+        air.loop.runPending()
+        #expect(p.acl.map(\.data) == [[8]])
+
+        // A burst both ways, with a command in the middle: each host sees its packets in the order produced.
+        p.clear(); c.clear()
+        for i in 0..<20 {
+            c.controller.send(ACLPacket(handle: ch, boundary: .firstNonFlushable, data: [UInt8(i)]).encode())
+            if i == 10 { c.controller.send(HCICommand.readBDADDR.encode()) }
+            p.controller.send(ACLPacket(handle: ph, boundary: .firstNonFlushable, data: [UInt8(100 + i)]).encode())
+        }
+        air.loop.runPending()
+        #expect(p.acl.map(\.data) == (0..<20).map { [UInt8($0)] })
+        #expect(c.acl.map(\.data) == (0..<20).map { [UInt8(100 + $0)] })
+        #expect(credits(c) == 20 && credits(p) == 20)
+        #expect(c.events.contains { if case let .commandComplete(_, op, _) = $0 { return op == .readBDADDR } else { return false } })
+        #expect(other.aclPackets.isEmpty)
     }
 
     @Test func removedPeerTimesOutAfterTheSupervisionTimeout() throws {
