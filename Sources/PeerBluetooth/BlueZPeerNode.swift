@@ -766,7 +766,8 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
                 guard let p = Self.monitorProperties(service: current.services[i], lostAfter: monitorLostAfter) else { return nil }
                 return DBusDictEntry(
                     .objectPath(app + "/s\(i)"),
-                    .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string("org.bluez.AdvertisementMonitor1"), .stringVariantDictionary(p))]))
+                    .dictionary(
+                        key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string("org.bluez.AdvertisementMonitor1"), .stringVariantDictionary(p))]))
             }
             return call.reply([.dictionary(key: .objectPath, value: .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)), entries)])
         }

@@ -356,7 +356,8 @@ struct BlueZPeerNodeTests {
         let uuid = PeerAdvert.uuidString(service).lowercased()
         // Two peers, both seen; bluetoothd's monitor finds one (the fake matches its pattern against the ServiceData).
         // (bluetoothd's signals and calls reach the node in the order sent: the device, then DeviceFound.)
-        let held = fake.addDevice(address: "C0:11:22:33:44:55", random: true, ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xAB, psm: 0x83).serviceDataPayload)])])
+        let held = fake.addDevice(
+            address: "C0:11:22:33:44:55", random: true, ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xAB, psm: 0x83).serviceDataPayload)])])
         #expect(try await fake.monitorReport("DeviceFound", held) == 1)
         fake.addDevice(address: "C0:11:22:33:44:66", ["ServiceData": serviceData([(uuid, PeerAdvert(service: service, token: 0xCD, psm: 0x85).serviceDataPayload)])])
         try await events.wait(for: "seen ab at ble:C0:11:22:33:44:55/random psm 131")
@@ -373,7 +374,8 @@ struct BlueZPeerNodeTests {
         try await events.wait("seen ab again") { e in e.filter { $0.hasPrefix("seen ab") }.count == seen + 1 }
         // The last browse ends: the monitor is unregistered.
         n.cancelBrowse(id)
-        try await events.wait("the monitor's end") { _ in fake.calls.contains { $0.hasPrefix("org.bluez.AdvertisementMonitorManager1.UnregisterMonitor") } && fake.monitors.isEmpty }
+        try await events.wait("the monitor's end") { _ in fake.calls.contains { $0.hasPrefix("org.bluez.AdvertisementMonitorManager1.UnregisterMonitor") } && fake.monitors.isEmpty
+        }
         #expect(!n.monitoring)
     }
 
