@@ -113,7 +113,20 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             if e == EPERM || e == EACCES { throw TransportError.permissionDenied(Self.explainBindFailure(index: index, errno: e)) }
             throw TransportError.connectFailed(Self.explainBindFailure(index: index, errno: e))
         }
+        widenReceiveQueue(fd)
         return fd
+    }
+
+    /// The kernel drops what arrives while a user channel's receive queue is full, and nothing slows the
+    /// controller for it: a host that fell behind lost 45 of a 1000-Write-Command flood at the default queue
+    /// (about 212 KB, a few hundred small packets; `cb-peripheral-hci` in a guest at load 26). 8 MB holds
+    /// thousands. The user channel's CAP_NET_ADMIN lets SO_RCVBUFFORCE pass `net.core.rmem_max`.
+    static func widenReceiveQueue(_ fd: Int32, bytes: Int32 = 8 << 20) {
+        var size = bytes
+        let length = socklen_t(MemoryLayout<Int32>.size)
+        if setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, length) != 0 {
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, length)
+        }
     }
 
     /// A message that says what to do, for the usual reasons binding the user channel fails.

@@ -96,6 +96,25 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
         close(kernel)
     }
 
+    /// A user channel's receive queue is widened past the system's default, so that a host that falls behind
+    /// does not lose what the controller sends meanwhile (the kernel drops it once the queue is full).
+    @Test func theUserChannelsReceiveQueueHoldsMegabytes() throws {
+        var pair: [Int32] = [-1, -1]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &pair) == 0)
+        defer { pair.forEach { _ = close($0) } }
+        func size() -> Int32 {
+            var v: Int32 = 0
+            var n = socklen_t(MemoryLayout<Int32>.size)
+            _ = getsockopt(pair[0], SOL_SOCKET, SO_RCVBUF, &v, &n)
+            return v
+        }
+        let before = size()
+        HCISocketTransport.widenReceiveQueue(pair[0])
+        // With CAP_NET_ADMIN (which the user channel needs) the kernel grants it whole, doubled for its
+        // bookkeeping; without it, up to net.core.rmem_max.
+        if geteuid() == 0 { #expect(size() >= 8 << 20, "\(before) → \(size())") } else { #expect(size() >= before) }
+    }
+
     @Test func userChannelErrorsExplainWhatToDo() {
         #expect(HCISocketTransport.explainBindFailure(index: 0, errno: EBUSY).contains("systemctl stop bluetooth"))
         #expect(HCISocketTransport.explainBindFailure(index: 1, errno: EPERM).contains("CAP_NET_ADMIN"))
