@@ -23,7 +23,7 @@ enum KernelGuest {
     /// hci1 down, BlueZ's devices and bonds forgotten; bluetoothd started anew when hci0 was made anew).
     static let scenarios = [
         "cb-flows-bluez", "cb-explore-bluez", "privacy", "gk-bluez", "cb-peripheral-hci", "mc-bluez", "bond-deleted",
-        "cb-l2cap-bluez", "pair-passkey", "cb-tool-bluez", "rule-vanish", "rule-busy", "l2cap-l2test", "cb-peripheral-bluez",
+        "cb-l2cap-bluez", "cb-bluez-bluez", "pair-passkey", "cb-tool-bluez", "rule-vanish", "rule-busy", "l2cap-l2test", "cb-peripheral-bluez",
         "doctor", "gatt-bluez-client", "pair-bluez-initiates", "pair-legacy", "cb-pair-bluez", "pair-we-initiate",
         "cb-central-bluez", "gatt-bluez-server", "cb-central-hci", "rule-rfkill", "scan-bluez", "bluez-scans", "rule-no-cap",
         "manager-vanish",
@@ -116,6 +116,11 @@ struct KernelInteropTests {
 
     @Test("a Core Bluetooth peripheral on BLE_TRANSPORT=bluez, served and advertised by bluetoothd, read, subscribed to and written by ble on hci-socket:1")
     func coreBluetoothPeripheralOnBlueZ() throws { try KernelGuest.expectPassed("cb-peripheral-bluez") }
+
+    @Test(
+        "Core Bluetooth on bluez against a BlueZ peer on a second adapter: the seeds' heart-rate central on bluez:hci0 against ble serve on bluez:hci1, and 64 KB over an L2CAP channel kernel to kernel"
+    )
+    func coreBluetoothOnBlueZAgainstBlueZ() throws { try KernelGuest.expectPassed("cb-bluez-bluez") }
 
     @Test(
         "ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond"
