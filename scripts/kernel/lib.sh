@@ -63,6 +63,22 @@ _clean_pieces() {
 }
 
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches the extended regular expression.
+# expect_heart_rate_central LOG: the seeds' heart-rate central (`ble demo --role central --notifications 3`) went
+# through the whole flow against "Served HR": powered on, discovered by name, connected, subscribed, three
+# notifications, a read, a descriptor, a write acknowledged, disconnected by us.
+expect_heart_rate_central() {
+    local c=$1
+    grep -q "state poweredOn" "$c" || fail "the manager never read .poweredOn"
+    grep -q "discovered Served HR" "$c" || fail "the peripheral was not discovered with its name"
+    grep -q "connected to" "$c" || fail "no didConnect"
+    grep -q "notifications for 2A37: on" "$c" || fail "no subscription"
+    grep -q "notification 3," "$c" || fail "fewer than 3 notifications"
+    grep -q "read body sensor location" "$c" || fail "no read"
+    grep -q 'descriptor Characteristic User Description = "Heart Rate Measurement"' "$c" || fail "no descriptor read"
+    grep -q "acknowledged" "$c" || fail "the write with response was not acknowledged"
+    grep -q "disconnected (by us)" "$c" || fail "no didDisconnect after the cancel"
+}
+
 wait_for() {
     local -; set +x
     local file=$1 re=$2 limit=${3:-30} start=$SECONDS line _ffd _fpartial _flines

@@ -26,15 +26,7 @@ BLE_TRANSPORT=bluez:hci0 BLE_LOG=1 "$OCB_BLE" demo --role central --notification
 log "the heart-rate central on bluez:hci0 ran in $((SECONDS - start)) s"
 clean "$c" | grep -av "debug\|trace" | tail -30 >&2
 [ $rc -eq 0 ] || { clean "$srv" | grep -av trace | tail -30 >&2; fail "the central on bluez exited $rc"; }
-grep -q "state poweredOn" "$c" || fail "the manager never read .poweredOn"
-grep -q "discovered Served HR" "$c" || fail "the peripheral was not discovered with its name"
-grep -q "connected to" "$c" || fail "no didConnect"
-grep -q "notifications for 2A37: on" "$c" || fail "no subscription"
-grep -q "notification 3," "$c" || fail "fewer than 3 notifications"
-grep -q "read body sensor location" "$c" || fail "no read"
-grep -q 'descriptor Characteristic User Description = "Heart Rate Measurement"' "$c" || fail "no descriptor read"
-grep -q "acknowledged" "$c" || fail "the write with response was not acknowledged"
-grep -q "disconnected (by us)" "$c" || fail "no didDisconnect after the cancel"
+expect_heart_rate_central "$c"
 log "heart-rate flow: bluez:hci0 central against bluez:hci1 peripheral passed"
 
 head -c 65536 /dev/urandom > "$file"
