@@ -6,9 +6,9 @@ t() { local s e; s=$EPOCHREALTIME; "$@" > /dev/null 2>&1; e=$EPOCHREALTIME; log 
 D=$OCB_REPO/.build/debug/ble S=$OCB_CACHE/ble
 log "OCB_BLE=$OCB_BLE"
 t /bin/true
-for i in 1 2 3; do t "$D" --help; t "$S" --help; done
+for i in 1 2 3 4 5 6 7 8; do t "$D" --help; t "$S" --help; done
 release 1
-for i in 1 2 3; do t env BLE_TRANSPORT=hci-socket:1 "$D" scan --duration 1; t env BLE_TRANSPORT=hci-socket:1 "$S" scan --duration 1; done
+for i in 1 2 3 4 5; do t env BLE_TRANSPORT=hci-socket:1 "$D" scan --duration 1; t env BLE_TRANSPORT=hci-socket:1 "$S" scan --duration 1; done
 f=$OCB_OUT/$OCB_SCENARIO.sample.log
 for i in $(seq 1 200); do echo "line $i: write 0x0012 (stored): 6869 notification $i, acknowledged"; done > "$f"
 for i in 1 2 3; do t command grep -q "notification 150," "$f"; t grep -q "notification 150," "$f"; done
