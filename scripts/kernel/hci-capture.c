@@ -6,12 +6,14 @@
  *
  *   hci-capture FILE
  *
- * Why not `btmon -w`: btmon decodes every packet it writes, and BlueZ 5.66's btmon dies with SIGSEGV decoding the ATT
- * traffic of these guests (GATT discovery: an ATT Read By Group Type Request after a Response): in the guest it
- * died about twice a run, its capture ending there. Decoding every packet under emulation also cost about a tenth
+ * Why not `btmon -w`: btmon decodes every packet it writes, and BlueZ 5.66's btmon dies with SIGSEGV decoding the
+ * GATT discovery of a database with an included secondary service (our heart-rate example's Battery service, included
+ * by Heart Rate): after the Read By Type (Include) response naming it, the next Read By Type Request crashes it (found
+ * by cutting a capture at each record: 783 records of one adapter's traffic crash it, 782 do not). In the guest it
+ * died so about twice a run, its capture ending there. Decoding every packet under emulation also cost about a tenth
  * of an emulated CPU while bulk data crossed. This program writes without decoding, so the capture is whole;
- * `btmon -r` of it still stops at the first such packet (reproduced on this machine, with or without `-i hciN`), so
- * read the rest with Wireshark, which reads the monitor format (LINUX_MONITOR) too.
+ * `btmon -r` of it still stops at that packet, so read the rest with Wireshark, which reads the monitor format
+ * (LINUX_MONITOR) too.
  */
 #include <errno.h>
 #include <fcntl.h>
