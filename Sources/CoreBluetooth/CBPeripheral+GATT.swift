@@ -285,7 +285,7 @@ extension CBPeripheral {
         // The hop is taken when the loop has finished what it is doing, so a burst that arrives in one
         // loop turn crosses together. Until then the burst gathers on the loop without a lock, and crosses
         // to the delegate queue's side (`inbound`) with one.
-        if let loop = connection?.host?.loop {
+        if let loop = hostLoop, connection != nil {
             staged.append((handle, data))
             guard staged.count == 1 else { return }
             loop.whenIdle { [self] in handOverStaged() }
@@ -299,8 +299,11 @@ extension CBPeripheral {
     /// Loop: moves the values gathered on the loop to the delegate queue's side, and schedules a delivery
     /// unless one is pending already.
     private func handOverStaged() {
-        guard !staged.isEmpty, inbound.append(contentsOf: &staged) else { return }
-        queue.async { [self] in deliverInbound() }
+        guard !staged.isEmpty else { return }
+        // A peripheral whose manager is gone (its link not yet swept on the loop) delivers nothing more.
+        guard let m = manager else { return staged.removeAll() }
+        guard inbound.append(contentsOf: &staged) else { return }
+        m.queue.async { [self] in deliverInbound() }
     }
 
     /// Delegate queue: hands every waiting value to the delegate.
@@ -309,6 +312,11 @@ extension CBPeripheral {
         guard state == .connected else { return }
         var lastHandle: UInt16 = 0
         var lastCharacteristic: CBCharacteristic?
+        // The delegate is read once for the burst, not for every value (a weak load each, on the runtime's
+        // slow path). A delegate set meanwhile, by a callback or another thread, is read anew before the next
+        // value. (A delegate the app lets go of during a burst is kept until the burst ends.)
+        var changes = delegateChanges.load(ordering: .acquiring)
+        var d = delegate
         for (handle, data) in batch {
             if handle != lastHandle || lastCharacteristic == nil {
                 lastHandle = handle
@@ -316,7 +324,12 @@ extension CBPeripheral {
             }
             guard let ch = lastCharacteristic else { continue }
             ch._value = data
-            delegate?.peripheral(self, didUpdateValueFor: ch, error: nil)
+            let now = delegateChanges.load(ordering: .acquiring)
+            if now != changes {
+                changes = now
+                d = delegate
+            }
+            d?.peripheral(self, didUpdateValueFor: ch, error: nil)
         }
     }
 

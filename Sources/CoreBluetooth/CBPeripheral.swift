@@ -7,6 +7,8 @@ import BLEWire
 import BLEATT
 import BLEGATT
 import BLEHost
+import BLETransport
+import Synchronization
 
 open class CBPeripheral: CBPeer, @unchecked Sendable {
     package weak var manager: CBCentralManager?
@@ -54,9 +56,13 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     let inbound = InboundValues()
     /// Loop-confined: notifications and indications received during the loop's work at hand, not yet in `inbound`.
     var staged: [(UInt16, Data)] = []
+    /// The manager's host loop (nil on BlueZ), kept here so that a value received does not go through the
+    /// connection's weak reference to its host to find it.
+    let hostLoop: EventLoop?
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
+        self.hostLoop = manager.leHost?.loop
         self.storedDeviceAddress = address
         super.init(identifier: identifier)
     }
@@ -86,8 +92,13 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     open weak var delegate: (any CBPeripheralDelegate)? {
         get { lock.withLock { storedDelegate } }
-        set { lock.withLock { storedDelegate = newValue } }
+        set {
+            lock.withLock { storedDelegate = newValue }
+            delegateChanges.add(1, ordering: .releasing)
+        }
     }
+    /// Counts the delegate's changes, so that a burst of values read it once and still see one set meanwhile.
+    let delegateChanges = Atomic<UInt64>(0)
 
     /// The GAP device name once read, else the advertised local name.
     open var name: String? { lock.withLock { gapName ?? storedName } }

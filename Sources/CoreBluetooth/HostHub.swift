@@ -37,12 +37,12 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     func add(_ m: CBCentralManager) {
         centralManagers.append(WeakCentral(value: m))
         centralsSnapshot.withLock { $0 = centralManagers }
-        host?.centralDelegate = self
+        host?.hold(centralDelegate: self)
     }
 
     func add(_ m: CBPeripheralManager) {
         peripheralManagers.append(WeakPeripheral(value: m))
-        host?.peripheralDelegate = self
+        host?.hold(peripheralDelegate: self)
     }
 
     /// Forgets managers that are gone; powers the host off when none is left.
@@ -131,10 +131,10 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     }
 
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        // Every value received passes here: no array of the live managers is built for it.
-        for w in centralManagers {
-            w.value?.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication)
-        }
+        // Every value received passes here. It goes straight to the link's users that take it (one CBPeripheral
+        // per manager on the link), not through each manager in turn: no weak load of every manager for every
+        // value. A user whose manager is gone and not yet swept drops it (CBPeripheral.handOverStaged).
+        SharedLink.existing(connection)?.forEachRecipient(of: handle) { $0.received(value: value, handle: handle) }
     }
 
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {

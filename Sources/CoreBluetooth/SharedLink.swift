@@ -176,16 +176,19 @@ final class SharedLink {
     func watchServiceChanged() {
         guard !watchingServiceChanged, let c = connection else { return }
         watchingServiceChanged = true
-        c.gatt(.discoverPrimaryServices(uuid: .gattService)) { [weak self, weak c] r in
-            guard let self, let c, case let .success(.services(found)) = r, let gatt = found.first else { return }
-            c.gatt(.discoverCharacteristics(start: gatt.handle, end: gatt.endHandle, uuid: nil)) { [weak self, weak c] r in
-                guard let self, let c, case let .success(.characteristics(chars)) = r,
+        // The link is held strongly by these steps, as by `configure`'s: a weak reference to it anywhere would
+        // move its reference counts to a side table, and it is looked up for every value received. It holds
+        // its connection only weakly, and the connection fails its GATT procedures when it closes.
+        c.gatt(.discoverPrimaryServices(uuid: .gattService)) { [self, weak c] r in
+            guard let c, case let .success(.services(found)) = r, let gatt = found.first else { return }
+            c.gatt(.discoverCharacteristics(start: gatt.handle, end: gatt.endHandle, uuid: nil)) { [self, weak c] r in
+                guard let c, case let .success(.characteristics(chars)) = r,
                     let i = chars.firstIndex(where: { $0.uuid == .serviceChanged })
                 else { return }
                 let sc = chars[i]
                 let end = i + 1 < chars.count ? chars[i + 1].declarationHandle - 1 : gatt.endHandle
-                self.serviceChangedHandle = sc.valueHandle
-                for p in self.peripherals { p.serviceChangedHandle = sc.valueHandle }
+                serviceChangedHandle = sc.valueHandle
+                for p in peripherals { p.serviceChangedHandle = sc.valueHandle }
                 guard sc.valueHandle < end else { return }
                 c.gatt(.discoverDescriptors(start: sc.valueHandle + 1, end: end)) { [weak c] r in
                     guard let c, case let .success(.descriptors(ds)) = r,
