@@ -277,37 +277,11 @@ extension CBPeripheral {
 
     /// Loop: a notification or indication arrived for `handle`.
     package func received(value: [UInt8], handle: UInt16) {
-        if handle != 0, handle == serviceChangedHandle { return serviceChanged(value) }
-        let data = Data(value)
-        valueListeners.yield(data, handle: handle)
-        // Values that arrive while earlier ones wait for the delegate queue join them: one queue hop carries
-        // a burst, and the delegate still gets one callback per value, in order.
-        // The hop is taken when the loop has finished what it is doing, so a burst that arrives in one
-        // loop turn crosses together. Until then the burst gathers on the loop without a lock, and crosses
-        // to the delegate queue's side (`inbound`) with one.
-        if let loop = hostLoop, connection != nil {
-            staged.append((handle, data))
-            guard staged.count == 1 else { return }
-            loop.whenIdle { [self] in handOverStaged() }
-        } else {
-            handOverStaged()
-            guard inbound.append(handle, data) else { return }
-            queue.async { [self] in deliverInbound() }
-        }
-    }
-
-    /// Loop: moves the values gathered on the loop to the delegate queue's side, and schedules a delivery
-    /// unless one is pending already.
-    private func handOverStaged() {
-        guard !staged.isEmpty else { return }
-        // A peripheral whose manager is gone (its link not yet swept on the loop) delivers nothing more.
-        guard let m = manager else { return staged.removeAll() }
-        guard inbound.append(contentsOf: &staged) else { return }
-        m.queue.async { [self] in deliverInbound() }
+        valueInbox.received(value: value, handle: handle)
     }
 
     /// Delegate queue: hands every waiting value to the delegate.
-    private func deliverInbound() {
+    func deliverInbound() {
         let batch = inbound.take()
         guard state == .connected else { return }
         var lastHandle: UInt16 = 0

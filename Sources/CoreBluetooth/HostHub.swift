@@ -132,9 +132,10 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
 
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
         // Every value received passes here. It goes straight to the link's users that take it (one CBPeripheral
-        // per manager on the link), not through each manager in turn: no weak load of every manager for every
-        // value. A user whose manager is gone and not yet swept drops it (CBPeripheral.handOverStaged).
-        SharedLink.existing(connection)?.forEachRecipient(of: handle) { $0.received(value: value, handle: handle) }
+        // per manager on the link), not through each manager in turn: no weak load of every manager or
+        // peripheral for every value. A user whose peripheral or manager is gone and not yet swept drops it
+        // (ValueInbox.handOver).
+        SharedLink.existing(connection)?.forEachInbox(of: handle) { $0.received(value: value, handle: handle) }
     }
 
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {

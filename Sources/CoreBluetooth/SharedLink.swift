@@ -21,6 +21,8 @@ final class SharedLink {
     private struct User {
         weak var peripheral: CBPeripheral?
         let id: UInt64
+        /// The peripheral's inbox, held strongly: values go there without a weak load (ValueInbox).
+        let inbox: ValueInbox
     }
     /// One characteristic's configuration on the link: what each user asked for, and what the peer holds.
     private struct Subscription {
@@ -64,7 +66,7 @@ final class SharedLink {
         nextUserID += 1
         p.linkUserID = nextUserID
         p.serviceChangedHandle = serviceChangedHandle
-        users.append(User(peripheral: p, id: nextUserID))
+        users.append(User(peripheral: p, id: nextUserID, inbox: p.valueInbox))
     }
 
     /// Closes the link, which nobody uses any more.
@@ -167,6 +169,15 @@ final class SharedLink {
         for u in users where everyone || wanted?[u.id] != nil {
             if let p = u.peripheral { body(p) }
         }
+    }
+
+    /// `forEachRecipient(of:_:)` for every value received: the same users, their inboxes, without a weak
+    /// load of each peripheral (a peripheral gone since drops what reaches its inbox).
+    func forEachInbox(of handle: UInt16, _ body: (ValueInbox) -> Void) {
+        if users.count == 1 { return body(users[0].inbox) }
+        let wanted = handle != serviceChangedHandle || handle == 0 ? subscriptions[handle]?.wanted : nil
+        let everyone = wanted?.isEmpty ?? true
+        for i in users.indices where everyone || wanted?[users[i].id] != nil { body(users[i].inbox) }
     }
 
     // MARK: Service Changed (Vol 3 Part G §7.1)
