@@ -284,26 +284,30 @@ extension CBPeripheral {
     func deliverInbound() {
         let batch = inbound.take()
         guard state == .connected else { return }
-        var lastHandle: UInt16 = 0
-        var lastCharacteristic: CBCharacteristic?
         // The delegate is read once for the burst, not for every value (a weak load each, on the runtime's
         // slow path). A delegate set meanwhile, by a callback or another thread, is read anew before the next
         // value. (A delegate the app lets go of during a burst is kept until the burst ends.)
         var changes = delegateChanges.load(ordering: .acquiring)
         var d = delegate
-        for (handle, data) in batch {
-            if handle != lastHandle || lastCharacteristic == nil {
-                lastHandle = handle
-                lastCharacteristic = characteristic(forValueHandle: handle)
+        // The characteristic is looked up, and bound, once for each run of values for the same handle: a
+        // discovered characteristic is held weakly by its descriptors, so each retain of it takes the slow path.
+        var i = 0
+        while i < batch.count {
+            let handle = batch[i].0
+            guard let ch = characteristic(forValueHandle: handle) else {
+                while i < batch.count && batch[i].0 == handle { i += 1 }
+                continue
             }
-            guard let ch = lastCharacteristic else { continue }
-            ch._value = data
-            let now = delegateChanges.load(ordering: .acquiring)
-            if now != changes {
-                changes = now
-                d = delegate
+            while i < batch.count && batch[i].0 == handle {
+                ch._value = batch[i].1
+                i += 1
+                let now = delegateChanges.load(ordering: .acquiring)
+                if now != changes {
+                    changes = now
+                    d = delegate
+                }
+                d?.peripheral(self, didUpdateValueFor: ch, error: nil)
             }
-            d?.peripheral(self, didUpdateValueFor: ch, error: nil)
         }
     }
 
