@@ -487,10 +487,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     open func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic, onSubscribedCentrals centrals: [CBCentral]?) -> Bool {
         guard !misusedOutsidePoweredOn() else { return false }
         if let bluez { return bluez.updateValue(value, for: characteristic) }
-        // `leHost` is a constant of this manager, which its caller keeps alive for the call: the host is used
-        // without a retain and a release for every value (its counts live in a side table, on the slow path).
-        guard leHost != nil else { return false }
-        unowned(unsafe) let host = leHost.unsafelyUnwrapped
+        guard let host = leHost else { return false }
         let handle = characteristic.valueHandle
         guard handle != 0 else { return false }
         let handles: [UInt16]? = centrals.map { wanted in
