@@ -1,6 +1,7 @@
 // One controller, many managers: every CBCentralManager and CBPeripheralManager on one host shares it, as
 // every manager of an iPhone app shares the phone's controller. The hub is the host's central and
-// peripheral delegate and hands each event to the manager it belongs to:
+// peripheral delegate (held strongly by the host; the hub holds the host and the managers weakly) and hands
+// each event to the manager it belongs to:
 // - advertising reports go to every central (each applies its own scan filters); the controller scans
 //   while any central wants it;
 // - a new central link goes to every manager that asked for it, and a connect to a device another manager
