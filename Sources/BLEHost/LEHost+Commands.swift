@@ -32,6 +32,10 @@ extension LEHost {
     func pumpCommands() {
         while commandCredits > 0, outstandingCommand == nil, commandQueueHead < commandQueue.count {
             let next = commandQueue[commandQueueHead]
+            // The slot lets go of the completion now, not when the queue is next compacted (after 64 more
+            // commands): a completion holds its caller (a peripheral manager holds the host), and a host kept
+            // alive by its own queue would never be freed.
+            commandQueue[commandQueueHead].completion = { _ in }
             commandQueueHead += 1
             if commandQueueHead > 64, commandQueueHead * 2 > commandQueue.count {
                 commandQueue.removeFirst(commandQueueHead)

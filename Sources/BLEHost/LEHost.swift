@@ -35,8 +35,41 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     private var powerObservers: [UInt64: (HostPowerState) -> Void] = [:]
     private var nextObserverID: UInt64 = 0
 
-    public weak var centralDelegate: (any HostCentralDelegate)?
-    public weak var peripheralDelegate: (any HostPeripheralDelegate)?
+    /// The delegates, held weakly. A delegate given to `hold(centralDelegate:)` instead is held strongly.
+    public var centralDelegate: (any HostCentralDelegate)? {
+        get {
+            if let d = heldCentralDelegate { return d }
+            return weakCentralDelegate
+        }
+        set { weakCentralDelegate = newValue; heldCentralDelegate = nil }
+    }
+    public var peripheralDelegate: (any HostPeripheralDelegate)? {
+        get {
+            if let d = heldPeripheralDelegate { return d }
+            return weakPeripheralDelegate
+        }
+        set { weakPeripheralDelegate = newValue; heldPeripheralDelegate = nil }
+    }
+    private weak var weakCentralDelegate: (any HostCentralDelegate)?
+    private weak var weakPeripheralDelegate: (any HostPeripheralDelegate)?
+    // A delegate the host keeps alive, for one that holds the host only weakly (Core Bluetooth's hub). It is
+    // read for every value received: a weak reference would cost a weak load, and would move the delegate's
+    // reference counts to a side table, where every retain and release takes the runtime's slow path.
+    private var heldCentralDelegate: (any HostCentralDelegate)?
+    private var heldPeripheralDelegate: (any HostPeripheralDelegate)?
+
+    /// Makes `d` the central delegate, held strongly (it must not hold the host strongly, or neither is
+    /// ever freed). Loop only, like `centralDelegate`.
+    package func hold(centralDelegate d: any HostCentralDelegate) {
+        weakCentralDelegate = nil
+        heldCentralDelegate = d
+    }
+
+    /// Makes `d` the peripheral delegate, held strongly (see `hold(centralDelegate:)`).
+    package func hold(peripheralDelegate d: any HostPeripheralDelegate) {
+        weakPeripheralDelegate = nil
+        heldPeripheralDelegate = d
+    }
 
     /// True between powerOn and powerOff: a lost controller is then retried.
     private var wantsPower = false

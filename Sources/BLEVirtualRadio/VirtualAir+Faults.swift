@@ -20,8 +20,8 @@ struct AirFaults {
     var sensitivity: Double?
     /// The probability that one advertising PDU (or scan response) is lost on its way to one scanner.
     var advertisingLoss: Double = 0
-    /// Controllers whose ACL data is lost on the air (their links stay up).
-    var silenced: Set<ObjectIdentifier> = []
+    // A silenced controller (its ACL data lost on the air, its links up) carries its own flag,
+    // `VirtualController.silenced`: the ACL path reads it for every packet without going to the air.
 }
 
 extension VirtualAir {
@@ -79,9 +79,7 @@ extension VirtualAir {
     /// Loses (true) or restores (false) every ACL packet `controller` sends; its links stay up, so the
     /// peers see a device that stops answering.
     public func silence(_ controller: VirtualController, _ on: Bool = true) {
-        onLoop { [self] in
-            if on { faults.silenced.insert(ObjectIdentifier(controller)) } else { faults.silenced.remove(ObjectIdentifier(controller)) }
-        }
+        onLoop { controller.silenced = on }
     }
 
     /// Checks every link against the sensitivity.

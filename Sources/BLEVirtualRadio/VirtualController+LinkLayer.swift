@@ -101,6 +101,8 @@ extension VirtualController {
         let peripheral = VirtualLink(
             handle: ph, role: 1, peer: initiator, peerHandle: ch, interval: p.connectionIntervalMax,
             latency: p.maxLatency, timeout: p.supervisionTimeout)
+        central.timed = airRef?.airtime != nil
+        peripheral.timed = central.timed
         initiator.links[ch] = central
         links[ph] = peripheral
         let me = ownAddress

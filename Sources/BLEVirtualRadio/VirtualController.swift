@@ -33,6 +33,8 @@ final class VirtualLink {
     var airQueue: [AirPacket] = []
     var airHead = 0
     var eventTimer: LoopTimer?
+    /// The air had an airtime model when the link was made (it is set before connections are made).
+    var timed = false
 
     init(handle: UInt16, role: UInt8, peer: VirtualController, peerHandle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) {
         self.handle = handle; self.role = role; self.peer = peer; self.peerHandle = peerHandle
@@ -42,8 +44,11 @@ final class VirtualLink {
 
 public final class VirtualController: HCITransport, @unchecked Sendable {
     public let address: BluetoothAddress
-    /// Weak: an air that goes away silences its controllers (timers find no air and stop).
+    /// Weak: an air that goes away silences its controllers (timers find no air and stop). The ACL path does
+    /// not read it for every packet: it reads `silenced` and its link's `timed`.
     weak var airRef: VirtualAir?
+    /// The air loses every ACL packet this controller sends (`VirtualAir.silence`). Loop-confined.
+    var silenced = false
     let loop: EventLoop
     public var name: String { "virtual:\(address.string)" }
 
@@ -53,7 +58,18 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         set { positionLock.withLock { $0 = newValue } }
     }
 
-    private let sinkLock = Locked<(any HCITransportSink)?>(nil)
+    /// The host's end, and how many times it was set: a burst looks the sink up once, then checks before
+    /// each packet that it was not closed or replaced meanwhile (a counter read under the lock, not a
+    /// reference retained and released for every packet).
+    private struct SinkSlot {
+        var sink: (any HCITransportSink)?
+        var changes: UInt64 = 0
+        mutating func set(_ s: (any HCITransportSink)?) {
+            sink = s
+            changes &+= 1
+        }
+    }
+    private let sinkLock = Locked(SinkSlot())
     /// The power switch as other threads see it (`isPoweredOn` is the loop's copy).
     private let poweredFlag = Locked(true)
     private let powerHandler = Locked<(@Sendable (Bool) -> Void)?>(nil)
@@ -122,12 +138,12 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     public func open(sink: any HCITransportSink) throws {
         guard poweredFlag.withLock({ $0 }) else { throw VirtualRadioError.poweredOff }
         if let refusal = accessRefusal { throw refusal }   // VirtualAir+Faults.swift
-        sinkLock.withLock { $0 = sink }
+        sinkLock.withLock { $0.set(sink) }
     }
 
     /// The host is gone: nothing more is delivered, and the radio goes quiet (links drop; peers time out).
     public func close() {
-        sinkLock.withLock { $0 = nil }
+        sinkLock.withLock { $0.set(nil) }
         let work: @Sendable () -> Void = { [self] in resetState() }
         if loop.isInLoop { work() } else { loop.execute(work) }
     }
@@ -150,9 +166,11 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         var batch = spareOutbox
         spareOutbox = []
         swap(&batch, &outbox)
+        var (sink, changes) = sinkLock.withLock { ($0.sink, $0.changes) }
         for p in batch {
-            guard let s = sinkLock.withLock({ $0 }) else { continue }
-            s.transport(didReceive: p)
+            let now = sinkLock.withLock { $0.changes }
+            if now != changes { (sink, changes) = sinkLock.withLock { ($0.sink, $0.changes) } }
+            sink?.transport(didReceive: p)
         }
         batch.removeAll(keepingCapacity: true)
         spareOutbox = batch
@@ -227,7 +245,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         resetState()
         isPoweredOn = false
         let sink = sinkLock.withLock { s -> (any HCITransportSink)? in
-            let v = s; s = nil; return v
+            let v = s.sink; s.set(nil); return v
         }
         loop.execute { sink?.transportDidClose(error: reason) }
     }
@@ -270,12 +288,9 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     /// encoded again. A packet whose length field disagrees with its size, or for no link, is dropped.
     func receiveACL(_ packet: HCIPacket) {
         guard let h = try? ACLPacket.Header.decode(packet.bytes), let link = links[h.handle] else { return }
-        let air = airRef
         // A silenced device (VirtualAir+Faults.swift): its link layer still acknowledges, its data is lost.
-        if let air, !air.faults.silenced.isEmpty, air.faults.silenced.contains(ObjectIdentifier(self)) {
-            return creditReturned(handle: h.handle)
-        }
-        if air?.airtime != nil, let model = airtime(for: link) {
+        if silenced { return creditReturned(handle: h.handle) }
+        if link.timed, let model = airtime(for: link) {
             let acl = ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(packet.bytes[4...]))
             return enqueueForAir(acl, on: link, model: model)
         }

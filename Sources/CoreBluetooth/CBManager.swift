@@ -57,9 +57,10 @@ open class CBManager: NSObject, @unchecked Sendable {
         final class Announced: @unchecked Sendable { var state: CBManagerState? }
         let announced = Announced()
         // On the loop: a controller the operating system refused reads as .unauthorized, not .unsupported.
-        let observe: @Sendable (HostPowerState) -> Void = { s in
+        // The host keeps this observer: it holds the host weakly, or the host would keep itself alive.
+        let observe: @Sendable (HostPowerState) -> Void = { [weak host] s in
             var state = s.managerState
-            if case .unsupported = s, host.controllerAccessDenied { state = .unauthorized }
+            if case .unsupported = s, host?.controllerAccessDenied == true { state = .unauthorized }
             // A controller that went away (a dongle pulled out) is retried every second: each attempt
             // (.starting) and each failure (.off again) is no news. As on iOS, the app hears .poweredOff once,
             // then .poweredOn when the controller is back.

@@ -277,46 +277,37 @@ extension CBPeripheral {
 
     /// Loop: a notification or indication arrived for `handle`.
     package func received(value: [UInt8], handle: UInt16) {
-        if handle != 0, handle == serviceChangedHandle { return serviceChanged(value) }
-        let data = Data(value)
-        valueListeners.yield(data, handle: handle)
-        // Values that arrive while earlier ones wait for the delegate queue join them: one queue hop carries
-        // a burst, and the delegate still gets one callback per value, in order.
-        // The hop is taken when the loop has finished what it is doing, so a burst that arrives in one
-        // loop turn crosses together. Until then the burst gathers on the loop without a lock, and crosses
-        // to the delegate queue's side (`inbound`) with one.
-        if let loop = connection?.host?.loop {
-            staged.append((handle, data))
-            guard staged.count == 1 else { return }
-            loop.whenIdle { [self] in handOverStaged() }
-        } else {
-            handOverStaged()
-            guard inbound.append(handle, data) else { return }
-            queue.async { [self] in deliverInbound() }
-        }
-    }
-
-    /// Loop: moves the values gathered on the loop to the delegate queue's side, and schedules a delivery
-    /// unless one is pending already.
-    private func handOverStaged() {
-        guard !staged.isEmpty, inbound.append(contentsOf: &staged) else { return }
-        queue.async { [self] in deliverInbound() }
+        valueInbox.received(value: value, handle: handle)
     }
 
     /// Delegate queue: hands every waiting value to the delegate.
-    private func deliverInbound() {
+    func deliverInbound() {
         let batch = inbound.take()
         guard state == .connected else { return }
-        var lastHandle: UInt16 = 0
-        var lastCharacteristic: CBCharacteristic?
-        for (handle, data) in batch {
-            if handle != lastHandle || lastCharacteristic == nil {
-                lastHandle = handle
-                lastCharacteristic = characteristic(forValueHandle: handle)
+        // The delegate is read once for the burst, not for every value (a weak load each, on the runtime's
+        // slow path). A delegate set meanwhile, by a callback or another thread, is read anew before the next
+        // value. (A delegate the app lets go of during a burst is kept until the burst ends.)
+        var changes = delegateChanges.load(ordering: .acquiring)
+        var d = delegate
+        // The characteristic is looked up, and bound, once for each run of values for the same handle: a
+        // discovered characteristic is held weakly by its descriptors, so each retain of it takes the slow path.
+        var i = 0
+        while i < batch.count {
+            let handle = batch[i].0
+            guard let ch = characteristic(forValueHandle: handle) else {
+                while i < batch.count && batch[i].0 == handle { i += 1 }
+                continue
             }
-            guard let ch = lastCharacteristic else { continue }
-            ch._value = data
-            delegate?.peripheral(self, didUpdateValueFor: ch, error: nil)
+            while i < batch.count && batch[i].0 == handle {
+                ch._value = batch[i].1
+                i += 1
+                let now = delegateChanges.load(ordering: .acquiring)
+                if now != changes {
+                    changes = now
+                    d = delegate
+                }
+                d?.peripheral(self, didUpdateValueFor: ch, error: nil)
+            }
         }
     }
 

@@ -7,6 +7,8 @@ import BLEWire
 import BLEATT
 import BLEGATT
 import BLEHost
+import BLETransport
+import Synchronization
 
 open class CBPeripheral: CBPeer, @unchecked Sendable {
     package weak var manager: CBCentralManager?
@@ -44,21 +46,26 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
         set { lock.withLock { storedAutoReconnect = newValue } }
     }
     private var storedAutoReconnect = false
-    /// The peer's Service Changed value handle, once found.
-    package var serviceChangedHandle: UInt16 = 0
+    /// The peer's Service Changed value handle, once found (loop-confined; kept by `valueInbox`).
+    package var serviceChangedHandle: UInt16 {
+        get { valueInbox.serviceChangedHandle }
+        set { valueInbox.serviceChangedHandle = newValue }
+    }
     /// This peripheral's place among the users of its link (SharedLink).
     package var linkUserID: UInt64 = 0
     /// Async listeners of notifications and indications.
-    let valueListeners = ValueListeners()
+    var valueListeners: ValueListeners { valueInbox.listeners }
+    /// Where notifications and indications arrive on the host loop (CBPeripheral+GATT.swift).
+    let valueInbox: ValueInbox
     /// Notifications and indications waiting for the delegate queue.
     let inbound = InboundValues()
-    /// Loop-confined: notifications and indications received during the loop's work at hand, not yet in `inbound`.
-    var staged: [(UInt16, Data)] = []
 
     package init(manager: CBCentralManager, address: BluetoothAddress, identifier: UUID) {
         self.manager = manager
+        self.valueInbox = ValueInbox(loop: manager.leHost?.loop)
         self.storedDeviceAddress = address
         super.init(identifier: identifier)
+        valueInbox.peripheral = self
     }
 
     /// Releasing a peripheral cancels its connection, pending or made, unless another manager's peripheral
@@ -86,8 +93,13 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 
     open weak var delegate: (any CBPeripheralDelegate)? {
         get { lock.withLock { storedDelegate } }
-        set { lock.withLock { storedDelegate = newValue } }
+        set {
+            lock.withLock { storedDelegate = newValue }
+            delegateChanges.add(1, ordering: .releasing)
+        }
     }
+    /// Counts the delegate's changes, so that a burst of values read it once and still see one set meanwhile.
+    let delegateChanges = Atomic<UInt64>(0)
 
     /// The GAP device name once read, else the advertised local name.
     open var name: String? { lock.withLock { gapName ?? storedName } }
@@ -220,6 +232,56 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
 extension CBService {
     /// The peripheral this service belongs to (weak, as on iOS); nil for a local `CBMutableService`.
     public var peripheral: CBPeripheral? { peripheralRef as? CBPeripheral }
+}
+
+/// The receiving end of a peripheral's notifications and indications on the host loop. The peripheral's link
+/// (SharedLink) holds it strongly, beside its weak reference to the peripheral, so a value received takes no
+/// weak load and no retain of the peripheral: CBPeripheral is held weakly by its manager and its link, as
+/// Core Bluetooth's API requires, so its reference counts live in a side table, where every retain and
+/// release takes the runtime's slow path. The peripheral is looked up once per burst, when the burst crosses
+/// to the delegate queue.
+///
+/// Loop-confined (the peripheral reads `serviceChangedHandle` and `listeners` on the loop too; `listeners`
+/// is thread-safe).
+final class ValueInbox: @unchecked Sendable {
+    weak var peripheral: CBPeripheral?
+    /// The manager's host loop; nil on BlueZ, whose values do not come this way.
+    let loop: EventLoop?
+    /// Async listeners of notifications and indications.
+    let listeners = ValueListeners()
+    /// The peer's Service Changed value handle, once found.
+    var serviceChangedHandle: UInt16 = 0
+    /// Values received during the loop's work at hand, not yet handed to the peripheral's `inbound`.
+    private var staged: [(UInt16, Data)] = []
+
+    init(loop: EventLoop?) { self.loop = loop }
+
+    func received(value: [UInt8], handle: UInt16) {
+        if handle != 0, handle == serviceChangedHandle {
+            peripheral?.serviceChanged(value)
+            return
+        }
+        let data = Data(value)
+        listeners.yield(data, handle: handle)
+        // Values that arrive while earlier ones wait for the delegate queue join them: one queue hop carries
+        // a burst, and the delegate still gets one callback per value, in order.
+        // The hop is taken when the loop has finished what it is doing, so a burst that arrives in one
+        // loop turn crosses together. Until then the burst gathers on the loop without a lock, and crosses
+        // to the delegate queue's side (`inbound`) with one.
+        staged.append((handle, data))
+        guard staged.count == 1 else { return }
+        if let loop { loop.whenIdle { [self] in handOver() } } else { handOver() }
+    }
+
+    /// Loop: moves the values gathered on the loop to the delegate queue's side, and schedules a delivery
+    /// unless one is pending already. A peripheral that is gone, or whose manager is (its link not yet swept
+    /// on the loop), delivers nothing more.
+    private func handOver() {
+        guard !staged.isEmpty else { return }
+        guard let p = peripheral, let m = p.manager else { return staged.removeAll() }
+        guard p.inbound.append(contentsOf: &staged) else { return }
+        m.queue.async { p.deliverInbound() }
+    }
 }
 
 /// Values received on the host loop, waiting to be delivered on the delegate queue.

@@ -1,6 +1,7 @@
 // One controller, many managers: every CBCentralManager and CBPeripheralManager on one host shares it, as
 // every manager of an iPhone app shares the phone's controller. The hub is the host's central and
-// peripheral delegate and hands each event to the manager it belongs to:
+// peripheral delegate (held strongly by the host; the hub holds the host and the managers weakly) and hands
+// each event to the manager it belongs to:
 // - advertising reports go to every central (each applies its own scan filters); the controller scans
 //   while any central wants it;
 // - a new central link goes to every manager that asked for it, and a connect to a device another manager
@@ -37,12 +38,12 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     func add(_ m: CBCentralManager) {
         centralManagers.append(WeakCentral(value: m))
         centralsSnapshot.withLock { $0 = centralManagers }
-        host?.centralDelegate = self
+        host?.hold(centralDelegate: self)
     }
 
     func add(_ m: CBPeripheralManager) {
         peripheralManagers.append(WeakPeripheral(value: m))
-        host?.peripheralDelegate = self
+        host?.hold(peripheralDelegate: self)
     }
 
     /// Forgets managers that are gone; powers the host off when none is left.
@@ -131,10 +132,11 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     }
 
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool) {
-        // Every value received passes here: no array of the live managers is built for it.
-        for w in centralManagers {
-            w.value?.host(host, connection: connection, didReceiveValue: value, forHandle: handle, isIndication: isIndication)
-        }
+        // Every value received passes here. It goes straight to the link's users that take it (one CBPeripheral
+        // per manager on the link), not through each manager in turn: no weak load of every manager or
+        // peripheral for every value. A user whose peripheral or manager is gone and not yet swept drops it
+        // (ValueInbox.handOver).
+        SharedLink.existing(connection)?.forEachInbox(of: handle) { $0.received(value: value, handle: handle) }
     }
 
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {

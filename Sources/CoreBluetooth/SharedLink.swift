@@ -21,6 +21,8 @@ final class SharedLink {
     private struct User {
         weak var peripheral: CBPeripheral?
         let id: UInt64
+        /// The peripheral's inbox, held strongly: values go there without a weak load (ValueInbox).
+        let inbox: ValueInbox
     }
     /// One characteristic's configuration on the link: what each user asked for, and what the peer holds.
     private struct Subscription {
@@ -64,7 +66,7 @@ final class SharedLink {
         nextUserID += 1
         p.linkUserID = nextUserID
         p.serviceChangedHandle = serviceChangedHandle
-        users.append(User(peripheral: p, id: nextUserID))
+        users.append(User(peripheral: p, id: nextUserID, inbox: p.valueInbox))
     }
 
     /// Closes the link, which nobody uses any more.
@@ -169,6 +171,15 @@ final class SharedLink {
         }
     }
 
+    /// `forEachRecipient(of:_:)` for every value received: the same users, their inboxes, without a weak
+    /// load of each peripheral (a peripheral gone since drops what reaches its inbox).
+    func forEachInbox(of handle: UInt16, _ body: (ValueInbox) -> Void) {
+        if users.count == 1 { return body(users[0].inbox) }
+        let wanted = handle != serviceChangedHandle || handle == 0 ? subscriptions[handle]?.wanted : nil
+        let everyone = wanted?.isEmpty ?? true
+        for i in users.indices where everyone || wanted?[users[i].id] != nil { body(users[i].inbox) }
+    }
+
     // MARK: Service Changed (Vol 3 Part G §7.1)
 
     /// Once per link, quietly (no app callbacks): finds the peer's Service Changed characteristic and enables
@@ -176,16 +187,19 @@ final class SharedLink {
     func watchServiceChanged() {
         guard !watchingServiceChanged, let c = connection else { return }
         watchingServiceChanged = true
-        c.gatt(.discoverPrimaryServices(uuid: .gattService)) { [weak self, weak c] r in
-            guard let self, let c, case let .success(.services(found)) = r, let gatt = found.first else { return }
-            c.gatt(.discoverCharacteristics(start: gatt.handle, end: gatt.endHandle, uuid: nil)) { [weak self, weak c] r in
-                guard let self, let c, case let .success(.characteristics(chars)) = r,
+        // The link is held strongly by these steps, as by `configure`'s: a weak reference to it anywhere would
+        // move its reference counts to a side table, and it is looked up for every value received. It holds
+        // its connection only weakly, and the connection fails its GATT procedures when it closes.
+        c.gatt(.discoverPrimaryServices(uuid: .gattService)) { [self, weak c] r in
+            guard let c, case let .success(.services(found)) = r, let gatt = found.first else { return }
+            c.gatt(.discoverCharacteristics(start: gatt.handle, end: gatt.endHandle, uuid: nil)) { [self, weak c] r in
+                guard let c, case let .success(.characteristics(chars)) = r,
                     let i = chars.firstIndex(where: { $0.uuid == .serviceChanged })
                 else { return }
                 let sc = chars[i]
                 let end = i + 1 < chars.count ? chars[i + 1].declarationHandle - 1 : gatt.endHandle
-                self.serviceChangedHandle = sc.valueHandle
-                for p in self.peripherals { p.serviceChangedHandle = sc.valueHandle }
+                serviceChangedHandle = sc.valueHandle
+                for p in peripherals { p.serviceChangedHandle = sc.valueHandle }
                 guard sc.valueHandle < end else { return }
                 c.gatt(.discoverDescriptors(start: sc.valueHandle + 1, end: end)) { [weak c] r in
                     guard let c, case let .success(.descriptors(ds)) = r,

@@ -153,7 +153,8 @@ import CoreBluetooth
 @Suite(.serialized) struct CentralModelTests {
     @Test func servicesMergeWithoutDuplicatesAndConnectedRetrieval() async throws {
         let air = TestAir()
-        let (_, cen, _) = try await connectedPair(air, name: "merge")
+        let (per, cen, _) = try await connectedPair(air, name: "merge")
+        defer { withExtendedLifetime(per) {} }   // the peripheral's manager (and host) live as long as the test
         let p = try #require(cen.peripheral)
         let before = try #require(p.services)
         final class Once: NSObject, CBPeripheralDelegate, @unchecked Sendable {

@@ -171,7 +171,8 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
 
     @Test func writeFlowControlAndCCCDRefusal() async throws {
         let air = TestAir()
-        let (_, cen, _) = try await connectedPair(air, name: "flow")
+        let (per, cen, _) = try await connectedPair(air, name: "flow")
+        defer { withExtendedLifetime(per) {} }   // the peripheral's manager (and host) live as long as the test
         let p = try #require(cen.peripheral)
         let target = try #require(cen.characteristic(writableUUID.uuidString))
         #expect(p.canSendWriteWithoutResponse)

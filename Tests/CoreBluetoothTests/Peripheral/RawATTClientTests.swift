@@ -162,7 +162,8 @@ final class OffsetPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked 
     }
 
     @Test func refusedMalformedAndUnsupportedRequests() async throws {
-        let (_, raw, _) = try await setUp()
+        let (per, raw, _) = try await setUp()
+        defer { withExtendedLifetime(per) {} }   // the peripheral's manager (and host) live as long as the test
         // Write to a read-only cached value: Write Not Permitted (0x03).
         #expect(try await raw.request([0x12, 0x0E, 0x00, 0x41]) == [0x01, 0x12, 0x0E, 0x00, 0x03])
         // Read Request one octet short: Invalid PDU (0x04).
@@ -176,7 +177,8 @@ final class OffsetPeripheral: NSObject, CBPeripheralManagerDelegate, @unchecked 
     @Test func aCompleteFrameRightAfterAnIncompleteOneIsAnswered() async throws {
         // Issue 16's first defect: a Read that is answered; an ACL start fragment whose L2CAP header announces
         // 32 octets with 1 following; then a complete Read Request — it must be answered, not lost.
-        let (_, raw, _) = try await setUp()
+        let (per, raw, _) = try await setUp()
+        defer { withExtendedLifetime(per) {} }   // the peripheral's manager (and host) live as long as the test
         #expect(try await raw.request([0x0A, 0x0E, 0x00]) == [0x0B] + Array("fixed".utf8))
         raw.controller.send(ACLPacket(handle: raw.handle, boundary: .firstNonFlushable, data: [32, 0, 0x04, 0x00, 0x0A]).encode())
         #expect(try await raw.request([0x0A, 0x0E, 0x00]) == [0x0B] + Array("fixed".utf8))
