@@ -175,17 +175,18 @@ final class FakeBlueZ: @unchecked Sendable {
         return try await connection.call(.methodCall(destination: owner, path: path, interface: "org.bluez.Agent1", member: member, body: body), timeout: 10)
     }
 
-    /// The next call of `member` fails with this D-Bus error.
     /// Answers the StartDiscovery held (holdStartDiscovery); false when none is.
     func answerStartDiscovery() -> Bool {
-        guard let held = lock.withLock({ () -> DBusMessage? in
-            defer { heldStartDiscovery = nil }; return heldStartDiscovery
-        }) else { return false }
+        guard
+            let held = lock.withLock({ () -> DBusMessage? in
+                defer { heldStartDiscovery = nil }; return heldStartDiscovery
+            })
+        else { return false }
         _ = try? connection.send(held.reply())
         return true
     }
 
-    /// The next `times` calls of `member` fail with that D-Bus error.
+    /// The next call of `member` fails with this D-Bus error (the next `times` calls).
     func failNext(_ member: String, name: String, message: String, times: Int = 1) { lock.withLock { failures[member] = (name, message, times) } }
 
     // MARK: Driving the fake

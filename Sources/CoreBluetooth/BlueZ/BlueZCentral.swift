@@ -397,7 +397,7 @@ final class BlueZCentral: @unchecked Sendable {
         case (.off, false):
             runWhenDiscoveryOff()
         default:
-            break  // a call is in flight; its answer drives again
+            break   // a call is in flight; its answer drives again
         }
     }
 

@@ -19,15 +19,18 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 ddc=/sys/kernel/debug/dynamic_debug/control
 l2funcs="l2cap_build_cmd l2cap_ecred_conn_req l2cap_ecred_conn_rsp l2cap_ecred_connect l2cap_le_connect_req l2cap_le_connect_rsp l2cap_chan_del l2cap_conn_add l2cap_conn_del"
 for f in $l2funcs; do echo "func $f +pf" > "$ddc" 2>/dev/null || log "no dynamic debug for $f"; done
-# No EATT between the two adapters: the kernel's enhanced credit-based mode off for the scenario, as Linux 6.1 has it
-# by default (6.12 has it on, and bluetoothd 5.66 then opens EATT channels, [GATT] Channels=3, on every link). Between
-# two Linux 6.12 ends the kernels' tables of those channels disagree: bluetoothd's logs show ATT responses arriving on
-# another EATT channel than their request ("Received unexpected ATT response", "Failed to handle response PDU", then
-# "Operation timed out" and "Failed to initialize gatt-client"), the kernel's /sys/kernel/debug/bluetooth/l2cap showed
-# one side's EATT channel 0x0041 -> 0x0040 while the other's 0x0040 pointed back at 0x0040, and a later channel was
-# refused "Source CID already allocated" (0x000a). bluetoothd still sets ServicesResolved, with the database it has:
-# the central found no heart-rate service (2 of 2 on 6.12) or `ble send` no file-transfer service. Neither end is our
-# code; EATT is not something the Core Bluetooth API shows. README's BlueZ section says how a user turns it off.
+# The kernel's enhanced credit-based mode off for the scenario, as Linux 6.1 has it by default. 6.12 has it on, and
+# bluetoothd 5.66 then opens its EATT channels ([GATT] Channels=3) two at a time in one enhanced credit-based
+# connection request (0x17). Between two Linux 6.12 ends the two kernels' tables of those channels disagreed: one
+# side's EATT channel 0x0041 sent to 0x0040 while the other's 0x0040 pointed back at 0x0040 (the kernel's
+# /sys/kernel/debug/bluetooth/l2cap), bluetoothd logged ATT responses arriving on another EATT channel than their
+# request ("Received unexpected ATT response", "Failed to handle response PDU", then "Operation timed out" and "Failed
+# to initialize gatt-client"), and a later request was refused "Source CID already allocated" (0x000a). bluetoothd
+# sets ServicesResolved all the same, with whatever database it had: the heart-rate central found no heart-rate
+# service (2 of 2 on 6.12), or `ble send` no file-transfer service. With the mode off bluetoothd opens each EATT
+# channel with its own LE credit-based request (0x14), which both kernels agree on: EATT stays, ATT arrives where it
+# should. Neither end is our code, and the Core Bluetooth API shows nothing of EATT. README's BlueZ section says how a
+# user turns the mode off.
 ecred=/sys/module/bluetooth/parameters/enable_ecred
 ecred_was=$(cat "$ecred")
 echo N > "$ecred" || fail "cannot turn the kernel's enhanced credit-based mode off"
