@@ -5,8 +5,8 @@
 # that called Device1.Pair). Two rounds: Just Works (NoInputNoOutput both sides) and LE Secure Connections numeric
 # comparison (DisplayYesNo both sides: each agent shows the same number). Each round: bonded on both adapters (`ble
 # bonds` on each lists the other), then reconnection on the stored keys: `ble serve` started again (a new process,
-# the keys are bluetoothd's) and `ble read` on bluez:hci0 reads the file's encrypted 6E400005 with no agent asked;
-# then both bonds are removed (`ble bonds --remove` on each).
+# the keys are bluetoothd's) and `ble read` on bluez:hci0 reads the file's encrypted 6E400005 with no agent asked
+# and no new key made (bluetoothd's "new LTK"); then both bonds are removed (`ble bonds --remove` on each).
 start_bluez || fail "BlueZ did not start"
 bluez_up 1 || fail "bluetoothd did not power hci1"
 # The kernel's enhanced credit-based mode off, as in cb-bluez-bluez (two Linux 6.12 ends mismatch the channels of an
@@ -53,7 +53,8 @@ round() {
     grep -q "^  $hci0 " "$OCB_OUT/$OCB_SCENARIO.$name.bonds1.log" || fail "$name: hci1 keeps no bond with hci0"
     # Reconnection on the stored keys: a new `ble serve` process, the encrypted value read with no agent asked.
     serve "$name.again" "$io"
-    local r="$OCB_OUT/$OCB_SCENARIO.$name.read.log"
+    local r="$OCB_OUT/$OCB_SCENARIO.$name.read.log" ltks
+    ltks=$(grep -c "new LTK" "$OCB_CAP/bluetoothd.log")
     # (`ble read` registers the default agent, whose IO capability becomes both adapters'. With the same one as the
     # pairing's the bond is enough; with KeyboardDisplay after a Just Works bond, hci1's kernel asked for MITM in its
     # Security Request, hci0's found its unauthenticated key too weak and paired anew, numeric comparison.)
@@ -61,6 +62,7 @@ round() {
     cat "$r"
     grep -q "secret" "$r" || fail "$name: the encrypted value was not read on the bond"
     ! grep -q "Comparison value\|Passkey\|Just Works" "$r" "$OCB_OUT/$OCB_SCENARIO.$name.again.log" || fail "$name: an agent was asked again on the bond"
+    [ "$(grep -c "new LTK" "$OCB_CAP/bluetoothd.log")" = "$ltks" ] || fail "$name: the kernel made new keys: it paired again instead of encrypting with the bond's"
     kill $server 2>/dev/null; wait $server 2>/dev/null; server=""
     bz0 bonds --remove "$hci1" > /dev/null 2>&1 || fail "$name: hci0's bond could not be removed"
     bz1 bonds --remove "$hci0" > /dev/null 2>&1 || fail "$name: hci1's bond could not be removed"
