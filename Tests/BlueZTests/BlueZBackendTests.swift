@@ -142,6 +142,27 @@ struct BlueZBackendTests {
         #expect(r.events == [unsupported, off, on, off, unsupported])
     }
 
+    /// bluetoothd busy: an adapter's property changes before it answers GetManagedObjects. The first state is the
+    /// answer's (.poweredOn), not .unsupported from a change taken before any object was known (seen in the guest:
+    /// `ble serve` on bluez:hci1 exited "no bluetoothd with this adapter" while bluetoothd handled the last one's exit).
+    @Test func aChangeBeforeBluetoothdsObjectsAreLoadedIsNoStateOfItsOwn() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        let hci0 = fake.addAdapter()
+        fake.holdGetManagedObjects = true
+        let r = Recorder()
+        let m = CBCentralManager(delegate: r, queue: DispatchQueue(label: "bluez-test-delegate"), bluez: BlueZOptions(busAddress: bus.address))
+        try await r.wait("the manager's question") { _ in fake.calls.contains { $0.hasPrefix("org.freedesktop.DBus.ObjectManager.GetManagedObjects") } }
+        try await pause(nanoseconds: 300_000_000)   // (its AddMatch calls are answered by then)
+        fake.change(hci0, "org.bluez.Adapter1", ["Pairable": .boolean(false)])
+        try await pause(nanoseconds: 300_000_000)
+        #expect(r.events.isEmpty)
+        #expect(fake.answerGetManagedObjects() == 1)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        #expect(r.events == ["state \(CBManagerState.poweredOn.rawValue)"])
+        withExtendedLifetime(m) {}
+    }
+
     @Test func noBluetoothdOnTheBusIsUnsupported() async throws {
         let bus = try await PrivateBus()
         let r = Recorder()

@@ -59,6 +59,10 @@ final class FakeBlueZ: @unchecked Sendable {
     /// The agent's answers to Pair's prompts (reply bodies, or the error name).
     private var agentAnswers: [String] = []
     var holdConnect = false
+    /// GetManagedObjects left unanswered until `answerGetManagedObjects` (bluetoothd busy: its answer comes after
+    /// signals sent meanwhile).
+    var holdGetManagedObjects = false
+    private var heldGetManagedObjects: [DBusMessage] = []
     /// StartDiscovery left unanswered (bluetoothd answers it only once the kernel's discovery has started) until
     /// `answerStartDiscovery`; meanwhile StopDiscovery is refused with InProgress, as bluetoothd 5.66 refuses it while
     /// the client's StartDiscovery is pending (adapter.c, stop_discovery: `if (client->msg) return btd_error_busy`).
@@ -330,6 +334,26 @@ final class FakeBlueZ: @unchecked Sendable {
 
     private func handleRoot(_ call: DBusMessage) -> DBusMessage? {
         guard call.interface == "org.freedesktop.DBus.ObjectManager", call.member == "GetManagedObjects" else { return handle(call) }
+        lock.withLock { log.append("org.freedesktop.DBus.ObjectManager.GetManagedObjects /") }
+        if holdGetManagedObjects {
+            lock.withLock { heldGetManagedObjects.append(call) }
+            return nil
+        }
+        return managedObjects(call)
+    }
+
+    /// Answers the GetManagedObjects calls held, with the objects as they are now; how many there were.
+    func answerGetManagedObjects() -> Int {
+        holdGetManagedObjects = false
+        let held = lock.withLock { () -> [DBusMessage] in
+            defer { heldGetManagedObjects = [] }
+            return heldGetManagedObjects
+        }
+        for call in held { _ = try? connection.send(managedObjects(call)!) }
+        return held.count
+    }
+
+    private func managedObjects(_ call: DBusMessage) -> DBusMessage? {
         let snapshot = lock.withLock { objects }
         let entries = snapshot.keys.sorted().map { path in
             DBusDictEntry(

@@ -269,7 +269,10 @@ final class BlueZCentral: @unchecked Sendable {
                 deviceSeen(path, keys: Set(tree[path, BlueZObjectTree.deviceInterface]!.keys))
             }
         case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
-            guard m.body.count >= 2, let path = m.body[0].string else { return }
+            // Before bluetoothd's objects are loaded, a change is no news: the answer to GetManagedObjects, on its way,
+            // has the state as it is. (An adapter's PropertiesChanged taken then made the first state .unsupported:
+            // `ble serve` on bluez exited "no bluetoothd with this adapter" while bluetoothd was busy with the adapter.)
+            guard bluezOnBus, m.body.count >= 2, let path = m.body[0].string else { return }
             let names = (m.body[1].arrayItems ?? []).compactMap(\.string)
             if names.contains(BlueZObjectTree.deviceInterface) {
                 linkLost(path)
@@ -278,7 +281,7 @@ final class BlueZCentral: @unchecked Sendable {
             tree.remove(path: path, interfaces: names)
             if names.contains(BlueZObjectTree.adapterInterface) { updateState() }
         case ("org.freedesktop.DBus.Properties", "PropertiesChanged"):
-            guard let path = m.path, m.body.count >= 2, let interface = m.body[0].string else { return }
+            guard bluezOnBus, let path = m.path, m.body.count >= 2, let interface = m.body[0].string else { return }
             let invalidated = (m.body.count > 2 ? m.body[2].arrayItems ?? [] : []).compactMap(\.string)
             tree.change(path: path, interface: interface, changed: m.body[1], invalidated: invalidated)
             let changed = m.body[1].stringDictionary ?? [:]
