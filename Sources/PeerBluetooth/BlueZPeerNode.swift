@@ -40,89 +40,12 @@ import PeerTransport
 import Glibc
 #endif
 
-/// The L2CAP sockets the node uses: the kernel's, or a stand-in in tests.
-package protocol BlueZPeerSockets: Sendable {
-    /// A listener on a PSM of the socket layer's choice; accepted (connected, non-blocking) sockets go to `onAccept`.
-    func listen(adapterAddress: String?, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void)
-    /// Connects to `psm` at `address` ("AA:BB:…").
-    func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, done: @escaping @Sendable (Result<Int32, any Error>) -> Void)
-    /// The SDU sizes of a connected socket.
-    func mtus(_ fd: Int32) -> (send: Int, receive: Int)
-    /// Who is at the other end of a connected socket ("AA:BB:…" and whether the address is random).
-    func peer(_ fd: Int32) -> (address: String, random: Bool)?
-    /// A listener whose channels offer the peer SDUs of `receiveMTU` octets.
-    func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void)
-    /// A connect whose channel offers the peer SDUs of `receiveMTU` octets; the closure returned ends it if it has not
-    /// finished (`done` then gets a failure).
-    func connect(
-        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
-    ) -> @Sendable () -> Void
-    /// Octets a connected socket was given and has not yet passed on (nil: it cannot say).
-    func unsentOctets(_ fd: Int32) -> Int?
-}
-
-extension BlueZPeerSockets {
-    package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
-        try listen(adapterAddress: adapterAddress, onAccept: onAccept)
-    }
-    package func connect(
-        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
-    ) -> @Sendable () -> Void {
-        connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, done: done)
-        return {}
-    }
-    package func unsentOctets(_ fd: Int32) -> Int? { nil }
-}
-
-/// The kernel's AF_BLUETOOTH sockets.
-package struct KernelL2CAPSockets: BlueZPeerSockets {
-    package init() {}
-
-    package func listen(adapterAddress: String?, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
-        try listen(adapterAddress: adapterAddress, receiveMTU: 0, onAccept: onAccept)
-    }
-
-    package func listen(adapterAddress: String?, receiveMTU: UInt16, onAccept: @escaping @Sendable (Int32) -> Void) throws -> (psm: UInt16, close: @Sendable () -> Void) {
-        let l = try BlueZKernelL2CAP.Listener(adapterAddress: adapterAddress, receiveMTU: receiveMTU == 0 ? BlueZKernelL2CAP.largestReceiveMTU : receiveMTU)
-        l.start(onAccept)
-        return (l.psm, { l.close() })
-    }
-
-    package func connect(
-        address: String, random: Bool, psm: UInt16, adapterAddress: String?, receiveMTU: UInt16, done: @escaping @Sendable (Result<Int32, any Error>) -> Void
-    ) -> @Sendable () -> Void {
-        BlueZKernelL2CAP.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress, receiveMTU: receiveMTU) { r in
-            done(r.mapError { $0 as any Error })
-        }
-    }
-
-    /// What the kernel still holds of what was sent (not yet handed to the controller): the socket's send buffer
-    /// less the room TIOCOUTQ reports (Bluetooth sockets answer TIOCOUTQ with the room left, sk_sndbuf less what
-    /// their queued buffers take).
-    package func unsentOctets(_ fd: Int32) -> Int? {
-        var room: Int32 = 0
-        var size: Int32 = 0
-        var n = socklen_t(4)
-        guard ioctl(fd, UInt(TIOCOUTQ), &room) == 0, getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &n) == 0 else { return nil }
-        return max(0, Int(size) - Int(room))
-    }
-
-    package func connect(address: String, random: Bool, psm: UInt16, adapterAddress: String?, done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
-        BlueZKernelL2CAP.connect(address: address, random: random, psm: psm, adapterAddress: adapterAddress) { r in
-            done(r.mapError { $0 as any Error })
-        }
-    }
-
-    package func mtus(_ fd: Int32) -> (send: Int, receive: Int) { BlueZKernelL2CAP.mtus(fd) }
-    package func peer(_ fd: Int32) -> (address: String, random: Bool)? { BlueZKernelL2CAP.peer(fd) }
-}
-
 public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     let options: BlueZOptions
     let sockets: any BlueZPeerSockets
     let queue = DispatchQueue(label: "opencorebluetooth.multipeer.bluez")
-    private let bus: DBusConnection
-    private let root: String
+    let bus: DBusConnection
+    let root: String
     /// Where the node exports its objects on the bus (its adverts are under it).
     package var objectRoot: String { root }
     private static let instances = Locked(0)
@@ -216,11 +139,11 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
 
     // MARK: State (on `queue`)
 
-    private var closed = false
-    private var adapterPath: String?
+    var closed = false
+    var adapterPath: String?
     private var adapterProperties: [String: DBusValue] = [:]
-    private var powered: Bool { adapterProperties["Powered"]?.bool == true }
-    private var adapterName: String { adapterPath.map { String($0.split(separator: "/").last ?? "adapter") } ?? options.adapter ?? "the adapter" }
+    var powered: Bool { adapterProperties["Powered"]?.bool == true }
+    var adapterName: String { adapterPath.map { String($0.split(separator: "/").last ?? "adapter") } ?? options.adapter ?? "the adapter" }
     private var adapterAddress: String? { adapterProperties["Address"]?.string }
 
     struct Device {
@@ -228,7 +151,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         var random: Bool
         var serviceData: [String: [UInt8]] = [:]
     }
-    private var devices: [String: Device] = [:]
+    var devices: [String: Device] = [:]
 
     private let knownAddress = Locked<BluetoothAddress?>(nil)
     public var address: BluetoothAddress? { knownAddress.withLock { $0 } }
@@ -237,7 +160,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         .methodCall(destination: "org.bluez", path: path, interface: interface, member: member, body: body)
     }
 
-    private func call(_ path: String, _ interface: String, _ member: String, _ body: [DBusValue] = [], _ done: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void) {
+    func call(_ path: String, _ interface: String, _ member: String, _ body: [DBusValue] = [], _ done: @escaping @Sendable (Result<DBusMessage, DBusError>) -> Void) {
         bus.call(bluez(path, interface, member, body), timeout: 10, reply: done)
     }
 
@@ -362,7 +285,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
 
     private var whenOn: [() -> Void] = []
     /// Counts the times the adapter went off or away.
-    private var epoch = 0
+    var epoch = 0
 
     private func poweredOn() {
         let pending = whenOn
@@ -544,7 +467,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         var handler: @Sendable (PeerBrowseEvent) -> Void
         var lastSeen: [UInt64: Date] = [:]
     }
-    private var browses: [UInt64: Browse] = [:]
+    var browses: [UInt64: Browse] = [:]
     private var discovering = false
     private var sweepScheduled = false
     /// A peer no sign of which came for this long is lost (bluetoothd reports a device again only when its data
@@ -614,7 +537,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
 
     /// The peers a device's Service Data names, to the browses of their service.
-    private func report(_ path: String, _ d: Device, only: UInt64?) {
+    func report(_ path: String, _ d: Device, only: UInt64?) {
         guard let bytes = Self.addressOctets(d.address) else { return }
         let now = Date()
         for (id, b) in browses where only == nil || only == id {
@@ -629,7 +552,7 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
     }
 
     /// A device is gone (for the browses of `service` only, when given): the tokens it carried are lost.
-    private func deviceGone(_ d: Device, service: String? = nil) {
+    func deviceGone(_ d: Device, service: String? = nil) {
         for (id, b) in browses where service == nil || b.service == service {
             for (uuid, payload) in d.serviceData where uuid == b.service {
                 guard let service = PeerAdvert.uuid(bluezString: uuid), let advert = PeerAdvert(service: service, serviceDataPayload: payload),
@@ -666,174 +589,23 @@ public final class BlueZPeerNode: PeerBluetoothNode, @unchecked Sendable {
         return octets.count == 6 ? octets.reversed() : nil
     }
 
-    // MARK: Advertisement monitor (bluetoothd's AdvertisementMonitorManager1, when it offers it)
+    // MARK: Advertisement monitor (its state; the rest is in BlueZPeerNode+Monitor.swift)
 
-    static let monitorManagerInterface = "org.bluez.AdvertisementMonitorManager1"
     /// Whether the adapter offers AdvertisementMonitorManager1 with or_patterns monitors (bluetoothd's experimental
     /// interfaces; BlueZ 5.66 in the guest). Without it the node browses by discovery alone.
-    private var monitorManager = false
+    var monitorManager = false
     /// The monitor application registered (or being registered) with the manager: its path and the services of its
     /// monitors, in order (monitor i is `path/si`); nil when there is none.
-    private var monitorApp: (path: String, services: [String], active: Set<Int>)?
-    private var monitorApps = 0
+    var monitorApp: (path: String, services: [String], active: Set<Int>)?
+    var monitorApps = 0
     /// bluetoothd refused or released a monitor: browsing stays on discovery alone until the adapter comes back.
-    private var monitorRefused = false
+    var monitorRefused = false
     /// Devices a monitor reported found and has not reported lost, with the services of the monitors that hold them.
-    private var monitored: [String: Set<String>] = [:]
+    var monitored: [String: Set<String>] = [:]
     /// How long a monitored peer may go without an advert before bluetoothd reports it lost (RSSILowTimeout, 1–300 s).
     /// A bluez peer advertises every 1.28 s (the kernel's default interval), a native one every 100 ms: 5 s is four
     /// missed adverts of the slower.
     package var monitorLostAfter: UInt16 = 5
-    /// Whether a monitor of the node's is active (bluetoothd called Activate): for tests and logs.
-    package var monitoring: Bool { queue.sync { !(monitorApp?.active.isEmpty ?? true) } }
-
-    private func setMonitorManager(_ props: [String: DBusValue]?) {
-        let types = props?["SupportedMonitorTypes"]?.arrayItems?.compactMap(\.string)
-        // bluetoothd 5.66 lists "or_patterns"; a manager that lists nothing is taken at its word only if it says nothing.
-        let usable = props != nil && (types == nil || types!.contains("or_patterns"))
-        if !usable { dropMonitor(unregister: false) }
-        if props == nil || usable != monitorManager { monitorRefused = false }
-        monitorManager = usable
-    }
-
-    /// Registers, replaces or unregisters the monitor application so that it watches the browsed services, while the
-    /// manager is there, the adapter on and the node open.
-    private func refreshMonitor() {
-        let wanted = Array(Set(browses.values.map(\.service))).sorted()
-        let want = !closed && monitorManager && !monitorRefused && powered && adapterPath != nil && !wanted.isEmpty
-        if let app = monitorApp {
-            if want && app.services == wanted { return }
-            dropMonitor(unregister: true)
-        }
-        guard want, let adapterPath else { return }
-        monitorApps += 1
-        let path = root + "/monitor\(monitorApps)"
-        monitorApp = (path, wanted, [])
-        bus.export(path: path) { [weak self] call in self?.answerMonitor(path, nil, call) }
-        for i in wanted.indices {
-            bus.export(path: path + "/s\(i)") { [weak self] call in self?.answerMonitor(path, i, call) }
-        }
-        let asked = epoch
-        call(adapterPath, Self.monitorManagerInterface, "RegisterMonitor", [.objectPath(path)]) { [self] r in
-            guard case let .failure(e) = r, asked == epoch, monitorApp?.path == path else { return }
-            PeerLog.warning("Bluetooth (BlueZ): no advertisement monitor on \(adapterName) (\(e)); a peer is lost \(Int(lostAfter)) s after its last report")
-            monitorRefused = true
-            dropMonitor(unregister: false)
-        }
-        PeerLog.write("Bluetooth (BlueZ): registering an advertisement monitor for \(wanted.count) service(s) on \(adapterName)")
-    }
-
-    /// Ends the monitor application (asking bluetoothd to drop it when it may still hold it).
-    private func dropMonitor(unregister: Bool) {
-        guard let app = monitorApp else { return }
-        monitorApp = nil
-        forgetMonitored()
-        if unregister, let adapterPath {
-            call(adapterPath, Self.monitorManagerInterface, "UnregisterMonitor", [.objectPath(app.path)]) { _ in }
-        }
-        bus.unexport(path: app.path)
-        for i in app.services.indices { bus.unexport(path: app.path + "/s\(i)") }
-    }
-
-    /// The properties of monitor `i` (doc/org.bluez.AdvertisementMonitor.rst): or_patterns, one pattern, the
-    /// Service Data structure of the browsed 128-bit UUID (AD type 0x21, the UUID's 16 octets from the structure's
-    /// first data octet); every RSSI counts (rootcanal's sweeps from -2 to -125 dBm); found after 1 s of adverts,
-    /// lost after `monitorLostAfter` without one; every advert sampled.
-    static func monitorProperties(service: String, lostAfter: UInt16) -> [String: DBusValue]? {
-        guard let uuid = PeerAdvert.uuid(bluezString: service) else { return nil }
-        return [
-            "Type": .string("or_patterns"),
-            "RSSILowThreshold": .int16(-127),
-            "RSSIHighThreshold": .int16(-127),
-            "RSSILowTimeout": .uint16(lostAfter),
-            "RSSIHighTimeout": .uint16(1),
-            "RSSISamplingPeriod": .uint16(0),
-            "Patterns": .array(
-                .structure([.byte, .byte, .array(.byte)]),
-                [.structure([.byte(0), .byte(0x21), .bytes(uuid)])]),
-        ]
-    }
-
-    private func answerMonitor(_ app: String, _ index: Int?, _ call: DBusMessage) -> DBusMessage? {
-        guard let current = monitorApp, current.path == app else {
-            return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no such monitor")
-        }
-        guard let index else {
-            guard call.interface == "org.freedesktop.DBus.ObjectManager", call.member == "GetManagedObjects" else {
-                return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not supported")
-            }
-            let entries = current.services.indices.compactMap { i -> DBusDictEntry? in
-                guard let p = Self.monitorProperties(service: current.services[i], lostAfter: monitorLostAfter) else { return nil }
-                return DBusDictEntry(
-                    .objectPath(app + "/s\(i)"),
-                    .dictionary(
-                        key: .string, value: .dictionary(key: .string, value: .variant), [DBusDictEntry(.string("org.bluez.AdvertisementMonitor1"), .stringVariantDictionary(p))]))
-            }
-            return call.reply([.dictionary(key: .objectPath, value: .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)), entries)])
-        }
-        guard index < current.services.count else { return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no such monitor") }
-        let service = current.services[index]
-        switch (call.interface, call.member) {
-        case ("org.bluez.AdvertisementMonitor1", "Activate"):
-            monitorApp?.active.insert(index)
-            PeerLog.write("Bluetooth (BlueZ): advertisement monitor active on \(adapterName): a peer is lost \(monitorLostAfter) s after its last advert")
-            return call.reply()
-        case ("org.bluez.AdvertisementMonitor1", "Release"):
-            // bluetoothd dropped it (refused its values, or deactivated it): discovery alone until the adapter is
-            // next powered on, when the monitor is tried once more.
-            PeerLog.warning("Bluetooth (BlueZ): bluetoothd released the advertisement monitor for \(service); a peer is lost \(Int(lostAfter)) s after its last report")
-            monitorRefused = true
-            dropMonitor(unregister: true)
-            return call.reply()
-        case ("org.bluez.AdvertisementMonitor1", "DeviceFound"), ("org.bluez.AdvertisementMonitor1", "DeviceLost"):
-            guard let device = call.body.first?.string, let adapterPath, device.hasPrefix(adapterPath + "/") else {
-                return call.errorReply(name: "org.bluez.Error.InvalidArguments", message: "no device of \(adapterName)")
-            }
-            if call.member == "DeviceFound" {
-                // Bounded as the browses are: bluetoothd reports only devices it has objects for.
-                guard monitored[device] != nil || monitored.count < Self.maximumTracked else { return call.reply() }
-                monitored[device, default: []].insert(service)
-                if let d = devices[device] { report(device, d, only: nil) }
-            } else {
-                monitored[device]?.remove(service)
-                if monitored[device]?.isEmpty == true { monitored[device] = nil }
-                if let d = devices[device] { deviceGone(d, service: service) }
-            }
-            return call.reply()
-        default:
-            return call.errorReply(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not supported")
-        }
-    }
-
-    /// Hands the peers a monitor held found back to the sweep, as seen now (held, they may have sent no other sign
-    /// for longer than `lostAfter`).
-    private func forgetMonitored() {
-        let held = heldByMonitor()
-        monitored = [:]
-        guard !held.isEmpty else { return }
-        let now = Date()
-        for (id, b) in browses {
-            for token in b.lastSeen.keys where held.contains(Held(service: b.service, token: token)) { browses[id]?.lastSeen[token] = now }
-        }
-    }
-
-    struct Held: Hashable {
-        var service: String
-        var token: UInt64
-    }
-
-    /// The (service, token) pairs of devices a monitor holds found: the sweep does not lose those.
-    private func heldByMonitor() -> Set<Held> {
-        var out: Set<Held> = []
-        for (path, services) in monitored {
-            guard let d = devices[path] else { continue }
-            for s in services {
-                guard let payload = d.serviceData[s], let uuid = PeerAdvert.uuid(bluezString: s), let a = PeerAdvert(service: uuid, serviceDataPayload: payload) else { continue }
-                out.insert(Held(service: s, token: a.token))
-            }
-        }
-        return out
-    }
 
     // MARK: Channels
 

@@ -50,7 +50,9 @@ enum BlueZTool {
                 print("already bonded with \(describe(device)) (BlueZ keeps the keys; --force pairs again)")
                 return
             }
-            try bluez.install(agent: TerminalPairingAgent(capability(c.io.capability), autoAccept: c.yes))
+            // Not the default agent: bluetoothd asks the agent of the process that called Pair, and the default one
+            // (the desktop's, or `ble serve` on another adapter of this bluetoothd) keeps answering pairings others start.
+            try bluez.install(agent: TerminalPairingAgent(capability(c.io.capability), autoAccept: c.yes), asDefault: false)
             let wasConnected = device.connected
             print("pairing with \(device.address) through bluetoothd (\(transportName(o)))…")
             device = try bluez.pair(device, timeout: c.timeout)

@@ -142,6 +142,27 @@ struct BlueZBackendTests {
         #expect(r.events == [unsupported, off, on, off, unsupported])
     }
 
+    /// bluetoothd busy: an adapter's property changes before it answers GetManagedObjects. The first state is the
+    /// answer's (.poweredOn), not .unsupported from a change taken before any object was known (seen in the guest:
+    /// `ble serve` on bluez:hci1 exited "no bluetoothd with this adapter" while bluetoothd handled the last one's exit).
+    @Test func aChangeBeforeBluetoothdsObjectsAreLoadedIsNoStateOfItsOwn() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        let hci0 = fake.addAdapter()
+        fake.holdGetManagedObjects = true
+        let r = Recorder()
+        let m = CBCentralManager(delegate: r, queue: DispatchQueue(label: "bluez-test-delegate"), bluez: BlueZOptions(busAddress: bus.address))
+        try await r.wait("the manager's question") { _ in fake.calls.contains { $0.hasPrefix("org.freedesktop.DBus.ObjectManager.GetManagedObjects") } }
+        try await pause(nanoseconds: 300_000_000)   // (its AddMatch calls are answered by then)
+        fake.change(hci0, "org.bluez.Adapter1", ["Pairable": .boolean(false)])
+        try await pause(nanoseconds: 300_000_000)
+        #expect(r.events.isEmpty)
+        #expect(fake.answerGetManagedObjects() == 1)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        #expect(r.events == ["state \(CBManagerState.poweredOn.rawValue)"])
+        withExtendedLifetime(m) {}
+    }
+
     @Test func noBluetoothdOnTheBusIsUnsupported() async throws {
         let bus = try await PrivateBus()
         let r = Recorder()
@@ -512,13 +533,75 @@ struct BlueZBackendTests {
         fake.addDevice(address: "C0:FF:EE:00:00:03", ["Name": .string("Far"), "RSSI": .int16(-90)])
         try await r.wait(for: "discover Far -90")
         let p = r.discovered[0]
-        fake.failNext("Connect", name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+        fake.failNext("Connect", name: "org.bluez.Error.Failed", message: "le-connection-abort-by-remote")
         m.connect(p)
         try await r.wait(for: "fail")
         let e = try #require(r.error("fail") as? CBError)
         #expect(e.code == .connectionFailed)
-        #expect(e.localizedDescription.contains("le-connection-abort-by-local"))
+        #expect(e.localizedDescription.contains("le-connection-abort-by-remote"))
         #expect(p.state == .disconnected)
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.Device1.Connect") }.count == 1)
+
+        // An attempt the kernel aborted itself (bluetoothd's "le-connection-abort-by-local") is made again, as iOS keeps
+        // a connect pending until it succeeds or the app cancels it …
+        fake.failNext("Connect", name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+        m.connect(p)
+        try await r.wait(for: "connect")
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.Device1.Connect") }.count == 3)
+        #expect(r.events.filter { $0 == "fail" }.count == 1)
+        m.cancelPeripheralConnection(p)
+        try await r.wait(for: "disconnect")
+
+        // … a bounded number of times: then didFailToConnect, with BlueZ's reason.
+        fake.failNext("Connect", name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local", times: 10)
+        m.connect(p)
+        try await r.wait("second failure") { $0.filter { $0 == "fail" }.count == 2 }
+        let again = try #require(r.error("fail") as? CBError)
+        #expect(again.localizedDescription.contains("le-connection-abort-by-local"))
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.Device1.Connect") }.count == 3 + 1 + BlueZCentral.maximumConnectRetries)
+        #expect(p.state == .disconnected)
+    }
+
+    /// A device found, the scan stopped and a connect made at once, before bluetoothd has answered our StartDiscovery
+    /// (it answers once the kernel's discovery has started; the device's advertisement can come first, under load):
+    /// bluetoothd refuses the StopDiscovery with InProgress. It is asked again until it succeeds, and Connect goes only
+    /// after that: seen in the guest as a Connect aborted by the kernel ("le-connection-abort-by-local") just after a
+    /// StopDiscovery answered InProgress, the discovery having gone on under the connection.
+    @Test func aConnectJustAfterStopScanWaitsForTheDiscoveryToEnd() async throws {
+        let rig = try await Rig()
+        let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        fake.holdStartDiscovery = true
+        m.scanForPeripherals(withServices: nil)
+        try await r.wait("discovery asked") { _ in fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
+        fake.addDevice(address: "C0:FF:EE:00:00:04", ["Name": .string("Quick"), "RSSI": .int16(-50)])
+        try await r.wait(for: "discover Quick -50")
+        let p = r.discovered[0]
+        m.stopScan()
+        m.connect(p)
+        try await pause(nanoseconds: 400_000_000)
+        // Nothing asked of bluetoothd while its answer to StartDiscovery is pending, or refused and asked again.
+        #expect(!fake.calls.contains { $0.hasPrefix("org.bluez.Device1.Connect") })
+        #expect(p.state == .connecting)
+        #expect(fake.answerStartDiscovery())
+        try await r.wait(for: "connect")
+        let calls = fake.calls.filter { $0.contains("Discovery ") || $0.hasPrefix("org.bluez.Device1.Connect") }
+        let stop = try #require(calls.lastIndex(of: "org.bluez.Adapter1.StopDiscovery /org/bluez/hci0"))
+        let connect = try #require(calls.firstIndex { $0.hasPrefix("org.bluez.Device1.Connect") })
+        #expect(stop < connect)
+        #expect(fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering") == .boolean(false))
+        #expect(!r.events.contains("fail"))
+
+        // A StopDiscovery refused with InProgress all the same (bluetoothd busy with the kernel) is asked again.
+        fake.holdStartDiscovery = false
+        m.scanForPeripherals(withServices: nil)
+        try await r.wait("discovering again") { _ in fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering") == .boolean(true) }
+        try await pause(nanoseconds: 200_000_000)
+        let stopsBefore = fake.calls.filter { $0.hasPrefix("org.bluez.Adapter1.StopDiscovery") }.count
+        fake.failNext("StopDiscovery", name: "org.bluez.Error.InProgress", message: "Operation already in progress", times: 3)
+        m.stopScan()
+        try await r.wait("stopped after refusals") { _ in fake.property("/org/bluez/hci0", "org.bluez.Adapter1", "Discovering") == .boolean(false) }
+        #expect(fake.calls.filter { $0.hasPrefix("org.bluez.Adapter1.StopDiscovery") }.count == stopsBefore + 4)
     }
 
     @Test func cancelAndALostLinkAreAnnouncedAsOnIOS() async throws {

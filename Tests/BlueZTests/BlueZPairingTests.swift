@@ -159,7 +159,10 @@ struct BlueZPairingTests {
         // Device1.Pair asks our agent (numeric comparison here); the keys are BlueZ's.
         fake.pairingPrompt = ("RequestConfirmation", [.uint32(123_456)])
         let agent = ScriptedAgent(.keyboardDisplay)
-        try await onThread { try bluez.install(agent: agent) }
+        try await onThread { try bluez.install(agent: agent, asDefault: false) }
+        // (`ble pair`'s agent: registered, not the default one; Pair asks it as the caller's agent.)
+        #expect(fake.registeredAgents.values.sorted() == ["KeyboardDisplay"])
+        #expect(fake.defaultAgent == nil)
         let paired = try await onThread { try bluez.pair(tag) }
         #expect(paired.paired && paired.bonded && paired.connected)
         #expect(agent.asked == ["confirm 123456"])

@@ -37,7 +37,7 @@ final class FakeBlueZ: @unchecked Sendable {
     let connection: DBusConnection
     private let lock = NSLock()
     private var objects: [String: [String: [String: DBusValue]]] = [:]
-    private var failures: [String: (name: String, message: String)] = [:]
+    private var failures: [String: (name: String, message: String, times: Int)] = [:]
     private var heldConnect: DBusMessage?
     private var log: [String] = []
     private var writes: [(path: String, value: [UInt8], type: String)] = []
@@ -59,6 +59,15 @@ final class FakeBlueZ: @unchecked Sendable {
     /// The agent's answers to Pair's prompts (reply bodies, or the error name).
     private var agentAnswers: [String] = []
     var holdConnect = false
+    /// GetManagedObjects left unanswered until `answerGetManagedObjects` (bluetoothd busy: its answer comes after
+    /// signals sent meanwhile).
+    var holdGetManagedObjects = false
+    private var heldGetManagedObjects: [DBusMessage] = []
+    /// StartDiscovery left unanswered (bluetoothd answers it only once the kernel's discovery has started) until
+    /// `answerStartDiscovery`; meanwhile StopDiscovery is refused with InProgress, as bluetoothd 5.66 refuses it while
+    /// the client's StartDiscovery is pending (adapter.c, stop_discovery: `if (client->msg) return btd_error_busy`).
+    var holdStartDiscovery = false
+    private var heldStartDiscovery: DBusMessage?
     /// Whether characteristics that take writes without response offer AcquireWrite (WriteAcquired, BlueZ 5.46+).
     var offersAcquireWrite = true
     /// Whether characteristics that notify offer AcquireNotify (NotifyAcquired, BlueZ 5.46+; bluetoothd 5.66 does):
@@ -170,8 +179,19 @@ final class FakeBlueZ: @unchecked Sendable {
         return try await connection.call(.methodCall(destination: owner, path: path, interface: "org.bluez.Agent1", member: member, body: body), timeout: 10)
     }
 
-    /// The next call of `member` fails with this D-Bus error.
-    func failNext(_ member: String, name: String, message: String) { lock.withLock { failures[member] = (name, message) } }
+    /// Answers the StartDiscovery held (holdStartDiscovery); false when none is.
+    func answerStartDiscovery() -> Bool {
+        guard
+            let held = lock.withLock({ () -> DBusMessage? in
+                defer { heldStartDiscovery = nil }; return heldStartDiscovery
+            })
+        else { return false }
+        _ = try? connection.send(held.reply())
+        return true
+    }
+
+    /// The next call of `member` fails with this D-Bus error (the next `times` calls).
+    func failNext(_ member: String, name: String, message: String, times: Int = 1) { lock.withLock { failures[member] = (name, message, times) } }
 
     // MARK: Driving the fake
 
@@ -314,6 +334,26 @@ final class FakeBlueZ: @unchecked Sendable {
 
     private func handleRoot(_ call: DBusMessage) -> DBusMessage? {
         guard call.interface == "org.freedesktop.DBus.ObjectManager", call.member == "GetManagedObjects" else { return handle(call) }
+        lock.withLock { log.append("org.freedesktop.DBus.ObjectManager.GetManagedObjects /") }
+        if holdGetManagedObjects {
+            lock.withLock { heldGetManagedObjects.append(call) }
+            return nil
+        }
+        return managedObjects(call)
+    }
+
+    /// Answers the GetManagedObjects calls held, with the objects as they are now; how many there were.
+    func answerGetManagedObjects() -> Int {
+        holdGetManagedObjects = false
+        let held = lock.withLock { () -> [DBusMessage] in
+            defer { heldGetManagedObjects = [] }
+            return heldGetManagedObjects
+        }
+        for call in held { _ = try? connection.send(managedObjects(call)!) }
+        return held.count
+    }
+
+    private func managedObjects(_ call: DBusMessage) -> DBusMessage? {
         let snapshot = lock.withLock { objects }
         let entries = snapshot.keys.sorted().map { path in
             DBusDictEntry(
@@ -330,7 +370,9 @@ final class FakeBlueZ: @unchecked Sendable {
         let member = call.member ?? ""
         let failure: (name: String, message: String)? = lock.withLock {
             log.append("\(call.interface ?? "").\(member) \(path)")
-            return failures.removeValue(forKey: member)
+            guard let f = failures[member] else { return nil }
+            failures[member] = f.times > 1 ? (f.name, f.message, f.times - 1) : nil
+            return (f.name, f.message)
         }
         if let failure { return call.errorReply(name: failure.name, message: failure.message) }
         switch (call.interface, member) {
@@ -350,8 +392,15 @@ final class FakeBlueZ: @unchecked Sendable {
                 return call.errorReply(name: "org.bluez.Error.NotReady", message: "Resource Not Ready")
             }
             change(path, "org.bluez.Adapter1", ["Discovering": .boolean(true)])
+            if holdStartDiscovery {
+                lock.withLock { heldStartDiscovery = call }
+                return nil
+            }
             return call.reply()
         case ("org.bluez.Adapter1", "StopDiscovery"):
+            if lock.withLock({ heldStartDiscovery != nil }) {
+                return call.errorReply(name: "org.bluez.Error.InProgress", message: "Operation already in progress")
+            }
             guard property(path, "org.bluez.Adapter1", "Discovering")?.bool == true else {
                 return call.errorReply(name: "org.bluez.Error.Failed", message: "No discovery started")
             }

@@ -49,8 +49,10 @@ struct FirmwareUpdateKernelTests {
 
     /// The device (a Core Bluetooth peripheral: its service registered with bluetoothd) on bluez, the updater on our
     /// stack: no channel, the image in Write Commands that bluetoothd hands to the app as WriteValue calls.
-    @Test(.disabled("timed out (240 s, no update finished) in its first whole kernel-group run, not yet explained; cb-flows-bluez does not run it"))
-    func theDeviceOnBlueZTakesTheImageInWriteCommands() async throws {
+    /// scripts/kernel/scenarios/fw-device-bluez.sh runs it with bluetoothd's [GATT] ExchangeMTU = 512: BlueZ 5.66
+    /// silently drops Write Commands whose values are 511 or 512 octets (it counts the handle in the length it
+    /// checks), and on its default 517-octet MTU the updater writes 512-octet values; 77 of 78 were dropped.
+    @Test func theDeviceOnBlueZTakesTheImageInWriteCommands() async throws {
         let image = FirmwareUpdateTests.image(40_000, seed: 4)
         let (outcome, statuses, installed) = try await update(
             device: "bluez:hci0", updater: "hci-socket:1", offersL2CAP: false, image: image, name: "FW-K2")

@@ -23,8 +23,8 @@ enum KernelGuest {
     /// hci1 down, BlueZ's devices and bonds forgotten; bluetoothd started anew when hci0 was made anew).
     static let scenarios = [
         "cb-flows-bluez", "cb-explore-bluez", "privacy", "gk-bluez", "cb-peripheral-hci", "mc-bluez", "bond-deleted",
-        "cb-l2cap-bluez", "cb-bluez-bluez", "pair-passkey", "cb-tool-bluez", "rule-vanish", "rule-busy", "l2cap-l2test", "cb-peripheral-bluez",
-        "doctor", "gatt-bluez-client", "pair-bluez-initiates", "pair-legacy", "cb-pair-bluez", "pair-we-initiate",
+        "cb-l2cap-bluez", "cb-bluez-bluez", "cb-pair-bluez-bluez", "pair-passkey", "cb-tool-bluez", "rule-vanish", "rule-busy", "l2cap-l2test", "cb-peripheral-bluez",
+        "doctor", "gatt-bluez-client", "pair-bluez-initiates", "pair-legacy", "cb-pair-bluez", "fw-device-bluez", "pair-we-initiate",
         "cb-central-bluez", "gatt-bluez-server", "cb-central-hci", "rule-rfkill", "scan-bluez", "bluez-scans", "rule-no-cap",
         "manager-vanish",
     ]
@@ -126,6 +126,16 @@ struct KernelInteropTests {
         "ble pair on BLE_TRANSPORT=bluez: Device1.Pair through our Agent1 (numeric comparison, the same number on both sides) with ble serve on hci-socket:1; ble bonds lists and removes BlueZ's bond"
     )
     func pairingThroughOurAgentOnBlueZ() throws { try KernelGuest.expectPassed("cb-pair-bluez") }
+
+    @Test(
+        "pairing between two bluez adapters of one bluetoothd: ble pair on bluez:hci0 (its own Agent1) with ble serve on bluez:hci1 (the default agent), Just Works and numeric comparison, bonded on both, an encrypted read on the stored keys, bonds removed"
+    )
+    func pairingBetweenTwoBlueZAdapters() throws { try KernelGuest.expectPassed("cb-pair-bluez-bluez") }
+
+    @Test(
+        "the firmware-update seed's device on BLE_TRANSPORT=bluez:hci0 takes a 40 KB image in Write Commands from the updater on hci-socket:1 (bluetoothd with a 512-octet MTU: BlueZ 5.66 drops 511-512-octet Write Commands)"
+    )
+    func firmwareDeviceOnBlueZ() throws { try KernelGuest.expectPassed("fw-device-bluez") }
 
     @Test("ble scan, read (long values too) and write on BLE_TRANSPORT=bluez, through bluetoothd, against ble serve on hci-socket:1")
     func toolCommandsOnBlueZ() throws { try KernelGuest.expectPassed("cb-tool-bluez") }

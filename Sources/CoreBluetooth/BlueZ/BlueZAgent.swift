@@ -2,6 +2,9 @@
 // questions through an org.bluez.Agent1 object this process exports (doc/org.bluez.Agent.rst) and registers with
 // org.bluez.AgentManager1 (RegisterAgent with the agent's IO capability, then RequestDefaultAgent, so that pairings
 // the kernel starts on its own — a read refused for lack of encryption, a central pairing with us — come to it too).
+// An agent registered without RequestDefaultAgent (`asDefault` false: `ble pair`) answers only the pairings its own
+// process starts with Device1.Pair (bluetoothd asks the caller's agent first, agent_get(sender)); the default agent
+// (the desktop's, or a `ble serve` on another adapter of the same bluetoothd) keeps answering the rest.
 //
 //   RequestConfirmation(device, passkey)     confirm(number:with:)          numeric comparison
 //   RequestPasskey(device) → passkey          passkey(for:)                  passkey entry, we type
@@ -26,6 +29,8 @@ final class BlueZAgent: @unchecked Sendable {
     private weak var session: BlueZCentral?
     /// The CBPeer for a device path (on the session's queue).
     private let peer: @Sendable (String) -> CBPeer?
+    /// Whether registering also makes it bluetoothd's default agent.
+    let asDefault: Bool
 
     // Queue-confined.
     private(set) var registered = false
@@ -33,8 +38,9 @@ final class BlueZAgent: @unchecked Sendable {
 
     private static let counter = CBMutex(0)
 
-    init(agent: any CBPairingAgent, session: BlueZCentral, peer: @escaping @Sendable (String) -> CBPeer?) {
+    init(agent: any CBPairingAgent, session: BlueZCentral, asDefault: Bool = true, peer: @escaping @Sendable (String) -> CBPeer?) {
         self.agent = agent
+        self.asDefault = asDefault
         self.session = session
         self.peer = peer
         let n = Self.counter.withLock { v -> Int in
@@ -55,7 +61,8 @@ final class BlueZAgent: @unchecked Sendable {
         }
     }
 
-    /// Exports the object and registers it as the default agent (on the session's queue, with bluetoothd on the bus).
+    /// Exports the object and registers it, as the default agent unless `asDefault` is false (on the session's queue,
+    /// with bluetoothd on the bus).
     /// `done` runs on the queue with nil or the failure.
     func register(_ done: (@Sendable (DBusError?) -> Void)? = nil) {
         guard let session, let bus = session.bus else { done?(.disconnected("no connection to the system bus")); return }
@@ -75,6 +82,7 @@ final class BlueZAgent: @unchecked Sendable {
                 }
             }
             self.registered = true
+            guard self.asDefault else { return done?(nil) ?? () }
             session.call("/org/bluez", "org.bluez.AgentManager1", "RequestDefaultAgent", [.objectPath(path)]) { r in
                 if case let .failure(e) = r {
                     CBLog.warning("BlueZ backend: RequestDefaultAgent failed: \(e); only pairings this process starts reach its agent")
@@ -175,10 +183,12 @@ final class BlueZAgent: @unchecked Sendable {
 
 extension BlueZCentral {
     /// Installs (or, with nil, removes) the app's pairing agent; `peer` names the CBPeer of a device path.
-    func setPairingAgent(_ agent: (any CBPairingAgent)?, peer: @escaping @Sendable (String) -> CBPeer?, done: (@Sendable (DBusError?) -> Void)? = nil) {
+    func setPairingAgent(
+        _ agent: (any CBPairingAgent)?, asDefault: Bool = true, peer: @escaping @Sendable (String) -> CBPeer?, done: (@Sendable (DBusError?) -> Void)? = nil
+    ) {
         queue.async { [self] in
             pairing?.unregister()
-            pairing = agent.map { BlueZAgent(agent: $0, session: self, peer: peer) }
+            pairing = agent.map { BlueZAgent(agent: $0, session: self, asDefault: asDefault, peer: peer) }
             guard let pairing else { return done?(nil) ?? () }
             if bus != nil, bluezReady { pairing.register(done) } else { pendingAgentDone = done }
         }

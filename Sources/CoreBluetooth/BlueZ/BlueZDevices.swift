@@ -121,10 +121,12 @@ package final class BlueZDevices: @unchecked Sendable {
     }
 
     /// Registers `agent` as bluetoothd's default agent (waits for its answer).
-    package func install(agent: any CBPairingAgent) throws(Failure) {
+    /// `asDefault` false: the agent answers only the pairings this process starts (Device1.Pair), and the default
+    /// agent (the desktop's) stays as it was.
+    package func install(agent: any CBPairingAgent, asDefault: Bool = true) throws(Failure) {
         let done = DispatchSemaphore(value: 0)
         let failure = CBMutex<DBusError?>(nil)
-        session.setPairingAgent(agent, peer: { _ in nil }) { e in
+        session.setPairingAgent(agent, asDefault: asDefault, peer: { _ in nil }) { e in
             failure.withLock { $0 = e }
             done.signal()
         }

@@ -5,8 +5,8 @@
 # flow (scan with a service filter, connect, discover, subscribe, 5 notifications in order, a cached read, a write
 # with response, cancel) and an L2CAP channel (1 MB up and 300 KB down through streams on a run loop); then the seed's
 # firmware update (examples/firmware-update, FirmwareUpdateKernelTests), unchanged: the updater on bluez sending a
-# 200 KB image over an L2CAP channel (the device on bluez taking a 40 KB image in Write Commands timed out at 240 s in
-# its first whole-group run, not yet explained: FirmwareUpdateKernelTests says so and is not run here). Each test runs
+# 200 KB image over an L2CAP channel (the device on bluez, taking a 40 KB image in Write Commands, is fw-device-bluez:
+# it needs bluetoothd with a 512-octet MTU, which that scenario explains). Each test runs
 # in a test process of its own, so that hci1 is free again for the next. The controllers have 1021-octet LE buffers
 # (fast_controllers): with rootcanal's 27-octet ones the megabyte would not fit in the time limit.
 start_bluez || fail "BlueZ did not start"
