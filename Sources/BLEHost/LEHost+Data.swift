@@ -33,9 +33,16 @@ extension LEHost {
         }
     }
 
-    /// An ACL packet from the controller (Vol 4 Part E §5.4.2). A whole L2CAP frame in one packet (the usual
-    /// case) is dispatched with one copy of its payload; fragments go through the connection's recombiner.
+    /// An ACL packet from the controller (Vol 4 Part E §5.4.2), reported finished once it has been dispatched
+    /// when the controller holds data for us (controller-to-host flow control, LEHost+FlowControl.swift).
     func handleACL(_ packet: HCIPacket) {
+        dispatchACL(packet)
+        if controllerToHostFlowControl { finishedWith(packet) }
+    }
+
+    /// A whole L2CAP frame in one packet (the usual case) is dispatched with one copy of its payload;
+    /// fragments go through the connection's recombiner.
+    func dispatchACL(_ packet: HCIPacket) {
         let b = packet.bytes
         let h: ACLPacket.Header
         do { h = try ACLPacket.Header.decode(b) } catch { return log("dropping malformed ACL packet: \(error)") }

@@ -1,0 +1,80 @@
+// Controller-to-host ACL flow control (Vol 4 Part E §4.2, §7.3.38–§7.3.40).
+//
+// Without it a controller sends ACL data to the host as fast as it arrives over the air, and whatever sits
+// between them (a kernel socket's receive queue, a UART buffer) overflows when the host falls behind: on the
+// HCI user channel the kernel drops such packets silently. With it the controller keeps at most
+// `hostBuffers.totalNumACLDataPackets` packets outstanding at the host and holds the rest (its link layer then
+// stops acknowledging the peer, which slows the peer down); the host reports each packet it has finished
+// with in Host Number Of Completed Packets.
+//
+// Start-up (LEHost+Startup.swift) turns it on after Host Buffer Size when the controller lists all three
+// commands, the host wants it (`wantsControllerToHostFlowControl`), and the controller is not known to list
+// it without implementing it (rootcanal). A controller without it works as before: nothing here runs.
+//
+// A packet is finished once `handleACL` has dispatched it: recombined, and handed to the protocol machines and
+// the delegates, all synchronously on the loop. Finished packets are counted per handle and reported once per
+// loop turn (`LoopTurn.atEnd`), so a burst read in one turn costs one command. The command goes to the
+// controller at once, outside the command queue: it takes no command credit and normally gets no answer
+// (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the command layer as unasked-for.
+// Counts of a handle that disconnected are dropped, never reported (the controller forgot them with the link,
+// §4.3), and packets for a handle the host does not know are not counted.
+//
+// Threading: loop only, like the rest of the host.
+import BLEHCI
+import BLETransport
+
+extension LEHost {
+    /// What the host announces with Host Buffer Size, and why:
+    /// - 1021 octets per packet: above the longest LE data PDU (251), so a controller never fragments for us;
+    ///   1021 is also the ACL length most dual-mode controllers report for themselves, so no controller is asked
+    ///   for anything unusual. The recombiner takes any size; nothing is allocated ahead per buffer.
+    /// - 64 packets: enough that flow control never limits LE throughput (64 packets per report round trip is
+    ///   32,000 packets a second at a 2 ms round trip, far above what LE air carries), and few enough that 64
+    ///   full packets (about 150 KB as kernel socket buffers) fit even the user channel's default receive
+    ///   queue (about 212 KB) without the 8 MB widening.
+    public static let hostACLBuffers = HostBufferSize(aclDataPacketLength: 1021, totalNumACLDataPackets: 64)
+
+    /// Whether start-up asks this controller for flow control.
+    var shouldEnableControllerToHostFlowControl: Bool {
+        wantsControllerToHostFlowControl && startupInfo.supportsControllerToHostFlowControl && !startupInfo.listsFlowControlItLacks
+    }
+
+    /// `packet` has been dispatched: count it for its handle, and report at the end of this loop turn.
+    func finishedWith(_ packet: HCIPacket) {
+        let b = packet.bytes
+        guard b.count >= 2 else { return }
+        let handle = (UInt16(b[0]) | UInt16(b[1]) << 8) & 0x0FFF
+        guard connections[handle] != nil else { return }
+        if let last = hostCompletions.indices.last, hostCompletions[last].handle == handle, hostCompletions[last].count < .max {
+            hostCompletions[last].count += 1
+        } else if let i = hostCompletions.firstIndex(where: { $0.handle == handle && $0.count < .max }) {
+            hostCompletions[i].count += 1
+        } else {
+            hostCompletions.append(CompletedPackets(handle: handle, count: 1))
+        }
+        guard !hostCompletionsFlushScheduled else { return }
+        hostCompletionsFlushScheduled = true
+        if !LoopTurn.atEnd({ [self] in reportHostCompletions() }) { reportHostCompletions() }
+    }
+
+    /// Sends what was finished since the last report, 63 handles per command at most.
+    func reportHostCompletions() {
+        hostCompletionsFlushScheduled = false
+        guard !hostCompletions.isEmpty, controllerToHostFlowControl else { return hostCompletions.removeAll(keepingCapacity: true) }
+        var from = 0
+        while from < hostCompletions.count {
+            let to = min(from + HCICommand.maximumCompletedPacketsEntries, hostCompletions.count)
+            let command = HCICommand.hostNumberOfCompletedPackets(Array(hostCompletions[from..<to]))
+            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(command)"]) }
+            transport.send(command.encode())
+            from = to
+        }
+        hostCompletions.removeAll(keepingCapacity: true)
+    }
+
+    /// A link closed: what it had finished is not reported (Vol 4 Part E §4.3: the controller frees its buffers).
+    func forgetHostCompletions(for handle: UInt16) {
+        guard !hostCompletions.isEmpty else { return }
+        hostCompletions.removeAll { $0.handle == handle }
+    }
+}
