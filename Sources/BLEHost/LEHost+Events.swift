@@ -144,7 +144,7 @@ extension LEHost {
         if let n = aclInFlight.removeValue(forKey: c.handle) { aclCredits += n }
         removeWaitingACL(for: c.handle)
         // Nor do its packets at our side get reported any more: the controller forgot them with the link.
-        forgetHostCompletions(for: c.handle)
+        forgetHostCompletions(of: c)
         // Fail what the client was waiting for.
         let actions = c.gattClient.disconnected()
         perform(actions, on: c)

@@ -16,8 +16,9 @@
 // loop turn (`LoopTurn.atEnd`), so a burst read in one turn costs one command. The command goes to the
 // controller at once, outside the command queue: it takes no command credit and normally gets no answer
 // (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the command layer as unasked-for.
-// Counts of a handle that disconnected are dropped, never reported (the controller forgot them with the link,
-// §4.3), and packets for a handle the host does not know are not counted.
+// Counts are kept on the connection the packet went to; those of a link that closed are dropped, never reported
+// (the controller forgot them with the link, §4.3), and packets for a handle the host does not know (or
+// malformed ones) are not counted.
 //
 // Threading: loop only, like the rest of the host.
 import BLEHCI
@@ -39,42 +40,52 @@ extension LEHost {
         wantsControllerToHostFlowControl && startupInfo.supportsControllerToHostFlowControl && !startupInfo.listsFlowControlItLacks
     }
 
-    /// `packet` has been dispatched: count it for its handle, and report at the end of this loop turn.
-    func finishedWith(_ packet: HCIPacket) {
-        let b = packet.bytes
-        guard b.count >= 2 else { return }
-        let handle = (UInt16(b[0]) | UInt16(b[1]) << 8) & 0x0FFF
-        guard connections[handle] != nil else { return }
-        if let last = hostCompletions.indices.last, hostCompletions[last].handle == handle, hostCompletions[last].count < .max {
-            hostCompletions[last].count += 1
-        } else if let i = hostCompletions.firstIndex(where: { $0.handle == handle && $0.count < .max }) {
-            hostCompletions[i].count += 1
-        } else {
-            hostCompletions.append(CompletedPackets(handle: handle, count: 1))
-        }
+    /// A packet of `c` has been dispatched: count it, and report at the end of this loop turn.
+    func finished(on c: HostConnection) {
+        guard c.isOpen else { return }
+        c.unreportedPackets += 1
+        if c.unreportedPackets == 1 { hostCompletions.append(c) }
         guard !hostCompletionsFlushScheduled else { return }
         hostCompletionsFlushScheduled = true
-        if !LoopTurn.atEnd({ [self] in reportHostCompletions() }) { reportHostCompletions() }
+        if !LoopTurn.atEnd(reportHostCompletionsWork) { reportHostCompletions() }
     }
 
-    /// Sends what was finished since the last report, 63 handles per command at most.
+    /// Sends what was finished since the last report, for links still open, 63 entries per command at most.
     func reportHostCompletions() {
         hostCompletionsFlushScheduled = false
-        guard !hostCompletions.isEmpty, controllerToHostFlowControl else { return hostCompletions.removeAll(keepingCapacity: true) }
-        var from = 0
-        while from < hostCompletions.count {
-            let to = min(from + HCICommand.maximumCompletedPacketsEntries, hostCompletions.count)
-            let command = HCICommand.hostNumberOfCompletedPackets(Array(hostCompletions[from..<to]))
-            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(command)"]) }
-            transport.send(command.encode())
-            from = to
+        guard !hostCompletions.isEmpty else { return }
+        var entries: [CompletedPackets] = []
+        for c in hostCompletions {
+            var n = c.unreportedPackets
+            c.unreportedPackets = 0
+            guard c.isOpen, controllerToHostFlowControl else { continue }
+            while n > 0 {
+                let part = min(n, Int(UInt16.max))
+                entries.append(CompletedPackets(handle: c.handle, count: UInt16(part)))
+                n -= part
+            }
         }
         hostCompletions.removeAll(keepingCapacity: true)
+        var from = 0
+        while from < entries.count {
+            let to = min(from + HCICommand.maximumCompletedPacketsEntries, entries.count)
+            // Built in place (one array): opcode, length, Num_Handles, then handle and count per entry.
+            var b = [UInt8]()
+            b.reserveCapacity(4 + 4 * (to - from))
+            b.append(UInt8(HCIOpcode.hostNumberOfCompletedPackets.rawValue & 0xFF)); b.append(UInt8(HCIOpcode.hostNumberOfCompletedPackets.rawValue >> 8))
+            b.append(UInt8(1 + 4 * (to - from))); b.append(UInt8(to - from))
+            for e in entries[from..<to] {
+                b.append(UInt8(e.handle & 0xFF)); b.append(UInt8(e.handle >> 8))
+                b.append(UInt8(e.count & 0xFF)); b.append(UInt8(e.count >> 8))
+            }
+            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(HCIOpcode.hostNumberOfCompletedPackets)", "entries": "\(entries[from..<to])"]) }
+            transport.send(HCIPacket(type: .command, bytes: b))
+            from = to
+        }
     }
 
     /// A link closed: what it had finished is not reported (Vol 4 Part E §4.3: the controller frees its buffers).
-    func forgetHostCompletions(for handle: UInt16) {
-        guard !hostCompletions.isEmpty else { return }
-        hostCompletions.removeAll { $0.handle == handle }
+    func forgetHostCompletions(of c: HostConnection) {
+        c.unreportedPackets = 0
     }
 }

@@ -28,15 +28,48 @@
 import BLEHCI
 import BLETransport
 
-/// What the host told the controller, and the ACL packets outstanding at it or held for it.
-struct HostFlowState {
+/// What the host told the controller, and the ACL packets outstanding at it or held for it. A class, so that
+/// the per-packet path updates it in place.
+final class HostFlowState {
     var buffers: HostBufferSize?
     var aclOn = false
-    var outstanding: [UInt16: Int] = [:]
+    /// The host's buffers (Host_Total_Num_ACL_Data_Packets) while flow control is on, else unlimited.
+    var limit = Int.max
+    /// Outstanding packets per handle: a short list (one entry per link), searched from the last one used.
+    var outstanding: [(handle: UInt16, count: Int)] = []
     var outstandingTotal = 0
     var held: [HCIPacket] = []
     var heldHead = 0
     var heldCount: Int { held.count - heldHead }
+    /// A peer's controller keeps packets for us (`waitingForPeer` on its link): look there when room comes back.
+    var peersWaiting = false
+
+    func count(_ handle: UInt16) -> Int { outstanding.first { $0.handle == handle }?.count ?? 0 }
+
+    func add(_ handle: UInt16) {
+        outstandingTotal += 1
+        var i = outstanding.count - 1   // a plain loop, no closure: this runs for every packet to the host
+        while i >= 0 && outstanding[i].handle != handle { i -= 1 }
+        if i >= 0 { outstanding[i].count += 1 } else { outstanding.append((handle, 1)) }
+    }
+
+    /// No packet held, and a buffer free at the host (or flow control off): a packet may go straight on.
+    var sendsNow: Bool { heldHead == held.count && outstandingTotal < limit }
+
+    /// Takes up to `n` off `handle`'s count; returns how many it took.
+    func remove(_ n: Int, from handle: UInt16) -> Int {
+        guard let i = outstanding.firstIndex(where: { $0.handle == handle }) else { return 0 }
+        let done = min(n, outstanding[i].count)
+        outstanding[i].count -= done
+        outstandingTotal -= done
+        return done
+    }
+
+    func forget(_ handle: UInt16) {
+        guard let i = outstanding.firstIndex(where: { $0.handle == handle }) else { return }
+        outstandingTotal -= outstanding[i].count
+        outstanding.remove(at: i)
+    }
 }
 
 /// A snapshot of the controller's side of flow control (for tests and diagnostics).
@@ -61,11 +94,15 @@ extension VirtualController {
         }
         return VirtualHostFlowStatus(
             enabled: hostFlow.aclOn, hostBuffers: hostFlow.buffers?.totalNumACLDataPackets ?? 0,
-            outstanding: hostFlow.outstanding.filter { $0.value > 0 }, held: hostFlow.heldCount, waitingAtPeers: waiting)
+            outstanding: Dictionary(uniqueKeysWithValues: hostFlow.outstanding.filter { $0.count > 0 }.map { ($0.handle, $0.count) }),
+            held: hostFlow.heldCount, waitingAtPeers: waiting)
     }
 
     /// Whether this controller's link layer takes another packet from a peer (its receive buffers have room).
-    var acceptsFromAir: Bool { !hostFlow.aclOn || hostFlow.heldCount < heldACLLimit }
+    var acceptsFromAir: Bool {
+        let f = hostFlow
+        return !f.aclOn || f.held.count - f.heldHead < heldACLLimit
+    }
 
     // MARK: Commands
 
@@ -73,6 +110,7 @@ extension VirtualController {
         guard supportsHostFlowControl else { return complete(op, .unknownCommand) }
         guard b.aclDataPacketLength > 0, b.totalNumACLDataPackets > 0 else { return complete(op, .invalidParameters) }
         hostFlow.buffers = b
+        if hostFlow.aclOn { hostFlow.limit = Int(b.totalNumACLDataPackets) }
         complete(op)
         if hostFlow.aclOn { releaseHeld() }
     }
@@ -84,6 +122,7 @@ extension VirtualController {
         // Our choice: flow control cannot be honoured without the host's buffers, so it needs Host Buffer Size first.
         if acl && hostFlow.buffers == nil { return complete(op, .commandDisallowed) }
         hostFlow.aclOn = acl
+        hostFlow.limit = acl ? Int(hostFlow.buffers!.totalNumACLDataPackets) : .max
         complete(op)
         if !acl {
             // Off: what was held goes now, and nothing is counted any more.
@@ -99,14 +138,32 @@ extension VirtualController {
         guard hostFlow.aclOn else { return }
         var invalid = false
         for e in list {
-            guard links[e.handle] != nil, let n = hostFlow.outstanding[e.handle] else {
+            guard links[e.handle] != nil else {
                 invalid = true
                 continue
             }
-            let done = min(n, Int(e.count))
-            if done < Int(e.count) { invalid = true }
-            hostFlow.outstanding[e.handle] = n - done
-            hostFlow.outstandingTotal -= done
+            if hostFlow.remove(Int(e.count), from: e.handle) < Int(e.count) { invalid = true }
+        }
+        if invalid { complete(op, .invalidParameters) }
+        releaseHeld()
+        pullFromPeers()
+    }
+
+    /// Host Number Of Completed Packets read in place (the command comes once per host loop turn while data
+    /// flows): Num_Handles, then handle and count per entry. A length that disagrees is Invalid HCI Command
+    /// Parameters, as for any malformed command.
+    func hostNumberOfCompletedPackets(packet b: [UInt8]) {
+        let op = HCIOpcode.hostNumberOfCompletedPackets
+        guard supportsHostFlowControl else { return complete(op, .unknownCommand) }
+        guard b.count >= 4, Int(b[2]) == b.count - 3, b.count == 4 + 4 * Int(b[3]) else { return complete(op, .invalidParameters) }
+        guard hostFlow.aclOn else { return }
+        var invalid = false
+        var i = 4
+        while i < b.count {
+            let handle = UInt16(b[i]) | UInt16(b[i + 1]) << 8
+            let n = Int(b[i + 2]) | Int(b[i + 3]) << 8
+            i += 4
+            if links[handle] == nil || hostFlow.remove(n, from: handle) < n { invalid = true }
         }
         if invalid { complete(op, .invalidParameters) }
         releaseHeld()
@@ -118,10 +175,16 @@ extension VirtualController {
     /// An ACL packet for our host from the air: sent now while the host has buffers and nothing is held before it,
     /// else held.
     func deliverFromAir(_ packet: HCIPacket) {
-        guard hostFlow.aclOn, let b = hostFlow.buffers else { return deliver(packet) }
+        let f = hostFlow
+        guard f.aclOn, let b = f.buffers else { return deliver(packet) }
         let maxLength = Int(b.aclDataPacketLength)
         if packet.bytes.count - 4 <= maxLength {
-            deliverOrHold(packet, limit: Int(b.totalNumACLDataPackets))
+            if f.sendsNow {
+                f.add((UInt16(packet.bytes[0]) | UInt16(packet.bytes[1]) << 8) & 0x0FFF)
+                deliver(packet)
+            } else {
+                f.held.append(packet)
+            }
             return
         }
         // Longer than the host's buffers: fragments of at most its length (Vol 4 Part E §5.4.2).
@@ -149,17 +212,14 @@ extension VirtualController {
     }
 
     private func sendCounted(_ packet: HCIPacket) {
-        let handle = (UInt16(packet.bytes[0]) | UInt16(packet.bytes[1]) << 8) & 0x0FFF
-        hostFlow.outstanding[handle, default: 0] += 1
-        hostFlow.outstandingTotal += 1
+        hostFlow.add(packet.handleField)
         deliver(packet)
     }
 
     /// Sends held packets, oldest first, while the host has buffers (all of them when flow control is off).
     func releaseHeld() {
         while hostFlow.heldHead < hostFlow.held.count {
-            let limit = hostFlow.aclOn ? Int(hostFlow.buffers?.totalNumACLDataPackets ?? 0) : Int.max
-            guard hostFlow.outstandingTotal < limit || !hostFlow.aclOn else { break }
+            guard hostFlow.outstandingTotal < hostFlow.limit else { break }
             let p = hostFlow.held[hostFlow.heldHead]
             hostFlow.heldHead += 1
             if hostFlow.aclOn { sendCounted(p) } else { deliver(p) }
@@ -176,7 +236,8 @@ extension VirtualController {
     /// Takes the packets our peers kept for us while our buffers were full, as room comes back, and returns
     /// their hosts' credits.
     func pullFromPeers() {
-        guard acceptsFromAir else { return }
+        guard hostFlow.peersWaiting, acceptsFromAir else { return }
+        hostFlow.peersWaiting = false
         for (_, link) in links.sorted(by: { $0.key < $1.key }) {
             guard !link.lost, let peer = link.peer, let pl = peer.links[link.peerHandle] else { continue }
             while acceptsFromAir && pl.waitingHead < pl.waitingForPeer.count {
@@ -189,7 +250,10 @@ extension VirtualController {
                 pl.waitingForPeer.removeAll(keepingCapacity: true)
                 pl.waitingHead = 0
             }
-            if !acceptsFromAir { return }
+            if !acceptsFromAir {
+                hostFlow.peersWaiting = true
+                return
+            }
         }
     }
 
@@ -197,17 +261,18 @@ extension VirtualController {
     /// nothing of this link waits before it; otherwise it waits on the link and its credit is not returned.
     /// Returns whether it crossed.
     func forward(_ packet: HCIPacket, on link: VirtualLink, to peer: VirtualController) -> Bool {
-        if link.waitingHead == link.waitingForPeer.count && peer.acceptsFromAir {
+        if link.waitingForPeer.isEmpty && peer.acceptsFromAir {
             peer.deliverFromAir(packet)
             return true
         }
         link.waitingForPeer.append(packet)
+        peer.hostFlow.peersWaiting = true
         return false
     }
 
     /// Disconnection Complete for `handle` reached the host: the handle's count and held packets are forgotten.
     func hostFlowLinkEnded(_ handle: UInt16) {
-        if let n = hostFlow.outstanding.removeValue(forKey: handle) { hostFlow.outstandingTotal -= n }
+        hostFlow.forget(handle)
         if hostFlow.heldCount > 0 {
             let rest = hostFlow.held[hostFlow.heldHead...].filter { ($0.handleField) != handle }
             hostFlow.held = Array(rest)

@@ -193,6 +193,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         guard isPoweredOn else { return }
         switch packet.type {
         case .command:
+            // Host Number Of Completed Packets, read in place (VirtualController+HostFlow.swift).
+            if packet.bytes.count >= 2, packet.bytes[0] == 0x35, packet.bytes[1] == 0x0C { return hostNumberOfCompletedPackets(packet: packet.bytes) }
             do {
                 handle(command: try HCICommand.decode(packet))
             } catch {
