@@ -13,7 +13,8 @@
 //
 // A packet is finished once `handleACL` has dispatched it: recombined, and handed to the protocol machines and
 // the delegates, all synchronously on the loop. Finished packets are counted per handle and reported once per
-// loop turn (`LoopTurn.atEnd`), so a burst read in one turn costs one command. The command goes to the
+// loop turn (`LoopTurn.atEnd`; on a virtual clock once the loop is idle), so a burst read in one turn costs one
+// command. The command goes to the
 // controller at once, outside the command queue: it takes no command credit and normally gets no answer
 // (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the command layer as unasked-for.
 // Counts are kept on the connection the packet went to; those of a link that closed are dropped, never reported
@@ -47,7 +48,14 @@ extension LEHost {
         if c.unreportedPackets == 1 { hostCompletions.append(c) }
         guard !hostCompletionsFlushScheduled else { return }
         hostCompletionsFlushScheduled = true
-        if !LoopTurn.atEnd(reportHostCompletionsWork) { reportHostCompletions() }
+        // Strong: a host let go during the turn (a test dropping it, a manager deallocated) still reports, and
+        // is released when the turn ends. On a virtual clock, `advance(by:)` runs all its timers and work as one
+        // turn, so the report goes once the work at hand is done instead (the same virtual instant).
+        if loop.clock == .virtual {
+            loop.whenIdle { [self] in reportHostCompletions() }
+        } else if !LoopTurn.atEnd({ [self] in reportHostCompletions() }) {
+            reportHostCompletions()
+        }
     }
 
     /// Sends what was finished since the last report, for links still open, 63 entries per command at most.

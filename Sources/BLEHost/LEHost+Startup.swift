@@ -121,10 +121,10 @@ extension LEHost {
         // Either refused: the controller sends freely, as without the commands.
         StartupStep(
             name: "Host Buffer Size", when: { $0.shouldEnableControllerToHostFlowControl },
-            command: { _ in .hostBufferSize(LEHost.hostACLBuffers) },
+            command: { h in .hostBufferSize(h.announcedHostBuffers) },
             answer: { h, p in
                 try StartupStep.expectSuccess(p)
-                h.startupInfo.hostBuffers = LEHost.hostACLBuffers
+                h.startupInfo.hostBuffers = h.announcedHostBuffers
             }),
         StartupStep(
             name: "Set Controller To Host Flow Control", when: { $0.startupInfo.hostBuffers != nil },
@@ -257,7 +257,7 @@ extension LEHost {
                 "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
                 "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",
                 "advertising": "\(usesExtendedAdvertising ? "extended" : "legacy")",
-                "controller-to-host-flow-control": "\(controllerToHostFlowControl ? "on, \(LEHost.hostACLBuffers.totalNumACLDataPackets) × \(LEHost.hostACLBuffers.aclDataPacketLength)" : "off")",
+                "controller-to-host-flow-control": "\(controllerToHostFlowControl ? "on, \(announcedHostBuffers.totalNumACLDataPackets) × \(announcedHostBuffers.aclDataPacketLength)" : "off")",
             ])
         hadController = true
         LEHost.started.withLock { list in

@@ -79,12 +79,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// The controller holds ACL data for us beyond `hostBuffers.totalNumACLDataPackets` unacknowledged
     /// packets, and the host acknowledges each packet it has finished with (LEHost+FlowControl.swift).
     public internal(set) var controllerToHostFlowControl = false
+    /// The buffers announced with Host Buffer Size (`LEHost.hostACLBuffers` unless a test wants fewer or smaller).
+    public var announcedHostBuffers = LEHost.hostACLBuffers
     /// The links with finished ACL packets not yet reported with Host Number Of Completed Packets (loop only).
     var hostCompletions: [HostConnection] = []
     var hostCompletionsFlushScheduled = false
-    /// The end-of-turn work that reports them, made once (not a closure per loop turn). Unowned: it runs only
-    /// at the end of a turn in which this host handled a packet.
-    lazy var reportHostCompletionsWork: () -> Void = { [unowned self] in reportHostCompletions() }
     /// How long HCI_Reset may take: some controllers answer only after seconds (the Linux kernel waits 10 s).
     public var resetTimeout: LoopTime = .seconds(10)
 

@@ -24,6 +24,7 @@ final class ReadGate: HCITransport, HCITransportSink, @unchecked Sendable {
     /// Command Complete events for Host Number Of Completed Packets (an error answer), as their status.
     var completionErrors: [UInt8] = []
     var aclToHost = 0
+    var longestACL = 0
     var mostACLHeld = 0
     init(_ inner: any HCITransport) { self.inner = inner }
     var name: String { inner.name }
@@ -37,7 +38,10 @@ final class ReadGate: HCITransport, HCITransportSink, @unchecked Sendable {
         inner.send(packet)
     }
     func transport(didReceive packet: HCIPacket) {
-        if packet.type == .acl { aclToHost += 1 }
+        if packet.type == .acl {
+            aclToHost += 1
+            longestACL = max(longestACL, packet.bytes.count - 4)
+        }
         if packet.type == .event, case let .commandComplete(_, op, ret)? = try? HCIEvent.decode(packet), op == .hostNumberOfCompletedPackets {
             completionErrors.append(ret.first ?? 0xFF)
         }
@@ -73,7 +77,10 @@ final class GatedPair: @unchecked Sendable {
     let p = PeripheralRecorder()
     var writable: UInt16 = 0
 
-    init(capture: String? = nil, peripheralSupportsFlowControl: Bool = true, peripheralWantsFlowControl: Bool = true) throws {
+    init(
+        capture: String? = nil, peripheralSupportsFlowControl: Bool = true, peripheralWantsFlowControl: Bool = true,
+        peripheralBuffers: HostBufferSize? = nil
+    ) throws {
         central = try HostFactory.makeHost(on: air, name: "central", position: VirtualPosition(x: 0, y: 0))
         let controller = air.addController(position: VirtualPosition(x: 2, y: 0))
         controller.supportsHostFlowControl = peripheralSupportsFlowControl
@@ -82,6 +89,7 @@ final class GatedPair: @unchecked Sendable {
         gate = ReadGate(inner)
         peripheral = LEHost(transport: gate, loop: air.loop, name: "peripheral")
         peripheral.wantsControllerToHostFlowControl = peripheralWantsFlowControl
+        if let peripheralBuffers { peripheral.announcedHostBuffers = peripheralBuffers }
         p.host = peripheral
         air.loop.sync {
             central.centralDelegate = c
@@ -380,5 +388,25 @@ final class GatedPair: @unchecked Sendable {
         let (r2, r2Sent) = start { $0.commands.formUnion(all); $0.refuses = [.hostBufferSize] }
         #expect(r2Sent.filter(flowOps.contains) == [.hostBufferSize])
         #expect(r2.loop.sync { !r2.controllerToHostFlowControl })
+    }
+
+    /// A host with buffers smaller than the packets its peer sends: the controller fragments to the announced
+    /// length (the rest as continuing fragments), counts every fragment, and never has more than the announced
+    /// number outstanding; the host recombines and reports each fragment.
+    @Test func theControllerFragmentsToTheHostsBufferLength() throws {
+        let t = try GatedPair(peripheralBuffers: HostBufferSize(aclDataPacketLength: 10, totalNumACLDataPackets: 4))
+        #expect(t.air.loop.sync { t.peripheralController.hostFlowStatus.hostBuffers } == 4)
+        t.gate.closed = true
+        let stalled = t.flood(from: 0, to: 300)
+        #expect(t.gate.mostACLHeld == 4)
+        t.air.loop.sync { t.gate.reopen() }
+        #expect(t.flood(from: stalled, to: 300) == 300)
+        t.air.loop.advance(by: .milliseconds(100))
+        #expect(t.received == Array(0..<300))
+        // 4-octet values: ATT 7 + L2CAP 4 = 11 octets per Write Command, so two fragments each (10 + 1).
+        #expect(t.gate.aclToHost == 600)
+        #expect(t.gate.longestACL == 10)
+        #expect(t.gate.completions.reduce(0) { $0 + Int($1.count) } == 600)
+        #expect(t.gate.completions.allSatisfy { $0.count <= 4 })
     }
 }
