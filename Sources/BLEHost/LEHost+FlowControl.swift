@@ -3,7 +3,7 @@
 // Without it a controller sends ACL data to the host as fast as it arrives over the air, and whatever sits
 // between them (a kernel socket's receive queue, a UART buffer) overflows when the host falls behind: on the
 // HCI user channel the kernel drops such packets silently. With it the controller keeps at most
-// `hostBuffers.totalNumACLDataPackets` packets outstanding at the host and holds the rest (its link layer then
+// `announcedHostBuffers.totalNumACLDataPackets` packets outstanding at the host and holds the rest (its link layer then
 // stops acknowledging the peer, which slows the peer down); the host reports each packet it has finished
 // with in Host Number Of Completed Packets.
 //
@@ -14,8 +14,8 @@
 // A packet is finished once `handleACL` has dispatched it: recombined, and handed to the protocol machines and
 // the delegates, all synchronously on the loop. Finished packets are counted per handle and reported once per
 // loop turn (`LoopTurn.atEnd`; on a virtual clock once the loop is idle), so a burst read in one turn costs one
-// command. The command goes to the
-// controller at once, outside the command queue: it takes no command credit and normally gets no answer
+// command. The command goes to the controller at once, outside the command queue: it takes no command credit
+// and normally gets no answer
 // (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the command layer as unasked-for.
 // Counts are kept on the connection the packet went to; those of a link that closed are dropped, never reported
 // (the controller forgot them with the link, §4.3), and packets for a handle the host does not know (or
