@@ -15,8 +15,8 @@
 // the delegates, all synchronously on the loop. Finished packets are counted per handle and reported once per
 // loop turn (`LoopTurn.atEnd`; on a virtual clock once the loop is idle), so a burst read in one turn costs one
 // command. The command goes to the controller at once, outside the command queue: it takes no command credit
-// and normally gets no answer
-// (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the command layer as unasked-for.
+// and normally gets no answer (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the
+// command layer as unasked-for.
 // Counts are kept on the connection the packet went to; those of a link that closed are dropped, never reported
 // (the controller forgot them with the link, §4.3), and packets for a handle the host does not know (or
 // malformed ones) are not counted.
