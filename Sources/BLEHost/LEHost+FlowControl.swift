@@ -58,38 +58,38 @@ extension LEHost {
         }
     }
 
-    /// Sends what was finished since the last report, for links still open, 63 entries per command at most.
+    /// Sends what was finished since the last report, for links still open, 63 entries per command at most;
+    /// each command is built in place (one array): opcode, length, Num_Handles, then handle and count per entry.
     func reportHostCompletions() {
         hostCompletionsFlushScheduled = false
         guard !hostCompletions.isEmpty else { return }
-        var entries: [CompletedPackets] = []
+        var b = [UInt8]()
+        func flush() {
+            guard b.count > 4 else { return }
+            b[2] = UInt8(b.count - 3)
+            b[3] = UInt8((b.count - 4) / 4)
+            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(HCIOpcode.hostNumberOfCompletedPackets)", "parameters": "\(b[3...])"]) }
+            transport.send(HCIPacket(type: .command, bytes: b))
+        }
         for c in hostCompletions {
             var n = c.unreportedPackets
             c.unreportedPackets = 0
             guard c.isOpen, controllerToHostFlowControl else { continue }
             while n > 0 {
+                if b.count >= 4 + 4 * HCICommand.maximumCompletedPacketsEntries { flush(); b.removeAll(keepingCapacity: true) }
+                if b.isEmpty {
+                    b.reserveCapacity(4 + 4 * min(hostCompletions.count, HCICommand.maximumCompletedPacketsEntries))
+                    b.append(UInt8(HCIOpcode.hostNumberOfCompletedPackets.rawValue & 0xFF)); b.append(UInt8(HCIOpcode.hostNumberOfCompletedPackets.rawValue >> 8))
+                    b.append(0); b.append(0)
+                }
                 let part = min(n, Int(UInt16.max))
-                entries.append(CompletedPackets(handle: c.handle, count: UInt16(part)))
+                b.append(UInt8(c.handle & 0xFF)); b.append(UInt8(c.handle >> 8))
+                b.append(UInt8(part & 0xFF)); b.append(UInt8(part >> 8))
                 n -= part
             }
         }
         hostCompletions.removeAll(keepingCapacity: true)
-        var from = 0
-        while from < entries.count {
-            let to = min(from + HCICommand.maximumCompletedPacketsEntries, entries.count)
-            // Built in place (one array): opcode, length, Num_Handles, then handle and count per entry.
-            var b = [UInt8]()
-            b.reserveCapacity(4 + 4 * (to - from))
-            b.append(UInt8(HCIOpcode.hostNumberOfCompletedPackets.rawValue & 0xFF)); b.append(UInt8(HCIOpcode.hostNumberOfCompletedPackets.rawValue >> 8))
-            b.append(UInt8(1 + 4 * (to - from))); b.append(UInt8(to - from))
-            for e in entries[from..<to] {
-                b.append(UInt8(e.handle & 0xFF)); b.append(UInt8(e.handle >> 8))
-                b.append(UInt8(e.count & 0xFF)); b.append(UInt8(e.count >> 8))
-            }
-            if loggers.hciTraces { loggers.hci.trace("command out", metadata: ["command": "\(HCIOpcode.hostNumberOfCompletedPackets)", "entries": "\(entries[from..<to])"]) }
-            transport.send(HCIPacket(type: .command, bytes: b))
-            from = to
-        }
+        flush()
     }
 
     /// A link closed: what it had finished is not reported (Vol 4 Part E §4.3: the controller frees its buffers).

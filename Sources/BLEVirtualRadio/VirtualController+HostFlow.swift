@@ -58,7 +58,9 @@ final class HostFlowState {
 
     /// Takes up to `n` off `handle`'s count; returns how many it took.
     func remove(_ n: Int, from handle: UInt16) -> Int {
-        guard let i = outstanding.firstIndex(where: { $0.handle == handle }) else { return 0 }
+        var i = outstanding.count - 1
+        while i >= 0 && outstanding[i].handle != handle { i -= 1 }
+        guard i >= 0 else { return 0 }
         let done = min(n, outstanding[i].count)
         outstanding[i].count -= done
         outstandingTotal -= done
@@ -218,6 +220,7 @@ extension VirtualController {
 
     /// Sends held packets, oldest first, while the host has buffers (all of them when flow control is off).
     func releaseHeld() {
+        guard hostFlow.heldHead < hostFlow.held.count else { return }
         while hostFlow.heldHead < hostFlow.held.count {
             guard hostFlow.outstandingTotal < hostFlow.limit else { break }
             let p = hostFlow.held[hostFlow.heldHead]
