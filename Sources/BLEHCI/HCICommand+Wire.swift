@@ -2,6 +2,9 @@
 import BLEWire
 
 extension HCICommand {
+    /// Entries of one Host Number Of Completed Packets command: 1 + 4 × 63 = 253 parameter octets (at most 255).
+    public static let maximumCompletedPacketsEntries = 63
+
     /// The complete command packet.
     public func encode() -> HCIPacket {
         var w = ByteWriter(capacity: 40)
@@ -100,6 +103,17 @@ extension HCICommand {
             w.write(h); w.write(random); w.write(ediv); w.write(contentsOf: ltk)
         case let .leLongTermKeyRequestReply(h, ltk):
             w.write(h); w.write(contentsOf: ltk)
+        case let .setControllerToHostFlowControl(enable):
+            w.write(enable)
+        case let .hostBufferSize(b):
+            w.write(b.aclDataPacketLength); w.write(b.synchronousDataPacketLength)
+            w.write(b.totalNumACLDataPackets); w.write(b.totalNumSynchronousDataPackets)
+        case let .hostNumberOfCompletedPackets(list):
+            // Num_Handles, then handle and count per entry: arrays interleave element by element (§5.2), as
+            // in Number Of Completed Packets (Linux and Zephyr lay both out as handle/count pairs).
+            precondition(list.count <= HCICommand.maximumCompletedPacketsEntries, "at most 63 handles fit one command")
+            w.write(UInt8(list.count))
+            for e in list { w.write(e.handle); w.write(e.count) }
         case let .unknown(_, params):
             w.write(contentsOf: params)
         }
@@ -203,6 +217,17 @@ extension HCICommand {
         case .leLongTermKeyRequestNegativeReply: return .leLongTermKeyRequestNegativeReply(handle: try r.readUInt16())
         case .readRSSI: return .readRSSI(handle: try r.readUInt16())
         case .readRemoteVersionInformation: return .readRemoteVersionInformation(handle: try r.readUInt16())
+        case .setControllerToHostFlowControl: return .setControllerToHostFlowControl(try r.readUInt8())
+        case .hostBufferSize:
+            return .hostBufferSize(
+                HostBufferSize(
+                    aclDataPacketLength: try r.readUInt16(), synchronousDataPacketLength: try r.readUInt8(),
+                    totalNumACLDataPackets: try r.readUInt16(), totalNumSynchronousDataPackets: try r.readUInt16()))
+        case .hostNumberOfCompletedPackets:
+            let n = Int(try r.readUInt8())
+            var list: [CompletedPackets] = []
+            for _ in 0..<n { list.append(CompletedPackets(handle: try r.readUInt16(), count: try r.readUInt16())) }
+            return .hostNumberOfCompletedPackets(list)
         case .leSetAdvertisingSetRandomAddress:
             return .leSetAdvertisingSetRandomAddress(handle: try r.readUInt8(), address: try r.readAddress(type: .random))
         case .leSetExtendedAdvertisingParameters:

@@ -50,6 +50,12 @@ public enum HCICommand: Sendable, Equatable {
     case leLongTermKeyRequestNegativeReply(handle: UInt16)
     case readRSSI(handle: UInt16)
     case readRemoteVersionInformation(handle: UInt16)
+    /// Controller-to-host flow control (§7.3.38–§7.3.40, and §4.2): Flow_Control_Enable (0x00 off, 0x01 ACL on,
+    /// 0x02 synchronous on, 0x03 both); the host's buffers; and the packets the host has finished with per
+    /// handle. Host Number Of Completed Packets is sent without a command credit and normally gets no answer.
+    case setControllerToHostFlowControl(UInt8)
+    case hostBufferSize(HostBufferSize)
+    case hostNumberOfCompletedPackets([CompletedPackets])
     // Extended advertising, scanning and initiating (§7.8.52–§7.8.66); see HCIExtendedAdvertising.swift.
     case leSetAdvertisingSetRandomAddress(handle: UInt8, address: BluetoothAddress)
     case leSetExtendedAdvertisingParameters(LESetExtendedAdvertisingParameters)
@@ -110,6 +116,9 @@ public enum HCICommand: Sendable, Equatable {
         case .leLongTermKeyRequestNegativeReply: return .leLongTermKeyRequestNegativeReply
         case .readRSSI: return .readRSSI
         case .readRemoteVersionInformation: return .readRemoteVersionInformation
+        case .setControllerToHostFlowControl: return .setControllerToHostFlowControl
+        case .hostBufferSize: return .hostBufferSize
+        case .hostNumberOfCompletedPackets: return .hostNumberOfCompletedPackets
         case .leSetAdvertisingSetRandomAddress: return .leSetAdvertisingSetRandomAddress
         case .leSetExtendedAdvertisingParameters: return .leSetExtendedAdvertisingParameters
         case .leSetExtendedAdvertisingData: return .leSetExtendedAdvertisingData

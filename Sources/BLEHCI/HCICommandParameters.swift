@@ -147,3 +147,20 @@ public struct LESetPHY: Sendable, Equatable {
         self.phyOptions = phyOptions
     }
 }
+
+/// HCI_Host_Buffer_Size (Vol 4 Part E §7.3.39): the largest data part of an ACL (and synchronous) packet the
+/// host takes from the controller, and how many of them it holds at once. The controller fragments to the
+/// length and, with flow control on (§7.3.38), never has more than the total outstanding at the host.
+public struct HostBufferSize: Sendable, Equatable {
+    public var aclDataPacketLength: UInt16
+    public var synchronousDataPacketLength: UInt8
+    public var totalNumACLDataPackets: UInt16
+    public var totalNumSynchronousDataPackets: UInt16
+
+    public init(aclDataPacketLength: UInt16, synchronousDataPacketLength: UInt8 = 0, totalNumACLDataPackets: UInt16, totalNumSynchronousDataPackets: UInt16 = 0) {
+        self.aclDataPacketLength = aclDataPacketLength
+        self.synchronousDataPacketLength = synchronousDataPacketLength
+        self.totalNumACLDataPackets = totalNumACLDataPackets
+        self.totalNumSynchronousDataPackets = totalNumSynchronousDataPackets
+    }
+}

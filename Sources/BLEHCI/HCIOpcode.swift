@@ -15,6 +15,10 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let setEventMask = HCIOpcode(ogf: 0x03, ocf: 0x0001)
     public static let reset = HCIOpcode(ogf: 0x03, ocf: 0x0003)
     public static let readTransmitPowerLevel = HCIOpcode(ogf: 0x03, ocf: 0x002D)
+    /// Controller-to-host flow control (§7.3.38–§7.3.40).
+    public static let setControllerToHostFlowControl = HCIOpcode(ogf: 0x03, ocf: 0x0031)
+    public static let hostBufferSize = HCIOpcode(ogf: 0x03, ocf: 0x0033)
+    public static let hostNumberOfCompletedPackets = HCIOpcode(ogf: 0x03, ocf: 0x0035)
     public static let setEventMaskPage2 = HCIOpcode(ogf: 0x03, ocf: 0x0063)
     public static let writeLEHostSupport = HCIOpcode(ogf: 0x03, ocf: 0x006D)
     // Informational (OGF 0x04)

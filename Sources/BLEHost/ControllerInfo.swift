@@ -10,6 +10,10 @@ public struct SupportedCommand: Sendable, Hashable {
     public let bit: Int
     public init(octet: Int, bit: Int) { self.octet = octet; self.bit = bit }
 
+    /// Controller-to-host flow control (Vol 4 Part E §7.3.38–§7.3.40).
+    public static let setControllerToHostFlowControl = SupportedCommand(octet: 10, bit: 5)
+    public static let hostBufferSize = SupportedCommand(octet: 10, bit: 6)
+    public static let hostNumberOfCompletedPackets = SupportedCommand(octet: 10, bit: 7)
     public static let readLocalSupportedFeatures = SupportedCommand(octet: 14, bit: 5)
     public static let readBufferSize = SupportedCommand(octet: 14, bit: 7)
     public static let leReadLocalSupportedFeatures = SupportedCommand(octet: 25, bit: 2)
@@ -69,6 +73,10 @@ public struct ControllerInfo: Sendable, Equatable {
     public var advertisingSets: UInt8?
     /// Zephyr's vendor version, when the controller answered it.
     public var zephyrVersion: ZephyrReadVersionReturn?
+    /// The host's ACL buffers as announced with Host Buffer Size (nil: not announced), and whether the
+    /// controller took Set Controller To Host Flow Control for ACL data (Vol 4 Part E §4.2).
+    public var hostBuffers: HostBufferSize?
+    public var controllerToHostFlowControl = false
 
     public init() {}
 
@@ -77,6 +85,18 @@ public struct ControllerInfo: Sendable, Equatable {
         guard let map = supportedCommands, map.count == 64 else { return command.octet <= 28 }
         return map[command.octet] & (1 << command.bit) != 0
     }
+
+    /// The three commands of controller-to-host flow control, listed in a map the controller gave (never
+    /// assumed without one: they are optional since Bluetooth 1.1).
+    public var supportsControllerToHostFlowControl: Bool {
+        supportedCommands?.count == 64
+            && [SupportedCommand.setControllerToHostFlowControl, .hostBufferSize, .hostNumberOfCompletedPackets].allSatisfy(supports)
+    }
+
+    /// Google's rootcanal (company identifier 0x00E0) lists Set Controller To Host Flow Control but does not
+    /// implement it: rootcanal 1.10 aborts on it in its default (strict) mode and answers Unknown HCI Command
+    /// otherwise. The host leaves flow control off there.
+    public var listsFlowControlItLacks: Bool { version?.companyIdentifier == 0x00E0 }
 
     public var supportsDataLengthExtension: Bool { leFeatures.contains(.dataPacketLengthExtension) && supports(.leSetDataLength) }
     public var supportsLE2M: Bool { leFeatures.contains(.le2MPHY) && supports(.leSetPHY) }

@@ -21,6 +21,9 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     public internal(set) var attMTU: UInt16 = 23
     /// The largest LL data PDU payloads in force (Vol 6 Part B §4.5.10), from LE Data Length Change.
     public internal(set) var maxTxOctets: UInt16 = 27
+    /// ACL packets of this link the host has finished with and not yet reported (controller-to-host flow
+    /// control, LEHost+FlowControl.swift). Loop only.
+    var unreportedPackets = 0
     public internal(set) var maxRxOctets: UInt16 = 27
     /// The PHYs in use (1 LE 1M, 2 LE 2M, 3 LE Coded), from LE PHY Update Complete.
     public internal(set) var txPHY: UInt8 = 1

@@ -33,15 +33,26 @@ extension LEHost {
         }
     }
 
-    /// An ACL packet from the controller (Vol 4 Part E §5.4.2). A whole L2CAP frame in one packet (the usual
-    /// case) is dispatched with one copy of its payload; fragments go through the connection's recombiner.
+    /// An ACL packet from the controller (Vol 4 Part E §5.4.2), reported finished once it has been dispatched
+    /// when the controller holds data for us (controller-to-host flow control, LEHost+FlowControl.swift).
     func handleACL(_ packet: HCIPacket) {
+        let c = dispatchACL(packet)
+        if controllerToHostFlowControl, let c { finished(on: c) }
+    }
+
+    /// A whole L2CAP frame in one packet (the usual case) is dispatched with one copy of its payload;
+    /// fragments go through the connection's recombiner. Returns the connection it went to (nil: dropped).
+    @discardableResult
+    func dispatchACL(_ packet: HCIPacket) -> HostConnection? {
         let b = packet.bytes
         let h: ACLPacket.Header
-        do { h = try ACLPacket.Header.decode(b) } catch { return log("dropping malformed ACL packet: \(error)") }
+        do { h = try ACLPacket.Header.decode(b) } catch {
+            log("dropping malformed ACL packet: \(error)")
+            return nil
+        }
         guard let c = connections[h.handle] else {
             log("ACL for unknown handle 0x\(String(h.handle, radix: 16))")
-            return
+            return nil
         }
         if h.boundary != .continuing, h.length >= 4, c.recombiner.isIdle {
             let frameLength = Int(b[4]) | Int(b[5]) << 8
@@ -56,13 +67,15 @@ extension LEHost {
                     centralDelegate?.host(
                         self, connection: c, didReceiveValue: Array(b[11...]), forHandle: UInt16(b[9]) | UInt16(b[10]) << 8,
                         isIndication: false)
-                    return
+                    return c
                 }
                 let cid = L2CAPChannelID(rawValue: UInt16(b[6]) | UInt16(b[7]) << 8)
-                return dispatch(L2CAPFrame(channelID: cid, payload: Array(b[8...])), on: c)
+                dispatch(L2CAPFrame(channelID: cid, payload: Array(b[8...])), on: c)
+                return c
             }
         }
         handle(acl: ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(b[4...])), on: c)
+        return c
     }
 
     static let notificationOpcode = ATTOpcode.handleValueNotification.rawValue

@@ -143,6 +143,8 @@ extension LEHost {
         // The controller frees the buffers of a closed link (Vol 4 Part E §4.3).
         if let n = aclInFlight.removeValue(forKey: c.handle) { aclCredits += n }
         removeWaitingACL(for: c.handle)
+        // Nor do its packets at our side get reported any more: the controller forgot them with the link.
+        forgetHostCompletions(of: c)
         // Fail what the client was waiting for.
         let actions = c.gattClient.disconnected()
         perform(actions, on: c)

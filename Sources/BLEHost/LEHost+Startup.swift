@@ -6,7 +6,8 @@
 //
 //   Reset (waits up to `resetTimeout`, 10 s: some controllers take seconds)
 //   → version → supported commands → LMP features → BD_ADDR → event mask → LE features → LE event mask
-//   → LE buffers (0: the BR/EDR buffers are shared, Read Buffer Size) → maximum data length (DLE)
+//   → LE buffers (0: the BR/EDR buffers are shared, Read Buffer Size) → Host Buffer Size and Set Controller To
+//   Host Flow Control (where listed) → maximum data length (DLE)
 //   → advertising sets and data length (extended advertising) → Zephyr vendor version, commands and static
 //   addresses (no public address, HCI 5.0+ or manufacturer 0x05F1) → our identity address → LE Set Random Address.
 import Foundation
@@ -114,6 +115,23 @@ extension LEHost {
                 }
                 h.startupInfo.aclBufferSize = Int(b.aclDataPacketLength)
                 h.startupInfo.aclBufferCount = Int(b.totalNumACLDataPackets)
+            }),
+        // Controller-to-host flow control (LEHost+FlowControl.swift), in the order Zephyr's and btstack's hosts
+        // use: the host's buffers, then flow control on for ACL data only (0x01: we carry no synchronous data).
+        // Either refused: the controller sends freely, as without the commands.
+        StartupStep(
+            name: "Host Buffer Size", when: { $0.shouldEnableControllerToHostFlowControl },
+            command: { h in .hostBufferSize(h.announcedHostBuffers) },
+            answer: { h, p in
+                try StartupStep.expectSuccess(p)
+                h.startupInfo.hostBuffers = h.announcedHostBuffers
+            }),
+        StartupStep(
+            name: "Set Controller To Host Flow Control", when: { $0.startupInfo.hostBuffers != nil },
+            command: { _ in .setControllerToHostFlowControl(0x01) },
+            answer: { h, p in
+                try StartupStep.expectSuccess(p)
+                h.startupInfo.controllerToHostFlowControl = true
             }),
         StartupStep(
             name: "LE Read Maximum Data Length",
@@ -227,6 +245,9 @@ extension LEHost {
         aclBufferSize = startupInfo.aclBufferSize
         aclBufferCount = startupInfo.aclBufferCount
         aclCredits = aclBufferCount
+        controllerToHostFlowControl = startupInfo.controllerToHostFlowControl
+        hostCompletions.removeAll()
+        hostCompletionsFlushScheduled = false
         usesExtendedAdvertising = startupInfo.supportsExtendedAdvertising && !prefersLegacyAdvertising
         controllerInfoSnapshot.withLock { $0 = startupInfo }
         loggers.hci.debug(
@@ -236,6 +257,7 @@ extension LEHost {
                 "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
                 "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",
                 "advertising": "\(usesExtendedAdvertising ? "extended" : "legacy")",
+                "controller-to-host-flow-control": "\(controllerToHostFlowControl ? "on, \(announcedHostBuffers.totalNumACLDataPackets) × \(announcedHostBuffers.aclDataPacketLength)" : "off")",
             ])
         hadController = true
         LEHost.started.withLock { list in

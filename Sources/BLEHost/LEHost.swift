@@ -103,6 +103,20 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         if let v = getenv("BLE_LEGACY_ADVERTISING") { return String(cString: v) == "1" }
         return false
     }()
+    /// Ask the controller for controller-to-host ACL flow control (Vol 4 Part E §4.2) where it lists the
+    /// commands: on by default; `BLE_HOST_FLOW_CONTROL=0` turns it off (for debugging). Read at start-up.
+    public var wantsControllerToHostFlowControl: Bool = {
+        if let v = getenv("BLE_HOST_FLOW_CONTROL") { return String(cString: v) != "0" }
+        return true
+    }()
+    /// The controller holds ACL data for us beyond `hostBuffers.totalNumACLDataPackets` unacknowledged
+    /// packets, and the host acknowledges each packet it has finished with (LEHost+FlowControl.swift).
+    public internal(set) var controllerToHostFlowControl = false
+    /// The buffers announced with Host Buffer Size (`LEHost.hostACLBuffers` unless a test wants fewer or smaller).
+    public var announcedHostBuffers = LEHost.hostACLBuffers
+    /// The links with finished ACL packets not yet reported with Host Number Of Completed Packets (loop only).
+    var hostCompletions: [HostConnection] = []
+    var hostCompletionsFlushScheduled = false
     /// How long HCI_Reset may take: some controllers answer only after seconds (the Linux kernel waits 10 s).
     public var resetTimeout: LoopTime = .seconds(10)
 
@@ -339,6 +353,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         aclWaiting.removeAll()
         aclWaitingHead = 0
         aclInFlight.removeAll()
+        controllerToHostFlowControl = false
+        hostCompletions.removeAll()
         isScanning = false
         scanningForConnects = false
         followedPrivateTarget = nil

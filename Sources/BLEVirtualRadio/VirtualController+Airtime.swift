@@ -99,9 +99,15 @@ extension VirtualController {
         link.airQueue[link.airHead].sent += 1
         let p = link.airQueue[link.airHead]
         guard p.sent == p.fragments.count else { return }
+        // The receiver's buffers for its host are full (controller-to-host flow control): it does not
+        // acknowledge, and the fragment goes again.
+        if !link.lost && !receiver.acceptsFromAir {
+            link.airQueue[link.airHead].sent -= 1
+            return
+        }
         link.airHead += 1
         if link.airHead == link.airQueue.count { link.airQueue.removeAll(keepingCapacity: true); link.airHead = 0 }
-        if !link.lost { receiver.deliver(p.forPeer) }
+        if !link.lost { receiver.deliverFromAir(p.forPeer) }
         sender.creditReturned(handle: p.handle)
     }
 }

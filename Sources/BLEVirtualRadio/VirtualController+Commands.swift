@@ -27,6 +27,7 @@ extension VirtualController {
         set(0, 5)   // Disconnect
         set(2, 7)   // Read Remote Version Information
         set(5, 6); set(5, 7)   // Set Event Mask, Reset
+        set(10, 5); set(10, 6); set(10, 7)   // Set Controller To Host Flow Control, Host Buffer Size, Host Number Of Completed Packets
         set(14, 3); set(14, 5); set(14, 7)   // Read Local Version, Read Local Supported Features, Read Buffer Size
         set(15, 1); set(15, 5)   // Read BD_ADDR, Read RSSI
         for b in [0, 1, 2, 4, 5, 6, 7] { set(25, b) }   // LE Set Event Mask … LE Set Advertising Data
@@ -53,7 +54,9 @@ extension VirtualController {
         case .readBDADDR:
             complete(op, ReadBDADDRReturn(status: .success, address: BluetoothAddress(bytes: address.bytes)))
         case .readLocalSupportedCommands:
-            complete(op, ReadLocalSupportedCommandsReturn(status: .success, supportedCommands: Self.supportedCommands))
+            var map = Self.supportedCommands
+            if !supportsHostFlowControl { map[10] &= ~0xE0 }
+            complete(op, ReadLocalSupportedCommandsReturn(status: .success, supportedCommands: map))
         case .readLocalSupportedFeatures:
             // LMP features: bit 38 "LE Supported (Controller)", bit 37 "BR/EDR Not Supported".
             complete(op, ReadLocalSupportedFeaturesReturn(status: .success, features: 1 << 38 | 1 << 37))
@@ -66,6 +69,12 @@ extension VirtualController {
         case let .setEventMask(m):
             eventMask = m
             complete(op)
+        case let .hostBufferSize(b):
+            hostBufferSize(b, op: op)   // VirtualController+HostFlow.swift
+        case let .setControllerToHostFlowControl(enable):
+            setControllerToHostFlowControl(enable, op: op)
+        case let .hostNumberOfCompletedPackets(list):
+            hostNumberOfCompletedPackets(list, op: op)
         case let .leSetEventMask(m):
             leEventMask = m
             complete(op)

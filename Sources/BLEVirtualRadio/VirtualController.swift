@@ -35,6 +35,9 @@ final class VirtualLink {
     var eventTimer: LoopTimer?
     /// The air had an airtime model when the link was made (it is set before connections are made).
     var timed = false
+    /// Our host's packets that the peer's full buffers hold back (VirtualController+HostFlow.swift).
+    var waitingForPeer: [HCIPacket] = []
+    var waitingHead = 0
 
     init(handle: UInt16, role: UInt8, peer: VirtualController, peerHandle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) {
         self.handle = handle; self.role = role; self.peer = peer; self.peerHandle = peerHandle
@@ -116,6 +119,14 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     var links: [UInt16: VirtualLink] = [:]
     var nextHandle: UInt16 = 0x0040
     var completedPackets: [UInt16: UInt16] = [:]
+    /// Controller-to-host flow control (VirtualController+HostFlow.swift).
+    var hostFlow = HostFlowState()
+    /// How many ACL packets this controller holds for a host that has not reported them finished before its
+    /// link layer stops acknowledging the peer (its receive buffers). Loop-confined.
+    public var heldACLLimit = 32
+    /// Whether the controller lists and implements controller-to-host flow control (false: like a controller
+    /// without it, the commands are not in its map and answer Unknown HCI Command). Loop-confined.
+    public var supportsHostFlowControl = true
     var completedFlushScheduled = false
     /// Packets for the host waiting for their loop hop (`deliver`), and the emptied array of the last hop.
     var outbox: [HCIPacket] = []
@@ -179,6 +190,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     func deliver(_ event: HCIEvent) {
         guard isPoweredOn, eventAllowed(event) else { return }
         deliver(event.encode())
+        if hostFlow.aclOn, case let .disconnectionComplete(.success, handle, _) = event { hostFlowLinkEnded(handle) }
     }
 
     /// Vol 4 Part E §7.3.1 and §7.8.1: events masked off by the host are not sent.
@@ -199,6 +211,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         guard isPoweredOn else { return }
         switch packet.type {
         case .command:
+            // Host Number Of Completed Packets, read in place (VirtualController+HostFlow.swift).
+            if packet.bytes.count >= 2, packet.bytes[0] == 0x35, packet.bytes[1] == 0x0C { return hostNumberOfCompletedPackets(packet: packet.bytes) }
             do {
                 handle(command: try HCICommand.decode(packet))
             } catch {
@@ -261,6 +275,7 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
         for (_, link) in links { link.peer?.peerLost(link.peerHandle) }
         links.removeAll()
         completedPackets.removeAll()
+        hostFlow = HostFlowState()   // Reset turns controller-to-host flow control off
         eventMask = 0x0000_1FFF_FFFF_FFFF
         leEventMask = 0x0000_0000_0000_001F
         advertisingParameters = LESetAdvertisingParameters()
@@ -299,7 +314,8 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
             let first = (link.peerHandle & 0x0FFF) | UInt16(h.boundary.rawValue) << 12 | UInt16(h.broadcast & 0x3) << 14
             out.bytes[0] = UInt8(first & 0xFF)
             out.bytes[1] = UInt8(first >> 8)
-            peer.deliver(out)
+            // The peer's buffers for its host are full: the packet waits, and so does its credit.
+            guard forward(out, on: link, to: peer) else { return }
         }
         // The packet left our buffers: return the credit.
         creditReturned(handle: h.handle)

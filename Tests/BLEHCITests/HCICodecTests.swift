@@ -34,6 +34,8 @@ let allCommands: [HCICommand] = [
     .leEncrypt(key: Array(0..<16), plaintext: Array(16..<32)), .leStartEncryption(handle: 0x40, random: 0x1122334455667788, ediv: 0x9AB, ltk: Array(0..<16)),
     .leLongTermKeyRequestReply(handle: 0x40, ltk: Array(repeating: 7, count: 16)), .leLongTermKeyRequestNegativeReply(handle: 0x40),
     .readRSSI(handle: 0x40), .readRemoteVersionInformation(handle: 0x40),
+    .setControllerToHostFlowControl(0x01), .hostBufferSize(HostBufferSize(aclDataPacketLength: 1021, totalNumACLDataPackets: 64)),
+    .hostNumberOfCompletedPackets([]), .hostNumberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 3), CompletedPackets(handle: 0x0EFF, count: 0xFFFF)]),
     .unknown(opcode: HCIOpcode(ogf: 0x3F, ocf: 0x0001), parameters: [1, 2, 3]),
 ]
 

@@ -25,6 +25,8 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
     var commands: Set<SupportedCommand> = []
     var zephyr = false
     var ignoresVendor = false
+    /// Commands answered Unknown HCI Command although the map may list them (rootcanal's flow control).
+    var refuses: Set<HCIOpcode> = []
 
     init(label: String, loop: EventLoop) { self.label = label; self.loop = loop }
 
@@ -41,6 +43,7 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
         }
         var map = [UInt8](repeating: 0, count: 64)
         for s in commands { map[s.octet] |= 1 << s.bit }
+        if refuses.contains(op) { return complete([0x01]) }
         switch c {
         case .reset: complete([0], after: resetDelay)
         case .readLocalVersionInformation:
