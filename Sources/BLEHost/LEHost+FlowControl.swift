@@ -12,11 +12,11 @@
 // it without implementing it (rootcanal). A controller without it works as before: nothing here runs.
 //
 // A packet is finished once `handleACL` has dispatched it: recombined, and handed to the protocol machines and
-// the delegates, all synchronously on the loop. Finished packets are counted per handle and reported once per
-// loop turn (`LoopTurn.atEnd`; on a virtual clock once the loop is idle), so a burst read in one turn costs one
-// command. The command goes to the controller at once, outside the command queue: it takes no command credit
-// and normally gets no answer (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the
-// command layer as unasked-for.
+// the delegates, all synchronously on the loop. Finished packets are counted per handle and reported once the
+// loop has done the work at hand (`whenIdle`), so a burst costs one command however many turns it takes. The
+// command goes to the controller at once, outside the command queue: it takes no command credit and normally
+// gets no answer (§7.3.40); an error answer (Invalid HCI Command Parameters) is logged by the command layer as
+// unasked-for.
 // Counts are kept on the connection the packet went to; those of a link that closed are dropped, never reported
 // (the controller forgot them with the link, §4.3), and packets for a handle the host does not know (or
 // malformed ones) are not counted.
@@ -41,19 +41,20 @@ extension LEHost {
         wantsControllerToHostFlowControl && startupInfo.supportsControllerToHostFlowControl && !startupInfo.listsFlowControlItLacks
     }
 
-    /// A packet of `c` has been dispatched: count it, and report at the end of this loop turn.
+    /// A packet of `c` has been dispatched: count it, and report once the loop has finished the work at hand: a
+    /// burst read over several turns costs one command, and a Disconnection Complete read in the same burst
+    /// comes before the report, which then leaves that link out. The loop cannot stay busy with our link's data
+    /// for long without reporting, because the controller sends no more than the announced buffers meanwhile.
     func finished(on c: HostConnection) {
         guard c.isOpen else { return }
         c.unreportedPackets += 1
         if c.unreportedPackets == 1 { hostCompletions.append(c) }
         guard !hostCompletionsFlushScheduled else { return }
         hostCompletionsFlushScheduled = true
-        // Strong: a host let go during the turn (a test dropping it, a manager deallocated) still reports, and
-        // is released when the turn ends. On a virtual clock, `advance(by:)` runs all its timers and work as one
-        // turn, so the report goes once the work at hand is done instead (the same virtual instant).
-        if loop.clock == .virtual {
-            loop.whenIdle { [self] in reportHostCompletions() }
-        } else if !LoopTurn.atEnd({ [self] in reportHostCompletions() }) {
+        // Strong: a host let go meanwhile (a test dropping it, a manager deallocated) still reports, and is
+        // released after. On a virtual clock `advance(by:)` is one turn; idleness is still reached within it.
+        loop.whenIdle { [self] in
+            hostCompletionsFlushScheduled = false
             reportHostCompletions()
         }
     }
@@ -61,7 +62,6 @@ extension LEHost {
     /// Sends what was finished since the last report, for links still open, 63 entries per command at most;
     /// each command is built in place (one array): opcode, length, Num_Handles, then handle and count per entry.
     func reportHostCompletions() {
-        hostCompletionsFlushScheduled = false
         guard !hostCompletions.isEmpty else { return }
         var b = [UInt8]()
         func flush() {
