@@ -691,7 +691,9 @@ open class CBCentralManager: CBManager, HostCentralDelegate, @unchecked Sendable
 
     /// Host plumbing (Linux addition, not for apps): room for writes without response, delivered as `peripheralIsReady(toSendWriteWithoutResponse:)`.
     public func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
-        for p in SharedLink.existing(connection)?.peripherals(of: self) ?? [] { p.readyToSendWriteWithoutResponse() }
+        for p in SharedLink.existing(connection)?.peripherals(of: self) ?? [] where p.sendHeldWrites(on: connection) {
+            p.readyToSendWriteWithoutResponse()
+        }
     }
 
     /// Host plumbing (Linux addition, not for apps): the ATT MTU of a link changed.

@@ -217,8 +217,7 @@ extension CBPeripheral {
             markWriteWithoutResponsePending()
             if let b = bluez { return b.write(self, data, characteristic, type: type) }
             withConnection("writeValue") { [self] c in
-                let room = c.writeWithoutResponse(handle: handle, value: Array(bytes.prefix(Int(c.attMTU) - 3)))
-                if room { readyToSendWriteWithoutResponse() }
+                if sendOrHoldWrite(handle, Array(bytes.prefix(Int(c.attMTU) - 3)), on: c) { readyToSendWriteWithoutResponse() }
             }
         default:
             if let b = bluez { return b.write(self, data, characteristic, type: type) }
@@ -319,6 +318,38 @@ extension CBPeripheral {
     }
 
     // MARK: Write-without-response flow control
+
+    /// Write Commands held for room, at most; an app that writes on while `canSendWriteWithoutResponse` is false
+    /// loses what goes past this (logged), as iOS drops such writes.
+    static let heldWriteLimit = 64
+
+    /// Loop: sends a Write Command, or holds it while the host's queue is full. The app may write whenever
+    /// `canSendWriteWithoutResponse` was true, and that can be true while the host's queue fills with our other
+    /// traffic (an indication's confirmation, a notification of ours), so a refused write is held, not lost, and
+    /// goes out in order when room frees. Returns true when the write went out and room remains.
+    func sendOrHoldWrite(_ handle: UInt16, _ value: [UInt8], on c: HostConnection) -> Bool {
+        if heldWrites.isEmpty, c.writeWithoutResponse(handle: handle, value: value) { return true }
+        guard heldWrites.count < Self.heldWriteLimit else {
+            CBLog.warning(
+                "\(self): \(Self.heldWriteLimit) writes without response already wait for room; this one is dropped"
+                    + " (wait for peripheralIsReady(toSendWriteWithoutResponse:))")
+            return false
+        }
+        heldWrites.append((handle, value))
+        return false
+    }
+
+    /// Loop: the host has room again; sends what was held, in order. True when nothing is held any more.
+    package func sendHeldWrites(on c: HostConnection) -> Bool {
+        guard c === connection else { return true }
+        var sent = 0
+        defer { heldWrites.removeFirst(sent) }
+        for w in heldWrites {
+            guard c.writeWithoutResponse(handle: w.handle, value: w.value) else { return false }
+            sent += 1
+        }
+        return true
+    }
 
     private func markWriteWithoutResponsePending() {
         updateWritesPending { $0 += 1 }

@@ -36,7 +36,11 @@ open class CBPeripheral: CBPeer, @unchecked Sendable {
     private var connectAttempt: UInt64 = 0
 
     // Loop-confined.
-    package var connection: HostConnection?
+    package var connection: HostConnection? {
+        didSet { if connection !== oldValue { heldWrites.removeAll() } }
+    }
+    /// Write Commands the app was allowed to send that found the host's queue full (CBPeripheral+GATT.swift).
+    var heldWrites: [(handle: UInt16, value: [UInt8])] = []
     package var localCancel = false
     /// didConnect was scheduled for the current link (a link lost before that is a failed connection).
     package var announcedConnected = false

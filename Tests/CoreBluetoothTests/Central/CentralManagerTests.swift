@@ -186,6 +186,11 @@ func startScanner(_ air: TestAir) async throws -> Scanner {
         #expect(!afterBurst)
         try await waitUntil("ready") { cen.queue.sync { readiness.ready } >= 1 }
         #expect(p.canSendWriteWithoutResponse)
+        // Nothing of the burst is lost: the writes the host's queue could not take were held and went out in order
+        // (more than the controller's buffers and the host's queue together).
+        let written = { per.queue.sync { per.writeBatches.joined().filter { $0.characteristic.uuid == writableUUID }.compactMap { $0.value?.first } } }
+        try await waitUntil("all 50 written") { written().count >= 50 }
+        #expect(written() == (0..<50).map { UInt8($0) })
         // The CCCD may not be written through writeValue(_:for: CBDescriptor).
         let notify = try #require(cen.characteristic(notifyUUID.uuidString))
         cen.queue.sync { p.discoverDescriptors(for: notify) }
