@@ -257,7 +257,8 @@ extension LEHost {
                 "address": "\(localAddress)", "address-kind": "\(startupInfo.addressKind)",
                 "acl-buffers": "\(aclBufferCount) × \(aclBufferSize)\(startupInfo.sharedACLBuffers ? " (shared with BR/EDR)" : "")",
                 "advertising": "\(usesExtendedAdvertising ? "extended" : "legacy")",
-                "controller-to-host-flow-control": "\(controllerToHostFlowControl ? "on, \(announcedHostBuffers.totalNumACLDataPackets) × \(announcedHostBuffers.aclDataPacketLength)" : "off")",
+                "controller-to-host-flow-control":
+                    "\(controllerToHostFlowControl ? "on, \(announcedHostBuffers.totalNumACLDataPackets) × \(announcedHostBuffers.aclDataPacketLength)" : "off")",
             ])
         hadController = true
         LEHost.started.withLock { list in

@@ -378,14 +378,20 @@ final class GatedPair: @unchecked Sendable {
             #expect(h.loop.sync { !h.controllerToHostFlowControl })
         }
         // rootcanal (Google, 0x00E0) lists all three: nothing sent.
-        let (rc, rcSent) = start { $0.commands.formUnion(all); $0.company = 0x00E0 }
+        let (rc, rcSent) = start {
+            $0.commands.formUnion(all); $0.company = 0x00E0
+        }
         #expect(rcSent.filter(flowOps.contains).isEmpty)
         #expect(rc.loop.sync { !rc.controllerToHostFlowControl })
         // Refused at either step: off, and start-up goes on.
-        let (r1, r1Sent) = start { $0.commands.formUnion(all); $0.refuses = [.setControllerToHostFlowControl] }
+        let (r1, r1Sent) = start {
+            $0.commands.formUnion(all); $0.refuses = [.setControllerToHostFlowControl]
+        }
         #expect(r1Sent.filter(flowOps.contains) == flowOps)
         #expect(r1.loop.sync { !r1.controllerToHostFlowControl && r1.controllerInfo?.controllerToHostFlowControl == false })
-        let (r2, r2Sent) = start { $0.commands.formUnion(all); $0.refuses = [.hostBufferSize] }
+        let (r2, r2Sent) = start {
+            $0.commands.formUnion(all); $0.refuses = [.hostBufferSize]
+        }
         #expect(r2Sent.filter(flowOps.contains) == [.hostBufferSize])
         #expect(r2.loop.sync { !r2.controllerToHostFlowControl })
     }

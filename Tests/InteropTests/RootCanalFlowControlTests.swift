@@ -117,8 +117,12 @@ final class FloodRecorder: HostCentralDelegate, HostPeripheralDelegate, @uncheck
                 usleep(20_000)
             }
         }
-        central.loop.sync { central.centralDelegate = c; central.powerOn() }
-        peripheral.loop.sync { peripheral.peripheralDelegate = p; peripheral.powerOn() }
+        central.loop.sync {
+            central.centralDelegate = c; central.powerOn()
+        }
+        peripheral.loop.sync {
+            peripheral.peripheralDelegate = p; peripheral.powerOn()
+        }
         try wait("power on") { central.loop.sync { central.powerState == .on } && peripheral.loop.sync { peripheral.powerState == .on } }
         #expect(central.controllerInfo?.supportsControllerToHostFlowControl == true)
         #expect(central.controllerInfo?.controllerToHostFlowControl == false)
