@@ -28,6 +28,7 @@ final class SeqPacketBridge: @unchecked Sendable {
     private let unsent: (@Sendable (Int32) -> Int?)?
     /// How long a closing bridge waits for the socket to pass its SDUs on, and how often it looks.
     static let drainLimit: Double = 30
+    private let drainLimit: Double
     static let drainPoll: Double = 0.05
     private var drainDeadline: DispatchTime?
     /// The four sources, by `Source`, and which of them run (a suspended source must be resumed before it is
@@ -60,8 +61,9 @@ final class SeqPacketBridge: @unchecked Sendable {
     /// What ended the L2CAP side (for the log).
     private(set) var endReason = ""
 
-    private init(packetFD: Int32, streamFD: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)?) {
+    private init(packetFD: Int32, streamFD: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)?, drainLimit: Double) {
         self.packetFD = packetFD
+        self.drainLimit = drainLimit
         self.streamFD = streamFD
         self.sendMTU = max(1, min(sendMTU, Self.largestSDU))
         self.unsent = unsent
@@ -70,7 +72,10 @@ final class SeqPacketBridge: @unchecked Sendable {
 
     /// Bridges `fd` (a connected non-blocking SEQPACKET socket, now the bridge's); the other end of the pair goes
     /// to `adopt`, which owns it from then on. Nil when no socket pair can be made (`fd` is then closed).
-    static func start(fd: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)? = nil, adopt: (Int32) -> Void) -> SeqPacketBridge? {
+    static func start(
+        fd: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)? = nil, drainLimit: Double = SeqPacketBridge.drainLimit,
+        adopt: (Int32) -> Void
+    ) -> SeqPacketBridge? {
         var ends: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
             close(fd)
@@ -78,7 +83,7 @@ final class SeqPacketBridge: @unchecked Sendable {
         }
         _ = fcntl(ends[1], F_SETFL, fcntl(ends[1], F_GETFL) | O_NONBLOCK)
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        let b = SeqPacketBridge(packetFD: fd, streamFD: ends[1], sendMTU: sendMTU, receiveMTU: receiveMTU, unsent: unsent)
+        let b = SeqPacketBridge(packetFD: fd, streamFD: ends[1], sendMTU: sendMTU, receiveMTU: receiveMTU, unsent: unsent, drainLimit: drainLimit)
         b.queue.async { b.startSources() }
         adopt(ends[0])
         return b
@@ -158,10 +163,13 @@ final class SeqPacketBridge: @unchecked Sendable {
             }
             let code = errno
             if n < 0, code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return resume(.streamWrite) }
-            // The session has gone while our last SDUs still wait in the socket: what the peer sends now has no
-            // reader, and is dropped rather than ending the channel before they are passed on.
-            if streamEnded, code == EPIPE || code == ECONNRESET {
+            // The session has gone while its last octets are still on their way out (in the socket waiting for
+            // credits, or still in the pair: its end of file can come after what the peer sent): what the peer sends
+            // now has no reader, and is dropped rather than ending the channel before they are passed on. How long
+            // the channel may stay for them is bounded as a drain is.
+            if code == EPIPE || code == ECONNRESET {
                 toStreamOffset = toStreamCount
+                if !streamEnded { armDrainLimit() }
                 break
             }
             return finish("the session's socket failed: \(String(cString: strerror(code)))")
@@ -231,10 +239,23 @@ final class SeqPacketBridge: @unchecked Sendable {
         guard !finished else { return }
         guard !packetEnded, let left = unsent?(packetFD), left > 0 else { return finish(nil) }
         let now = DispatchTime.now()
-        let deadline = drainDeadline ?? now + Self.drainLimit
-        drainDeadline = deadline
-        guard now < deadline else { return finish("closed with \(left) octets not passed on after \(Int(Self.drainLimit)) s") }
+        armDrainLimit()
+        guard let deadline = drainDeadline, now < deadline else {
+            return finish("closed with \(left) octets not passed on after \(drainLimit) s")
+        }
         queue.asyncAfter(deadline: now + Self.drainPoll) { [self] in drainThenFinish() }
+    }
+
+    /// From the first sign that the session has gone: the bridge ends by `drainLimit` from now, whatever it still
+    /// holds (a peer that grants no credits does not keep a dead session's channel open).
+    private func armDrainLimit() {
+        guard drainDeadline == nil else { return }
+        let deadline = DispatchTime.now() + drainLimit
+        drainDeadline = deadline
+        queue.asyncAfter(deadline: deadline + Self.drainPoll) { [self] in
+            guard !finished else { return }
+            finish("closed with octets not passed on after \(drainLimit) s")
+        }
     }
 
     // MARK: End
