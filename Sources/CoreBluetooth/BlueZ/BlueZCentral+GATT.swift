@@ -71,16 +71,11 @@ extension BlueZCentral {
                     let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), props["Primary"]?.bool != false,
                     filter?.contains(uuid) ?? true
                 else { continue }
-                let s =
-                    objects.services[path]
-                    ?? {
+                found.append(
+                    objects.object(\.services, at: path) {
                         let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : 0xFFFF
-                        let s = CBService(uuid: uuid, isPrimary: true, handle: BlueZObjectTree.handle(of: path), endHandle: end, peripheral: p)
-                        objects.services[path] = s
-                        objects.paths[ObjectIdentifier(s)] = path
-                        return s
-                    }()
-                found.append(s)
+                        return CBService(uuid: uuid, isPrimary: true, handle: BlueZObjectTree.handle(of: path), endHandle: end, peripheral: p)
+                    })
             }
             gatt[device] = objects
             let kept = found
@@ -102,16 +97,11 @@ extension BlueZCentral {
                 guard let uuid = tree[inc, BlueZObjectTree.serviceInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID),
                     filter?.contains(uuid) ?? true
                 else { continue }
-                let s =
-                    objects.services[inc]
-                    ?? {
+                found.append(
+                    objects.object(\.services, at: inc) {
                         let primary = tree[inc, BlueZObjectTree.serviceInterface]?["Primary"]?.bool ?? false
-                        let s = CBService(uuid: uuid, isPrimary: primary, handle: BlueZObjectTree.handle(of: inc), endHandle: 0xFFFF, peripheral: p)
-                        objects.services[inc] = s
-                        objects.paths[ObjectIdentifier(s)] = inc
-                        return s
-                    }()
-                found.append(s)
+                        return CBService(uuid: uuid, isPrimary: primary, handle: BlueZObjectTree.handle(of: inc), endHandle: 0xFFFF, peripheral: p)
+                    })
             }
             gatt[device] = objects
             let kept = found
@@ -129,80 +119,76 @@ extension BlueZCentral {
         let filter = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
         queue.async { [self] in
             guard let (device, servicePath) = target(p, service, "discoverCharacteristics", done) else { return }
-            var objects = gatt[device]!
             let paths = tree.paths(with: BlueZObjectTree.characteristicInterface, where: "Service", is: servicePath)
-            guard paths.count <= CBPeripheral.maximumCharacteristicsPerService else {
-                let e = CBPeripheral.tooLarge("characteristics", paths.count)
-                return finish(p, done, .failure(e)) { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: e) }
-            }
-            var found: [CBCharacteristic] = []
-            for (i, path) in paths.enumerated() {
-                guard let props = tree[path, BlueZObjectTree.characteristicInterface],
-                    let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), filter?.contains(uuid) ?? true
-                else { continue }
-                let c =
-                    objects.characteristics[path]
-                    ?? {
-                        let h = BlueZObjectTree.handle(of: path)
-                        let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : service.endHandle
-                        let flags = (props["Flags"]?.arrayItems ?? []).compactMap(\.string)
-                        let c = CBCharacteristic(
-                            uuid: uuid, properties: BlueZAdvertisement.properties(flags: flags), service: service,
-                            handle: h, valueHandle: h &+ 1, endHandle: end)
-                        objects.characteristics[path] = c
-                        objects.paths[ObjectIdentifier(c)] = path
-                        return c
-                    }()
-                found.append(c)
-            }
-            gatt[device] = objects
-            let kept = found
-            finish(
-                p, done, .success(kept),
-                prepare: {
-                    var list = service._characteristics ?? []
-                    for c in kept where !list.contains(where: { $0 === c }) { list.append(c) }
-                    list.sort { $0.handle < $1.handle }
-                    service._characteristics = list
-                }
-            ) { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: nil) }
+            discovered(
+                p, device, paths, kind: "characteristics", limit: CBPeripheral.maximumCharacteristicsPerService, cache: \.characteristics,
+                done: done, handle: \.handle, list: \._characteristics, of: service,
+                make: { i, path in
+                    guard let props = tree[path, BlueZObjectTree.characteristicInterface],
+                        let uuid = props["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID), filter?.contains(uuid) ?? true
+                    else { return nil }
+                    let h = BlueZObjectTree.handle(of: path)
+                    let end = i + 1 < paths.count ? BlueZObjectTree.handle(of: paths[i + 1]) &- 1 : service.endHandle
+                    let flags = (props["Flags"]?.arrayItems ?? []).compactMap(\.string)
+                    return CBCharacteristic(
+                        uuid: uuid, properties: BlueZAdvertisement.properties(flags: flags), service: service,
+                        handle: h, valueHandle: h &+ 1, endHandle: end)
+                },
+                // A cached characteristic is found again only if the filter asks for it.
+                keep: { filter?.contains($0.uuid) ?? true }
+            ) { e in { $0.peripheral(p, didDiscoverCharacteristicsFor: service, error: e) } }
         }
     }
 
     func discoverDescriptors(_ p: CBPeripheral, for characteristic: CBCharacteristic, done: Done<[CBDescriptor]>? = nil) {
         queue.async { [self] in
             guard let (device, charPath) = target(p, characteristic, "discoverDescriptors", done) else { return }
-            var objects = gatt[device]!
             let paths = tree.paths(with: BlueZObjectTree.descriptorInterface, where: "Characteristic", is: charPath)
-            guard paths.count <= CBPeripheral.maximumDescriptorsPerCharacteristic else {
-                let e = CBPeripheral.tooLarge("descriptors", paths.count)
-                return finish(p, done, .failure(e)) { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: e) }
-            }
-            var found: [CBDescriptor] = []
-            for path in paths {
-                guard let uuid = tree[path, BlueZObjectTree.descriptorInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID) else { continue }
-                let d =
-                    objects.descriptors[path]
-                    ?? {
-                        let d = CBDescriptor(uuid: uuid, characteristic: characteristic, handle: BlueZObjectTree.handle(of: path))
-                        objects.descriptors[path] = d
-                        objects.paths[ObjectIdentifier(d)] = path
-                        return d
-                    }()
-                found.append(d)
-            }
-            gatt[device] = objects
-            let kept = found
-            finish(
-                p, done, .success(kept),
-                prepare: {
-                    var list = characteristic._descriptors ?? []
-                    for d in kept where !list.contains(where: { $0 === d }) { list.append(d) }
-                    list.sort { $0.handle < $1.handle }
-                    characteristic._descriptors = list
-                }
-            ) { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: nil) }
+            discovered(
+                p, device, paths, kind: "descriptors", limit: CBPeripheral.maximumDescriptorsPerCharacteristic, cache: \.descriptors,
+                done: done, handle: \.handle, list: \._descriptors, of: characteristic,
+                make: { _, path in
+                    guard let uuid = tree[path, BlueZObjectTree.descriptorInterface]?["UUID"]?.string.flatMap(BlueZAdvertisement.cbUUID) else { return nil }
+                    return CBDescriptor(uuid: uuid, characteristic: characteristic, handle: BlueZObjectTree.handle(of: path))
+                },
+                keep: { _ in true }
+            ) { e in { $0.peripheral(p, didDiscoverDescriptorsFor: characteristic, error: e) } }
         }
+    }
+
+    /// A discovery's answer from the objects BlueZ lists at `paths` (on the queue): too many is the error iOS gives;
+    /// else each attribute is made once per path (`make`, nil for one to leave out; kept in the device's `cache`),
+    /// merged into the parent's `list` in handle order, and the app told through `tell` (its delegate call, given
+    /// the error).
+    private func discovered<Parent: AnyObject & Sendable, A: CBAttribute>(
+        _ p: CBPeripheral, _ device: String, _ paths: [String], kind: String, limit: Int,
+        cache: WritableKeyPath<GATTObjects, [String: A]>, done: Done<[A]>?, handle: KeyPath<A, UInt16> & Sendable,
+        list: ReferenceWritableKeyPath<Parent, [A]?> & Sendable, of parent: Parent, make: (Int, String) -> A?, keep: (A) -> Bool,
+        tell: (_ error: (any Error)?) -> @Sendable (any CBPeripheralDelegate) -> Void
+    ) {
+        guard paths.count <= limit else {
+            let e = CBPeripheral.tooLarge(kind, paths.count)
+            return finish(p, done, .failure(e), delegate: tell(e))
+        }
+        var objects = gatt[device]!
+        var found: [A] = []
+        for (i, path) in paths.enumerated() {
+            if let known = objects[keyPath: cache][path] {
+                if keep(known) { found.append(known) }
+            } else if let made = make(i, path) {
+                found.append(objects.object(cache, at: path) { made })
+            }
+        }
+        gatt[device] = objects
+        let kept = found
+        finish(
+            p, done, .success(kept),
+            prepare: {
+                var all = parent[keyPath: list] ?? []
+                for a in kept where !all.contains(where: { $0 === a }) { all.append(a) }
+                all.sort { $0[keyPath: handle] < $1[keyPath: handle] }
+                parent[keyPath: list] = all
+            }, delegate: tell(nil))
     }
 
     func read(_ p: CBPeripheral, _ characteristic: CBCharacteristic, done: Done<Data>? = nil) {

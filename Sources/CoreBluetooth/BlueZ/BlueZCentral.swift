@@ -130,6 +130,15 @@ final class BlueZCentral: @unchecked Sendable {
         var writeChannels: [String: WriteChannel] = [:]
         /// Notifications through AcquireNotify's socket, per characteristic (where BlueZ offers it).
         var notifySockets: [String: BlueZAcquiredNotify] = [:]
+
+        /// The object made for `path` in `cache`, made now (`make`) and kept both ways if there is none yet.
+        mutating func object<A: AnyObject>(_ cache: WritableKeyPath<Self, [String: A]>, at path: String, make: () -> A) -> A {
+            if let known = self[keyPath: cache][path] { return known }
+            let made = make()
+            self[keyPath: cache][path] = made
+            paths[ObjectIdentifier(made)] = path
+            return made
+        }
     }
 
     enum WriteChannel {
