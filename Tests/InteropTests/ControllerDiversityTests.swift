@@ -339,6 +339,13 @@ func peripheralFlow(on host: LEHost, peer: DiversityController) async throws {
         let link = try #require(rec.lastConnection)
         #expect(readValue(try await readByUUID(host, link, encryptedUUID)) == [0x5E], "\(rec.failures)")
         #expect(rec.paired.first?.secureConnections == true)
+        // A 5.x controller is asked for LE 2M on each link and answers (Command Status, then PHY Update Complete);
+        // an older one is not asked.
+        if profile == "v5" {
+            try await waitFor("LE 2M", seconds: 10) { host.loop.sync { link.txPHY == 2 && link.rxPHY == 2 } }
+        } else {
+            #expect(host.loop.sync { link.txPHY } == 1)
+        }
         try await bumble.waitFor("paired")
         host.loop.sync { link.disconnect() }
         try await waitFor("disconnect") { rec.lock.withLock { rec.disconnects } == 1 }

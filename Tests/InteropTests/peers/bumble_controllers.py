@@ -176,6 +176,16 @@ class ProfileController(Controller):
         if op not in self.supported_commands and op != hci.HCI_READ_LOCAL_SUPPORTED_COMMANDS_COMMAND:
             emit(event='unsupported_command', opcode=op)
             return self.complete(op, bytes([hci.HCI_ErrorCode.UNKNOWN_HCI_COMMAND_ERROR]))
+        if op == hci.HCI_LE_SET_PHY_COMMAND:
+            # Bumble's Controller has no handler for it and, the command being answered by Command Status, sends
+            # nothing at all: the host's command credit was gone until its timeout. A real 5.x controller says
+            # Command Status, then LE PHY Update Complete (Vol 4 Part E 7.8.49, 7.7.65.12) with what it chose.
+            self.to_host(bytes([hci.HCI_EVENT_PACKET, 0x0F, 4, 0, 1]) + op.to_bytes(2, 'little'))
+            tx = 2 if command.tx_phys & 0x02 else 1
+            rx = 2 if command.rx_phys & 0x02 else 1
+            handle = command.connection_handle.to_bytes(2, 'little')
+            self.to_host(bytes([hci.HCI_EVENT_PACKET, 0x3E, 6, 0x0C, 0]) + handle + bytes([tx, rx]))
+            return
         return super().on_hci_command_packet(command)
 
     def vendor(self, op):
