@@ -496,7 +496,10 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         return host.submitUpdate([UInt8](value), forHandle: handle, to: handles)
     }
 
-    public func hostIsReadyToUpdateSubscribers(_ host: LEHost) {
+    public func hostIsReadyToUpdateSubscribers(_ host: LEHost) { readyToUpdateSubscribers() }
+
+    /// Room for updates again (our host's queue, or the BlueZ backend's window): the delegate hears it on its queue.
+    func readyToUpdateSubscribers() {
         queue.async { [self] in delegate?.peripheralManagerIsReady(toUpdateSubscribers: self) }
     }
 

@@ -51,6 +51,7 @@ final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, EventLog,
     func peripheralManager(_ peripheral: CBPeripheralManager, central: CBCentral, didUnsubscribeFrom characteristic: CBCharacteristic) {
         note("unsubscribed \(characteristic.uuid.uuidString)")
     }
+    func peripheralManagerIsReady(toUpdateSubscribers peripheral: CBPeripheralManager) { note("ready") }
 
 }
 
@@ -126,6 +127,48 @@ struct BlueZPeripheralTests {
         pm.remove(service)
         try await r.wait("unregistered") { _ in fake.advertisements.isEmpty && fake.registeredApplications.isEmpty }
         #expect(!pm.isAdvertising)
+        withExtendedLifetime(pm) {}
+    }
+
+    /// An app that sends until updateValue says false (the seeds' way) is paced by bluetoothd: a window of values it
+    /// has not yet handled, then false, then peripheralManagerIsReady once it has; nothing is lost or reordered.
+    @Test func updatesArePacedByBluetoothdAndReadyFollows() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        fake.addAdapter()
+        let r = PeripheralRecorder()
+        let pm = CBPeripheralManager(delegate: r, queue: DispatchQueue(label: "pm"), bluez: BlueZOptions(busAddress: bus.address))
+        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        let service = CBMutableService(type: CBUUID(string: "180D"), primary: true)
+        let hr = CBMutableCharacteristic(type: CBUUID(string: "2A37"), properties: [.notify], value: nil, permissions: [])
+        service.characteristics = [hr]
+        pm.add(service)
+        try await r.wait(for: "added 180D")
+        _ = try await fake.callApplication(measurement, "StartNotify", [])
+        try await r.wait(for: "subscribed 2A37 mtu 23")
+
+        // bluetoothd is busy: the app's loop stops at the window instead of queueing without end.
+        fake.holdValueChanges(true)
+        var accepted = 0
+        while accepted < 1000, pm.updateValue(Data([UInt8(accepted)]), for: hr, onSubscribedCentrals: nil) { accepted += 1 }
+        #expect(accepted == BlueZPeripheral.updateWindow)
+        try await pause(nanoseconds: 300_000_000)
+        #expect(!r.events.contains("ready"))
+        #expect(!pm.updateValue(Data([0xFF]), for: hr, onSubscribedCentrals: nil))
+        // It catches up: ready follows, and every accepted value reached it, in order.
+        fake.holdValueChanges(false)
+        try await r.wait(for: "ready")
+        try await r.wait("the values") { _ in fake.notifiedValues.count >= accepted }
+        #expect(fake.notifiedValues.map(\.value) == (0..<accepted).map { [UInt8($0)] })
+        // Room again; a long run with bluetoothd keeping up loses nothing either.
+        var sent = accepted
+        let start = ContinuousClock.now
+        while sent < 500, ContinuousClock.now - start < .seconds(30) {
+            if pm.updateValue(Data([UInt8(truncatingIfNeeded: sent)]), for: hr, onSubscribedCentrals: nil) { sent += 1 } else { try await pause(nanoseconds: 1_000_000) }
+        }
+        #expect(sent == 500)
+        try await r.wait("all 500") { _ in fake.notifiedValues.count >= 500 }
+        #expect(fake.notifiedValues.map(\.value) == (0..<500).map { [UInt8(truncatingIfNeeded: $0)] })
         withExtendedLifetime(pm) {}
     }
 

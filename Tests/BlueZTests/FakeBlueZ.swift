@@ -82,6 +82,16 @@ final class FakeBlueZ: @unchecked Sendable {
     let acquiredReaderPaused = NSCondition()
     var pauseAcquiredReader = false
     var mtu: UInt16 = 247
+    /// While held, the fake's handling of an application's value change waits (bluetoothd busy): everything behind it
+    /// on the fake's connection waits too, Peer.Ping's answer included, as in bluetoothd's one main loop.
+    private let valueChangeGate = NSCondition()
+    private var valueChangesHeld = false
+    func holdValueChanges(_ held: Bool) {
+        valueChangeGate.lock()
+        valueChangesHeld = held
+        valueChangeGate.broadcast()
+        valueChangeGate.unlock()
+    }
     /// The GATT database every device shows once connected.
     var database: [FakeService] = []
 
@@ -108,6 +118,9 @@ final class FakeBlueZ: @unchecked Sendable {
             guard let self, m.member == "PropertiesChanged", m.sender != self.connection.uniqueName, let path = m.path,
                 let v = m.body.count > 1 ? m.body[1].stringDictionary?["Value"]?.byteArray : nil
             else { return }
+            self.valueChangeGate.lock()
+            while self.valueChangesHeld { self.valueChangeGate.wait() }
+            self.valueChangeGate.unlock()
             self.lock.withLock { self.appSignals.append((path, v)) }
         }
         _ = try await connection.call(

@@ -10,7 +10,10 @@
 //                            sends the D-Bus answer (an error as the org.bluez.Error BlueZ turns into that ATT code)
 //   subscriptions            StartNotify / StopNotify (BlueZ calls them for the first subscriber and after the last
 //                            one, without saying which device: the app sees one CBCentral standing for them all)
-//   updateValue              PropertiesChanged Value on the characteristic; BlueZ notifies or indicates
+//   updateValue              PropertiesChanged Value on the characteristic; BlueZ notifies or indicates. Paced by
+//                            bluetoothd: at most `updateWindow` values it has not yet handled (a Peer.Ping sent after
+//                            them is answered once it has: bluetoothd handles its messages in order), then false and
+//                            peripheralManagerIsReady once half the window has been handled
 //   startAdvertising         an LEAdvertisement1 object (Type peripheral, LocalName, ServiceUUIDs) registered with
 //                            LEAdvertisingManager1.RegisterAdvertisement; stopAdvertising → Unregister
 //
@@ -34,6 +37,13 @@ final class BlueZPeripheral: @unchecked Sendable {
     var l2capListeners: [CBL2CAPPSM: BlueZL2CAPListener] = [:]
     /// BlueZ subscribes once for all the centrals it serves: one CBCentral stands for them.
     let central = CBCentral(identifier: UUID(), maximumUpdateValueLength: 20)
+    /// updateValue's window (any thread): values accepted that bluetoothd has not yet handled, and whether an update
+    /// was refused for want of room (the app then waits for peripheralManagerIsReady).
+    private let window = CBMutex((unhandled: 0, refused: false))
+    static let updateWindow = 32
+    /// Queue-confined: values sent since the last Ping, and whether a Ping is queued behind them.
+    private var sentSincePing = 0
+    private var pingQueued = false
 
     private struct Application {
         let path: String
@@ -320,16 +330,53 @@ final class BlueZPeripheral: @unchecked Sendable {
     /// PropertiesChanged Value: BlueZ notifies or indicates the subscribed centrals. BlueZ gives no flow control on
     /// this path, so the answer is always true.
     func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic) -> Bool {
+        // Without a bound the app's loop of updates (send until false) never ended, and every value waited in this
+        // process, on the bus and in bluetoothd at once.
+        let room = window.withLock { w -> Bool in
+            guard w.unhandled < Self.updateWindow else {
+                w.refused = true
+                return false
+            }
+            w.unhandled += 1
+            return true
+        }
+        guard room else { return false }
         queue.async { [self] in
             guard let bus = session.bus,
                 let path = applications.values.lazy.compactMap({ $0.characteristics.first { $0.value === characteristic }?.key }).first
-            else { return }
+            else { return handled(1) }
             _ = try? bus.send(
                 .signal(
                     path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
                     body: [.string("org.bluez.GattCharacteristic1"), .stringVariantDictionary(["Value": .bytes([UInt8](value))]), .array(.string, [])]))
+            sentSincePing += 1
+            guard !pingQueued else { return }
+            pingQueued = true
+            // Behind the updates already queued: one Ping answers for all of them.
+            queue.async { [self] in
+                pingQueued = false
+                let n = sentSincePing
+                sentSincePing = 0
+                // Whatever the answer (an error, a timeout, bluetoothd gone), these values are no longer waiting.
+                session.call("/", "org.freedesktop.DBus.Peer", "Ping", timeout: 10) { [weak self] _ in
+                    guard let self else { return }
+                    queue.async { self.handled(n) }
+                }
+            }
         }
         return true
+    }
+
+    /// bluetoothd has handled `n` more values: an app refused meanwhile hears that there is room once half the window
+    /// is free.
+    private func handled(_ n: Int) {
+        let ready = window.withLock { w -> Bool in
+            w.unhandled = max(0, w.unhandled - n)
+            guard w.refused, w.unhandled <= Self.updateWindow / 2 else { return false }
+            w.refused = false
+            return true
+        }
+        if ready { manager?.readyToUpdateSubscribers() }
     }
 
     // MARK: Advertising
