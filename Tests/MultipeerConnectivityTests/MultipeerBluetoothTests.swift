@@ -6,6 +6,8 @@ import Testing
 @testable import MultipeerConnectivity
 import PeerBluetooth
 import PeerSession
+@testable import PeerTransport
+import NIOCore
 import BLEHCI
 import BLEHost
 import BLEVirtualRadio
@@ -252,6 +254,80 @@ struct MultipeerBluetoothTests {
     /// hears the disconnection, none is left with a link no host answers on, none waits for a timeout. (Before:
     /// the controller was closed right after the first Disconnect command; in the kernel guest the peer's kernel
     /// kept such a link and ignored the next link to the same address.)
+    /// A link that writes its last octets and closes while they still wait for the peer's credits (the bridge's
+    /// socket full and unread, its reads paused), the peer speaking just then: every octet still reaches the peer,
+    /// then the end. The bridge over the kernel's sockets lost them so (`SeqPacketBridge`, EPIPE on the pair); here
+    /// NIO reads the whole socket to its end of file when the session's close is signalled (EPOLLRDHUP), whatever
+    /// the reads' pause, before the peer's octets can meet the closed socket.
+    @Test func lastWordsArriveThoughThePeerSpeaksAsTheLinkCloses() throws {
+        func chunk(_ i: Int) -> PeerMessage { .data(id: UInt32(i), final: true, unreliable: false, chunk: Array(repeating: UInt8(truncatingIfNeeded: i), count: 4096)) }
+        let air = try BluetoothAirFixture()
+        defer { air.stop() }
+        let a = try #require(PeerBluetoothNodes.acquire(forPeer: 0xA1) as? BluetoothPeerNode)
+        let b = try #require(PeerBluetoothNodes.acquire(forPeer: 0xB1) as? BluetoothPeerNode)
+        defer {
+            a.release()
+            b.release()
+        }
+        try waitFor("nodes on", seconds: 10) { a.address != nil && b.address != nil }
+        let psm = Mutex<UInt16?>(nil)
+        let bLink = Mutex<PeerLink?>(nil)
+        let received = Mutex(0)
+        let inOrder = Mutex(true)
+        let bClosed = Mutex(false)
+        b.listen(
+            tls: nil,
+            onLink: { link in
+                link.pauseReading()   // the peer's app is busy: what a sends backs up, then its credits run out
+                link.onMessage = { m in
+                    guard case let .data(_, _, _, chunk) = m else { return }
+                    received.withLock { n in
+                        if chunk != Array(repeating: UInt8(truncatingIfNeeded: n / 4096), count: chunk.count) { inOrder.withLock { $0 = false } }
+                        n += chunk.count
+                    }
+                }
+                link.onClose = { _ in bClosed.withLock { $0 = true } }
+                bLink.withLock { $0 = link }
+            }
+        ) { p in psm.withLock { $0 = p } }
+        try waitFor("listening", seconds: 10) { psm.withLock { $0 } != nil }
+        b.host.loop.sync { b.host.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6])) }
+        let aLink = Mutex<PeerLink?>(nil)
+        let bAddress = try #require(b.address)
+        a.connect(to: PeerBluetoothEndpoint(address: bAddress.bytes, isRandom: bAddress.type.isRandom, psm: psm.withLock { $0! }), tls: nil) { r in
+            if case let .success(link) = r { aLink.withLock { $0 = link } }
+        }
+        try waitFor("linked", seconds: 15) { aLink.withLock { $0 } != nil }
+        let la = try #require(aLink.withLock { $0 })
+        la.send(.ping)   // the listener's side becomes a link at the first octet (plaintext or TLS)
+        try waitFor("linked both ways", seconds: 15) { bLink.withLock { $0 } != nil }
+        let lb = try #require(bLink.withLock { $0 })
+        // 4 KB messages, each written into a's socket before the next, until the socket takes no more: b's socket, the
+        // window b's bridge holds, a's channel queue and the bridge's reads are full, and a's socket holds what is left.
+        var written = 0
+        while written < 4096 {
+            var frame = la.channel.allocator.buffer(capacity: 4200)
+            PeerWire.write([chunk(written)], into: &frame)
+            let done = DispatchSemaphore(value: 0)
+            la.channel.writeAndFlush(frame).whenComplete { _ in done.signal() }
+            if done.wait(timeout: .now() + 0.5) == .timedOut { break }
+            written += 1
+        }
+        #expect(written < 4096, "a's socket never filled")
+        la.close()
+        // The peer speaks just then; a moment later its app reads again.
+        Thread.sleep(forTimeInterval: 0.3)
+        lb.send(.ping)
+        Thread.sleep(forTimeInterval: 1)
+        lb.resumeReading()
+        // Every message written before the close arrives (the one left waiting when it came is dropped by the close).
+        let total = written * 4096
+        try waitFor("every octet", seconds: 60) { received.withLock { $0 } >= total || bClosed.withLock { $0 } }
+        try waitFor("the end", seconds: 20) { bClosed.withLock { $0 } }
+        #expect(received.withLock { $0 } == total)
+        #expect(inOrder.withLock { $0 })
+    }
+
     @Test func aClosedNodeEndsEachOfItsLinksFirst() throws {
         let air = try BluetoothAirFixture()
         defer { air.stop() }
