@@ -59,13 +59,20 @@ final class PeripheralRecorder: NSObject, CBPeripheralManagerDelegate, EventLog,
     .enabled(if: PrivateBus.available, "needs dbus-daemon (Debian package dbus-daemon; scripts/test installs it)"),
     .timeLimit(.minutes(2)))
 struct BlueZPeripheralTests {
-    @Test func aPublishedServiceAnswersBlueZsCallsAndAdvertises() async throws {
+    /// A private bus, the fake bluetoothd with one adapter, and a peripheral manager on it, powered on.
+    static func poweredOnManager() async throws -> (PrivateBus, FakeBlueZ, PeripheralRecorder, CBPeripheralManager) {
         let bus = try await PrivateBus()
         let fake = try await FakeBlueZ(address: bus.address)
         fake.addAdapter()
         let r = PeripheralRecorder()
         let pm = CBPeripheralManager(delegate: r, queue: DispatchQueue(label: "pm"), bluez: BlueZOptions(busAddress: bus.address))
         try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        return (bus, fake, r, pm)
+    }
+
+    @Test func aPublishedServiceAnswersBlueZsCallsAndAdvertises() async throws {
+        let (bus, fake, r, pm) = try await Self.poweredOnManager()
+        defer { withExtendedLifetime(bus) {} }
 
         let service = CBMutableService(type: CBUUID(string: "180D"), primary: true)
         let location = CBMutableCharacteristic(type: CBUUID(string: "2A38"), properties: [.read], value: Data([1]), permissions: [.readable])
@@ -133,12 +140,8 @@ struct BlueZPeripheralTests {
     /// An app that sends until updateValue says false (the seeds' way) is paced by bluetoothd: a window of values it
     /// has not yet handled, then false, then peripheralManagerIsReady once it has; nothing is lost or reordered.
     @Test func updatesArePacedByBluetoothdAndReadyFollows() async throws {
-        let bus = try await PrivateBus()
-        let fake = try await FakeBlueZ(address: bus.address)
-        fake.addAdapter()
-        let r = PeripheralRecorder()
-        let pm = CBPeripheralManager(delegate: r, queue: DispatchQueue(label: "pm"), bluez: BlueZOptions(busAddress: bus.address))
-        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        let (bus, fake, r, pm) = try await Self.poweredOnManager()
+        defer { withExtendedLifetime(bus) {} }
         let service = CBMutableService(type: CBUUID(string: "180D"), primary: true)
         let hr = CBMutableCharacteristic(type: CBUUID(string: "2A37"), properties: [.notify], value: nil, permissions: [])
         service.characteristics = [hr]
@@ -173,12 +176,8 @@ struct BlueZPeripheralTests {
     }
 
     @Test func aRefusedRegistrationIsDidAddWithTheError() async throws {
-        let bus = try await PrivateBus()
-        let fake = try await FakeBlueZ(address: bus.address)
-        fake.addAdapter()
-        let r = PeripheralRecorder()
-        let pm = CBPeripheralManager(delegate: r, queue: DispatchQueue(label: "pm"), bluez: BlueZOptions(busAddress: bus.address))
-        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        let (bus, fake, r, pm) = try await Self.poweredOnManager()
+        defer { withExtendedLifetime(bus) {} }
         fake.failNext("RegisterApplication", name: "org.bluez.Error.Failed", message: "Failed to register application")
         let service = CBMutableService(type: CBUUID(string: "180F"), primary: true)
         service.characteristics = [CBMutableCharacteristic(type: CBUUID(string: "2A19"), properties: [.read], value: Data([90]), permissions: [.readable])]
