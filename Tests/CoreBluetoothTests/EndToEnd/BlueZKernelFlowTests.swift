@@ -93,6 +93,25 @@ struct BlueZKernelFlowTests {
         try await waitUntil("notifications", seconds: 30) { cen.queue.sync { cen.values.count } >= 5 }
         #expect(cen.queue.sync { cen.values } == (UInt8(70)..<UInt8(75)).map { Data([0x00, $0]) })
         step("5 notifications in order")
+        // A burst sent as the seeds send, until updateValue says false and again a moment later: every value arrives,
+        // in order. On bluez bluetoothd paces the peripheral (BlueZPeripheral's window of values it has not handled,
+        // known by a Peer.Ping behind them); on our stack its transmit queue does.
+        let burst = (0..<200).map { Data([0x00, UInt8($0)]) }
+        var next = 0
+        var refusals = 0
+        let start = ContinuousClock.now
+        while next < burst.count, ContinuousClock.now - start < .seconds(120) {
+            if per.queue.sync(execute: { per.manager.updateValue(burst[next], for: per.measurement, onSubscribedCentrals: nil) }) {
+                next += 1
+            } else {
+                refusals += 1
+                try await pause(nanoseconds: 20_000_000)
+            }
+        }
+        #expect(next == burst.count)
+        try await waitUntil("the burst", seconds: 120) { cen.queue.sync { cen.values.count } >= 5 + burst.count }
+        #expect(cen.queue.sync { Array(cen.values.dropFirst(5)) } == burst)
+        step("a burst of \(burst.count) notifications in order (\(refusals) refusals)")
 
         let location = try #require(p.services?.first { $0.uuid == CBUUID(string: "180D") }?.characteristics?.first { $0.uuid == CBUUID(string: "2A38") })
         cen.queue.sync { p.readValue(for: location) }
