@@ -42,9 +42,10 @@ enum KernelGuest {
         if keep == nil { atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-kernel-\(getpid())") } }
         let p = Process()
         p.executableURL = Interop.root.appendingPathComponent("scripts/kernel/run")
-        // Two guests at once by default (OCB_KERNEL_GUESTS=N for another count): a guest's emulated CPUs wait on timers
-        // and on each other a third to a half of the time, which the other guest then uses.
-        let guests = ProcessInfo.processInfo.environment["OCB_KERNEL_GUESTS"] ?? "2"
+        // Three guests at once by default (OCB_KERNEL_GUESTS=N for another count): a guest's emulated CPUs wait on timers
+        // and on each other 40 to 55 % of the time, which the other guests then use. On two cores (stop 37) the group
+        // took 346 s and 427 s with three (the second beside a helper's test runs, load up to 10), 455 to 541 s with two.
+        let guests = ProcessInfo.processInfo.environment["OCB_KERNEL_GUESTS"] ?? "3"
         p.arguments = ["--timeout", "2400", "--guests", guests, "--out", dir.path] + scenarios
         p.standardOutput = FileHandle.standardError
         p.standardError = FileHandle.standardError
