@@ -101,7 +101,9 @@ extension LEHost {
         let limit = transmitQueueLimit
         let ready = transmitQueue.withLock { q -> Bool in
             q.waitingPackets = waiting
-            if q.wantsReady && q.submitted + waiting < limit / 2 {
+            // Room again once three quarters of the queue have drained: refills come in batches of about
+            // 48 (a thread hand-off to the submitter each), while 16 updates still wait to go.
+            if q.wantsReady && q.submitted + waiting < limit / 4 {
                 q.wantsReady = false
                 return true
             }
