@@ -280,6 +280,30 @@ final class LinkedHosts: @unchecked Sendable {
         #expect(t.p.readyWaiting.allSatisfy { $0 < 16 })
     }
 
+    /// Number Of Completed Packets is read in place (LEHost.handleCompletedPacketsInPlace): it takes exactly the
+    /// packets the event decoder takes as that event, and leaves every other packet to it.
+    @Test func completedPacketsReadInPlaceTakeWhatTheDecoderTakes() throws {
+        let t = try LinkedHosts(connect: false)
+        let samples: [[UInt8]] = [
+            [0x13, 0x05, 0x01, 0xEE, 0x0E, 0x02, 0x00],
+            [0x13, 0x09, 0x02, 0xEE, 0x0E, 0x01, 0x00, 0xEF, 0x0E, 0x03, 0x00],
+            [0x13, 0x01, 0x00],
+            [0x13, 0x05, 0x02, 0xEE, 0x0E, 0x02, 0x00],   // Num_Handles says two entries, one follows
+            [0x13, 0x06, 0x01, 0xEE, 0x0E, 0x02, 0x00],   // the parameter length disagrees
+            [0x13, 0x05, 0x01, 0xEE, 0x0E, 0x02],   // cut short
+            [0x13, 0x00],
+            [0x13],
+            [0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00],   // another event
+        ]
+        for b in samples {
+            var decoded = false
+            if case .numberOfCompletedPackets? = try? HCIEvent.decode(HCIPacket(type: .event, bytes: b)) { decoded = true }
+            // Unknown handles: the credits they name are ignored either way.
+            let took = t.air.loop.sync { LEHost.handleCompletedPacketsInPlace(b, t.central) }
+            #expect(took == decoded, "\(b)")
+        }
+    }
+
     @Test func unansweredRequestTimesOutAfterThirtySeconds() throws {
         let t = try LinkedHosts()
         t.p.answerReads = false
