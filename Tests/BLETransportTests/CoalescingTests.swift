@@ -357,6 +357,50 @@ import BLEHCI
         #expect(got.all.suffix(24).map(\.bytes) == (sent - 24..<sent).map { Self.acl($0 % 50).bytes })
     }
 
+    /// Bulk reception begins once the connection has answered nothing for 250 ms (it was a second): a
+    /// receiver that answered a set-up exchange and then only listens is in it within a fraction of a second.
+    @Test func bulkReceptionBeginsAQuarterSecondAfterTheLastAnswer() async throws {
+        let listener = try TCPListener(port: 0)
+        defer { listener.close() }
+        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
+        let accepted = Accepted()
+        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
+        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "quiet")
+        // Only the quiet is the default: a run is counted in reads, not in time, on a loaded machine.
+        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max)
+        defer { ours.close() }
+        let deadline = Date().addingTimeInterval(120)
+        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        let peer = accepted.lock.withLock { accepted.fd }
+        defer { Glibc.close(peer) }
+        StreamConnection.setNoDelay(peer)
+        let got = Batches()
+        // The first packet is answered while its read is handled; nothing after it is.
+        ours.start(
+            onPackets: { [ours] ps in
+                let first = got.lock.withLock { () -> Bool in
+                    got.batches.append(ps)
+                    return got.batches.count == 1
+                }
+                if first { ours.write(packet: Self.event) }
+            }, onClose: { _ in })
+        writeAll(peer, Self.acl(0).h4Bytes)
+        while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 100_000) }
+        #expect(readExactly(peer, Self.event.h4Bytes.count) == Self.event.h4Bytes)
+        let answered = Date()
+        var sent = 1
+        // Answerless packets, one at a time, until the reader starts waiting before its reads (bulk reception).
+        while ours.statistics.waits == 0 && Date().timeIntervalSince(answered) < 2 && Date() < deadline {
+            writeAll(peer, Self.acl(sent % 50).h4Bytes)
+            sent += 1
+            while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+            try await pause(nanoseconds: 2_000_000)
+        }
+        let began = Date().timeIntervalSince(answered)
+        #expect(ours.statistics.waits > 0)
+        #expect(began >= 0.25 && began < 0.9, "bulk reception began \(began) s after the answer")
+    }
+
     /// The sparse-write rule counts packets: a read that gathered many counts each, so a credit return after a
     /// few such reads (as an L2CAP receiver's, once per quarter window) stays sparse and bulk reception goes
     /// on; with reads counted, it looked like an answer and ended the run every time.
