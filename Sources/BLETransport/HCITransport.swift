@@ -62,8 +62,6 @@ public struct TransportStatistics: Sendable, Equatable {
     public var writes = 0
     /// Other system calls made per packet (setsockopt for TCP_QUICKACK).
     public var other = 0
-    /// Sleeps before reads during TCP bulk reception (nanosleep, see Socket.swift): one per such read.
-    public var waits = 0
     public var packetsIn = 0
     public var packetsOut = 0
     public var bytesIn = 0
@@ -71,13 +69,12 @@ public struct TransportStatistics: Sendable, Equatable {
 
     public init() {}
 
-    public var systemCalls: Int { reads + writes + other + waits }
+    public var systemCalls: Int { reads + writes + other }
     public var packets: Int { packetsIn + packetsOut }
 
     public static func - (a: Self, b: Self) -> Self {
         var d = Self()
         d.reads = a.reads - b.reads; d.writes = a.writes - b.writes; d.other = a.other - b.other
-        d.waits = a.waits - b.waits
         d.packetsIn = a.packetsIn - b.packetsIn; d.packetsOut = a.packetsOut - b.packetsOut
         d.bytesIn = a.bytesIn - b.bytesIn; d.bytesOut = a.bytesOut - b.bytesOut
         return d

@@ -23,14 +23,7 @@
 //   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it,
 //   except a sparse write (after 16 answerless reads or more, as an L2CAP receiver returns credits): it
 //   carries an ACK itself and answers nothing the peer waits for.
-//   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`). While it lasts, the reader also sleeps 5 ms before
-//   each read: every read's ACK lets the peer send what its Nagle held, so reads that follow each other at
-//   once are a ping-pong of small segments (about 600 a second from rootcanal at 100 kB/s); after a sleep one
-//   read takes what 5 ms brought. What arrives is held back 5 ms at most, less than the shortest connection
-//   interval, and only on a connection that answers nothing. OCB_TCP_BULK_READ_WAIT_MS changes the wait
-//   (0: off). The sparse-write rule counts packets, not reads, since a read after a sleep holds many.
-//   (SO_RCVLOWAT does not do this: below the mark Linux ACKs every segment at once, so the peer's Nagle
-//   stops gathering: in one run the receiver made four times as many reads and the transfer slowed by a third.)
+//   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`).
 // Both cut the system calls of a GATT transfer over rootcanal by about 7× (1.4 → 0.2 per HCI packet on each
 // side) at the same throughput. The 1 MB L2CAP echo through Bumble that once timed out with them on is bound
 // by rootcanal's and Bumble's processor time (about 9 of its 11 CPU seconds): on a loaded machine it is slow
@@ -162,15 +155,7 @@ public final class StreamConnection: @unchecked Sendable {
         var packets: [HCIPacket] = []
         var stats = TransportStatistics()
         var bulk = BulkReception()
-        /// The last read came while ACKs are delayed: wait before the next (`BulkReception.Policy.readWait`).
-        var gathering = false
         while true {
-            if gathering {
-                var wait = timespec(tv_sec: Int(bulkPolicy.readWait / 1_000_000_000), tv_nsec: Int(bulkPolicy.readWait % 1_000_000_000))
-                var left = timespec()
-                while nanosleep(&wait, &left) != 0 && errno == EINTR { wait = left }
-                stats.waits += 1
-            }
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             stats.reads += 1
             if n < 0 {
@@ -191,17 +176,12 @@ public final class StreamConnection: @unchecked Sendable {
             let published = stats
             readStatistics.withLock {
                 $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn
-                $0.waits = published.waits
             }
             let before = writeLock.withLock { $0.generation }
             if !packets.isEmpty { onPackets(packets) }
             if isTCP {
                 let (after, backlog) = writeLock.withLock { ($0.generation, $0.hostBacklog) }
-                let delaying = bulk.afterRead(
-                    wroteSinceLastRead: after != bulk.lastGeneration, hostBacklog: backlog, fd: fd, policy: bulkPolicy,
-                    packets: packets.count)
-                gathering = delaying && bulkPolicy.readWait > 0
-                if !delaying {
+                if !bulk.afterRead(wroteSinceLastRead: after != bulk.lastGeneration, hostBacklog: backlog, fd: fd, policy: bulkPolicy) {
                     // Part of a packet (controllers write an H4 indicator and the rest separately): the rest
                     // may be held back by the peer's Nagle until this segment is ACKed, so the rule applies too.
                     if afterHandlingRead(wrote: after != before, partial: packets.isEmpty) == .leftToTheHost {
@@ -242,13 +222,13 @@ public final class StreamConnection: @unchecked Sendable {
         /// Without a read for this long the run is over (longer than a delayed ACK, 40 ms).
         static let pause: UInt64 = 250_000_000
         /// Nothing but sparse writes for this long before a run counts. 250 ms (it was a second): a receiver of
-        /// 1 MB over L2CAP through rootcanal spent its first second, and 1,700 of its 5,700 reads, before bulk
-        /// reception began; a connection that answers what it reads never enters it, whatever the quiet.
+        /// 1 MB over L2CAP through rootcanal spent the first second of the transfer, about 1,700 reads (one
+        /// per packet or two, most with a quick ACK), before bulk reception began; a connection that answers
+        /// what it reads never enters it, whatever the quiet.
         static let quiet: UInt64 = 250_000_000
         /// The kernel leaves ping-pong mode when a delayed ACK fires: enter it again at most this often.
         static let reenter: UInt64 = 20_000_000
-        /// A write after at least this many answerless reads (counted in packets: a read that gathered
-        /// several counts each) does not end a run (see `afterRead`).
+        /// A write after at least this many answerless reads does not end a run (see `afterRead`).
         static let sparseWriteReads = 16
 
         var answerless = 0
@@ -259,9 +239,7 @@ public final class StreamConnection: @unchecked Sendable {
         var delaying = false
         var lastEnter: UInt64 = 0
         var setsockopts = 0
-        /// Reads since the last one after which something had been written, counted in packets (at least one
-        /// per read): gathering reads take many packets each, and a credit return after 32 K-frames must
-        /// still look sparse.
+        /// Reads since the last one after which something had been written.
         var readsSinceWrite = 0
 
         /// Returns true while ACKs are delayed (the quick-ACK rule does not apply).
@@ -274,22 +252,9 @@ public final class StreamConnection: @unchecked Sendable {
             /// How long nothing but sparse writes must have been written before a run counts.
             var quiet = BulkReception.quiet
             var sparseWriteReads = BulkReception.sparseWriteReads
-            /// While ACKs are delayed, the reader sleeps this long (nanoseconds) before each read, so that one
-            /// read takes what the peer sent meanwhile. 0 turns it off (OCB_TCP_BULK_READ_WAIT_MS=0).
-            var readWait = BulkReception.readWait
         }
 
-        /// Shorter than the shortest LE connection interval (7.5 ms). A stream that ACKs are delayed for
-        /// answers nothing, so only its latency grows, by that much at most. OCB_TCP_BULK_READ_WAIT_MS changes
-        /// it (milliseconds, 0: off).
-        static let readWait: UInt64 = {
-            guard let v = ProcessInfo.processInfo.environment["OCB_TCP_BULK_READ_WAIT_MS"], let ms = Double(v), ms >= 0 else {
-                return 5_000_000
-            }
-            return UInt64(ms * 1_000_000)
-        }()
-
-        mutating func afterRead(wroteSinceLastRead: Bool, hostBacklog: Bool, fd: Int32, policy: Policy, packets: Int = 1) -> Bool {
+        mutating func afterRead(wroteSinceLastRead: Bool, hostBacklog: Bool, fd: Int32, policy: Policy) -> Bool {
             guard policy.enabled else { return false }
             let now = DispatchTime.now().uptimeNanoseconds
             defer { lastRead = now }
@@ -297,7 +262,7 @@ public final class StreamConnection: @unchecked Sendable {
             // stream (an L2CAP receiver's credits, every quarter window): it carries an ACK itself, and ending
             // the run at each one kept a credit-returning receiver at a read per packet.
             let sparse = wroteSinceLastRead && readsSinceWrite >= policy.sparseWriteReads
-            readsSinceWrite = wroteSinceLastRead ? 0 : readsSinceWrite + max(1, packets)
+            readsSinceWrite = wroteSinceLastRead ? 0 : readsSinceWrite + 1
             let answered = wroteSinceLastRead && !sparse
             if answered { lastWrite = now }
             if answered || now &- lastRead > policy.pause {

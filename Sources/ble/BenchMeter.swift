@@ -44,12 +44,12 @@ struct BenchMeter {
                 s += String(format: "; %d HCI packets (%d in, %d out)", t.packets, t.packetsIn, t.packetsOut)
                 if let n = syscalls {
                     s += String(
-                        format: ", %.2f system calls per packet (%llu in all; transport: %d reads, %d writes, %d other, %d waits)",
-                        Double(n) / Double(t.packets), n, t.reads, t.writes, t.other, t.waits)
+                        format: ", %.2f system calls per packet (%llu in all; transport: %d reads, %d writes, %d other)",
+                        Double(n) / Double(t.packets), n, t.reads, t.writes, t.other)
                 } else {
                     s += String(
-                        format: ", %.2f transport I/O calls per packet (%d reads, %d writes, %d other, %d waits; perf counters unavailable)",
-                        Double(t.systemCalls) / Double(t.packets), t.reads, t.writes, t.other, t.waits)
+                        format: ", %.2f transport I/O calls per packet (%d reads, %d writes, %d other; perf counters unavailable)",
+                        Double(t.systemCalls) / Double(t.packets), t.reads, t.writes, t.other)
                 }
             } else if let n = syscalls {
                 s += ", \(n) system calls"
@@ -66,7 +66,7 @@ struct BenchMeter {
             }
             if let t = transport {
                 j +=
-                    ",\"hci_packets_in\":\(t.packetsIn),\"hci_packets_out\":\(t.packetsOut),\"transport_reads\":\(t.reads),\"transport_writes\":\(t.writes),\"transport_other_syscalls\":\(t.other),\"transport_waits\":\(t.waits)"
+                    ",\"hci_packets_in\":\(t.packetsIn),\"hci_packets_out\":\(t.packetsOut),\"transport_reads\":\(t.reads),\"transport_writes\":\(t.writes),\"transport_other_syscalls\":\(t.other)"
                 if let p = syscallsPerPacket { j += ",\"syscalls_per_hci_packet\":\(p)" }
             }
             return j
