@@ -72,17 +72,18 @@ extension LEHost {
                 return c
             }
         }
-        handle(acl: ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(b[4...])), on: c)
+        // Fragments (a long frame's continuations above all) go to the recombiner as they lie in the packet.
+        handleFragment(b[4...], boundary: h.boundary, on: c)
         return c
     }
 
     static let notificationOpcode = ATTOpcode.handleValueNotification.rawValue
 
-    func handle(acl: ACLPacket, on c: HostConnection) {
-        let boundary: L2CAPFragment.Boundary = acl.boundary == .continuing ? .continuing : .first
+    func handleFragment(_ data: ArraySlice<UInt8>, boundary aclBoundary: ACLPacketBoundary, on c: HostConnection) {
+        let boundary: L2CAPFragment.Boundary = aclBoundary == .continuing ? .continuing : .first
         let frame: L2CAPFrame?
         do {
-            frame = try c.recombiner.append(acl.data, boundary: boundary)
+            frame = try c.recombiner.append(data, boundary: boundary)
         } catch {
             loggers.l2cap.debug("recombination error", metadata: ["connection": "\(c)", "error": "\(error)"])
             // A start fragment that ended an incomplete frame may itself have completed one.
