@@ -9,7 +9,9 @@
 # HCI packet on each side (every system call of the process, counted by a perf tracepoint counter, divided
 # by the HCI packets its host exchanged with the controller, both directions). Bumble runs with
 # BUMBLE_LOGLEVEL=WARNING: without its per-packet INFO log lines, its best case.
-# MIXED=1 adds ours → Bumble and Bumble → ours. COUNT, L2CAP_COUNT and PINGS change the sizes.
+# MIXED=1 adds ours → Bumble and Bumble → ours. COUNT, L2CAP_COUNT and PINGS change the sizes. SCENARIOS picks
+# which transfers run (default "gatt l2cap rtt"; e.g. SCENARIOS=l2cap for the L2CAP pair alone, so that repeated
+# runs interleave Bumble's and ours).
 # Usage: scripts/bench-vs-bumble.sh   (after scripts/setup-venv.sh; builds `ble` in release if it is missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,18 +53,27 @@ run() {
   RCPID=
 }
 
+SCENARIOS=${SCENARIOS:-gatt l2cap rtt}
+export SCENARIOS
+want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 G="--att-mtu 247 -s 244 -c $COUNT"
+if want gatt; then
 run bb-gatt "$BB --mode gatt-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode gatt-client --scenario send $G central \$BLE_TRANSPORT"
 run oo-gatt "$BLE bench --role peripheral --scenario receive --size 244" "$BLE bench --role central --scenario send --size 244 --count $COUNT"
+fi
+if want l2cap; then
 run bb-l2cap "$BB --mode l2cap-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode l2cap-client --scenario send -s 1024 -c $L2CAP_COUNT central \$BLE_TRANSPORT"
 run oo-l2cap "$BLE bench --mode l2cap --role peripheral --scenario receive" "$BLE bench --mode l2cap --role central --scenario send --size 1024 --count $L2CAP_COUNT"
+fi
 if [ "${MIXED:-0}" = 1 ]; then
   run ob-gatt "$BB --mode gatt-server --scenario receive peripheral \$BLE_TRANSPORT" "$BLE bench --role central --scenario send --size 244 --count $COUNT"
   run bo-gatt "$BLE bench --role peripheral --scenario receive --size 244" "$BB --mode gatt-client --scenario send $G central \$BLE_TRANSPORT"
 fi
+if want rtt; then
 # Bumble's ping prints each round trip at INFO.
 run bb-rtt "$BB --mode gatt-server --scenario pong peripheral \$BLE_TRANSPORT" "BUMBLE_LOGLEVEL=INFO $BB --mode gatt-client --scenario ping --att-mtu 247 -s 20 -c $PINGS central \$BLE_TRANSPORT"
 run oo-rtt "$BLE bench --role peripheral --scenario pong --size 20 --count $PINGS" "$BLE bench --role central --scenario ping --size 20 --count $PINGS"
+fi
 
 $PY - "$out" <<'EOF'
 import json, re, statistics, sys, os
@@ -96,7 +107,9 @@ def row(label, stack, name, key):
     results[(key, stack)] = (speed, both)
     print(f"{label:<32} {stack:<16} {fmt(speed and speed / 1000, '{:.1f}'):>8} {fmt(cs, '{:.3f}'):>10} {fmt(ps, '{:.3f}'):>10} {fmt(both, '{:.3f}'):>10} {fmt(per_mb, '{:.3f}'):>9} "
           f"{fmt((c or {}).get('syscalls_per_hci_packet')):>11} {fmt((p or {}).get('syscalls_per_hci_packet')):>11}")
+wanted = os.environ.get('SCENARIOS', 'gatt l2cap rtt').split()
 for label, key in (('GATT 4096 × 244 write cmds', 'gatt'), ('L2CAP 1 MB (1024 × 1024)', 'l2cap')):
+    if key not in wanted: continue
     row(label, 'Bumble ↔ Bumble', f'bb-{key}', key)
     row(label, 'ours ↔ ours', f'oo-{key}', key)
     b, o = results.get((key, 'Bumble ↔ Bumble')), results.get((key, 'ours ↔ ours'))
@@ -111,10 +124,11 @@ def rtt(name):
     text = open(f'{out}/{name}-c.err', errors='replace').read() + open(f'{out}/{name}-c.out', errors='replace').read()
     v = sorted(float(x) for x in re.findall(r'RTT=([0-9.]+)', text))
     return (v[len(v) // 2], v[min(len(v) - 1, int(len(v) * 0.99))]) if v else (None, None)
-print()
-print(f"{'GATT ping-pong RTT (ms)':<32} {'stack':<16} {'p50':>8} {'p99':>10}")
-for stack, name in (('Bumble ↔ Bumble', 'bb-rtt'), ('ours ↔ ours', 'oo-rtt')):
-    p50, p99 = rtt(name)
-    print(f"{'20-octet ping, 7.5 ms interval':<32} {stack:<16} {fmt(p50, '{:.3f}'):>8} {fmt(p99, '{:.3f}'):>10}")
+if 'rtt' in wanted:
+    print()
+    print(f"{'GATT ping-pong RTT (ms)':<32} {'stack':<16} {'p50':>8} {'p99':>10}")
+    for stack, name in (('Bumble ↔ Bumble', 'bb-rtt'), ('ours ↔ ours', 'oo-rtt')):
+        p50, p99 = rtt(name)
+        print(f"{'20-octet ping, 7.5 ms interval':<32} {stack:<16} {fmt(p50, '{:.3f}'):>8} {fmt(p99, '{:.3f}'):>10}")
 print(f"\nsc/pkt: system calls of the process per HCI packet it exchanged with the controller (both directions).\nlogs in {out}")
 EOF

@@ -1,5 +1,8 @@
 // One LE link as the host sees it: the L2CAP recombiner, the signalling state, the GATT client bearer with
 // its transaction timer, and the operations the layers above start on it.
+//
+// Loop-confined like the host; the properties the packet path touches are `@exclusivity(unchecked)` for the
+// reason given in LEHost.swift.
 import BLEWire
 import BLEHCI
 import BLEL2CAP
@@ -18,12 +21,12 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     public internal(set) var latency: UInt16
     public internal(set) var supervisionTimeout: UInt16
     /// ATT_MTU in force on this link (Vol 3 Part F §3.2.8).
-    public internal(set) var attMTU: UInt16 = 23
+    @exclusivity(unchecked) public internal(set) var attMTU: UInt16 = 23
     /// The largest LL data PDU payloads in force (Vol 6 Part B §4.5.10), from LE Data Length Change.
     public internal(set) var maxTxOctets: UInt16 = 27
     /// ACL packets of this link the host has finished with and not yet reported (controller-to-host flow
     /// control, LEHost+FlowControl.swift). Loop only.
-    var unreportedPackets = 0
+    @exclusivity(unchecked) var unreportedPackets = 0
     public internal(set) var maxRxOctets: UInt16 = 27
     /// The PHYs in use (1 LE 1M, 2 LE 2M, 3 LE Coded), from LE PHY Update Complete.
     public internal(set) var txPHY: UInt8 = 1
@@ -35,13 +38,13 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     public internal(set) var identityAddress: BluetoothAddress
     /// The address we use on this link.
     public internal(set) var localLinkAddress: BluetoothAddress
-    public internal(set) var isOpen = true
+    @exclusivity(unchecked) public internal(set) var isOpen = true
     /// Free-form slot for the layer above (the façade keeps its peer object here).
-    public var context: AnyObject?
+    @exclusivity(unchecked) public var context: AnyObject?
 
     public internal(set) weak var host: LEHost?
-    var recombiner: L2CAPRecombiner
-    var signaling: L2CAPSignalingState
+    @exclusivity(unchecked) var recombiner: L2CAPRecombiner
+    @exclusivity(unchecked) var signaling: L2CAPSignalingState
     var gattClient = GATTClient()
     var gattCompletions: [GATTClient.ProcedureID: (Result<GATTClient.Outcome, GATTClient.Failure>) -> Void] = [:]
     var attTimer: LoopTimer?
@@ -54,10 +57,10 @@ public final class HostConnection: @unchecked Sendable, CustomStringConvertible 
     /// transaction timeout reads as connection timeout).
     var closeReasonOverride: HCIStatus?
     /// Set when a Write Command was refused for lack of buffers; cleared when the delegate is told.
-    var wantsWriteReady = false
+    @exclusivity(unchecked) var wantsWriteReady = false
 
     // L2CAP credit-based channels (LEHost+Channels.swift), by our CID.
-    var channels: [UInt16: HostL2CAPChannel] = [:]
+    @exclusivity(unchecked) var channels: [UInt16: HostL2CAPChannel] = [:]
     var nextChannelToken: UInt64 = 0
     var channelCompletions: [UInt64: (Result<[HostL2CAPChannel], L2CAPOpenError>) -> Void] = [:]
     /// What the actions of one signalling step did to each `open` in flight.

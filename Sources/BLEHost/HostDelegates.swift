@@ -54,12 +54,20 @@ public protocol HostCentralDelegate: AnyObject {
     func host(_ host: LEHost, didDisconnect connection: HostConnection, reason: HCIStatus)
     /// A notification or indication from a server we are a client of.
     func host(_ host: LEHost, connection: HostConnection, didReceiveValue value: [UInt8], forHandle handle: UInt16, isIndication: Bool)
+    /// A notification whose value is still in the packet that carried it (a whole ATT notification in one ACL
+    /// packet, the usual case): a delegate that keeps values in a form of its own (Core Bluetooth's Data)
+    /// builds it from these octets, without an array in between. By default the value becomes an array and
+    /// goes to `host(_:connection:didReceiveValue:forHandle:isIndication:)`.
+    func host(_ host: LEHost, connection: HostConnection, didReceiveNotification value: ArraySlice<UInt8>, forHandle handle: UInt16)
     /// Buffer space freed for Write Commands after `canSendWriteWithoutResponse` was false.
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection)
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16)
 }
 
 public extension HostCentralDelegate {
+    func host(_ host: LEHost, connection: HostConnection, didReceiveNotification value: ArraySlice<UInt8>, forHandle handle: UInt16) {
+        self.host(host, connection: connection, didReceiveValue: Array(value), forHandle: handle, isIndication: false)
+    }
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {}
     func host(_ host: LEHost, connection: HostConnection, didChangeMTU mtu: UInt16) {}
 }

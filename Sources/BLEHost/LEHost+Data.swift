@@ -58,15 +58,13 @@ extension LEHost {
             let frameLength = Int(b[4]) | Int(b[5]) << 8
             if frameLength + 4 == h.length, frameLength <= c.recombiner.maximumFrameLength {
                 // A central's hot path: a whole ATT_HANDLE_VALUE_NTF (Vol 3 Part F §3.4.7.1: opcode, handle,
-                // value) on the ATT channel goes to the delegate with one copy of its value, without building
+                // value) on the ATT channel goes to the delegate as it lies in the packet, without building
                 // the frame or decoding the PDU. It takes the checks `handleATT` makes for it (a handle present,
                 // no longer than ATT_MTU), and leaves the traced path to `dispatch` when tracing is on.
                 if b[6] == 0x04, b[7] == 0, frameLength >= 3, b[8] == Self.notificationOpcode, frameLength <= Int(c.attMTU),
                     !loggers.l2capTraces, !loggers.attTraces
                 {
-                    centralDelegate?.host(
-                        self, connection: c, didReceiveValue: Array(b[11...]), forHandle: UInt16(b[9]) | UInt16(b[10]) << 8,
-                        isIndication: false)
+                    centralDelegate?.host(self, connection: c, didReceiveNotification: b[11...], forHandle: UInt16(b[9]) | UInt16(b[10]) << 8)
                     return c
                 }
                 let cid = L2CAPChannelID(rawValue: UInt16(b[6]) | UInt16(b[7]) << 8)
@@ -74,17 +72,18 @@ extension LEHost {
                 return c
             }
         }
-        handle(acl: ACLPacket(handle: h.handle, boundary: h.boundary, broadcast: h.broadcast, data: Array(b[4...])), on: c)
+        // Fragments (a long frame's continuations above all) go to the recombiner as they lie in the packet.
+        handleFragment(b[4...], boundary: h.boundary, on: c)
         return c
     }
 
     static let notificationOpcode = ATTOpcode.handleValueNotification.rawValue
 
-    func handle(acl: ACLPacket, on c: HostConnection) {
-        let boundary: L2CAPFragment.Boundary = acl.boundary == .continuing ? .continuing : .first
+    func handleFragment(_ data: ArraySlice<UInt8>, boundary aclBoundary: ACLPacketBoundary, on c: HostConnection) {
+        let boundary: L2CAPFragment.Boundary = aclBoundary == .continuing ? .continuing : .first
         let frame: L2CAPFrame?
         do {
-            frame = try c.recombiner.append(acl.data, boundary: boundary)
+            frame = try c.recombiner.append(data, boundary: boundary)
         } catch {
             loggers.l2cap.debug("recombination error", metadata: ["connection": "\(c)", "error": "\(error)"])
             // A start fragment that ended an incomplete frame may itself have completed one.

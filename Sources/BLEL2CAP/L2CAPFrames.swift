@@ -96,14 +96,21 @@ public struct L2CAPRecombiner: Sendable {
     /// `incompleteFrameDropped`, after which the new fragment has been taken as the start of a frame
     /// (call `append` again with an empty continuation is not needed: use `pendingFrame()` if it completed).
     public mutating func append(_ data: [UInt8], boundary: L2CAPFragment.Boundary) throws -> L2CAPFrame? {
+        try append(data[...], boundary: boundary)
+    }
+
+    /// `append` for a fragment as it lies in its ACL packet (the host hands `packet.bytes[4...]`): no array is
+    /// made for it; its octets are copied once, into the frame being recombined.
+    public mutating func append(_ data: ArraySlice<UInt8>, boundary: L2CAPFragment.Boundary) throws -> L2CAPFrame? {
         switch boundary {
         case .first:
             // Fast path: a whole frame in one fragment.
+            let s = data.startIndex
             if !active, data.count >= 4 {
-                let len = Int(data[0]) | Int(data[1]) << 8
+                let len = Int(data[s]) | Int(data[s + 1]) << 8
                 if data.count == len + 4 {
                     guard len <= maximumFrameLength else { throw L2CAPRecombinationError.frameTooLong(len) }
-                    return L2CAPFrame(channelID: L2CAPChannelID(rawValue: UInt16(data[2]) | UInt16(data[3]) << 8), payload: Array(data[4...]))
+                    return L2CAPFrame(channelID: L2CAPChannelID(rawValue: UInt16(data[s + 2]) | UInt16(data[s + 3]) << 8), payload: Array(data[(s + 4)...]))
                 }
             }
             let dropped = active ? (buffer.count, expected) : nil
@@ -132,7 +139,7 @@ public struct L2CAPRecombiner: Sendable {
         return stash
     }
 
-    private mutating func take(_ data: [UInt8]) throws -> L2CAPFrame? {
+    private mutating func take(_ data: ArraySlice<UInt8>) throws -> L2CAPFrame? {
         buffer.append(contentsOf: data)
         if expected == 0 && buffer.count >= 2 {
             let len = Int(buffer[0]) | Int(buffer[1]) << 8

@@ -75,7 +75,10 @@ public struct L2CAPSignalingState: Sendable {
     }
 
     /// C-frames to send stay `.send`; the rest become `.channel`.
-    func channelActions(_ actions: [L2CAPCreditChannels.Action]) -> [Action] {
+    /// Static: called as `channelActions(credit.someMutation(…))` on an instance method, a call on `self`
+    /// copied the whole state (every table of `credit`) before the argument mutated it, so the mutation found
+    /// its channel table shared and copied it, for every K-frame received.
+    static func channelActions(_ actions: [L2CAPCreditChannels.Action]) -> [Action] {
         actions.map { if case let .sendSignal(b) = $0 { return .send(b) } else { return .channel($0) } }
     }
 
@@ -85,41 +88,41 @@ public struct L2CAPSignalingState: Sendable {
         token: UInt64
     ) -> [Action] {
         let id = nextIdentifier()
-        return channelActions(credit.open(psm: psm, parameters: parameters, count: count, enhanced: enhanced, token: token, identifier: id))
+        return Self.channelActions(credit.open(psm: psm, parameters: parameters, count: count, enhanced: enhanced, token: token, identifier: id))
     }
 
     public mutating func disconnectChannel(_ localCID: UInt16) -> [Action] {
         let id = nextIdentifier()
-        return channelActions(credit.disconnect(localCID: localCID, identifier: id))
+        return Self.channelActions(credit.disconnect(localCID: localCID, identifier: id))
     }
 
     public mutating func reconfigureChannels(_ localCIDs: [UInt16], mtu: UInt16, mps: UInt16) -> [Action] {
         let id = nextIdentifier()
-        return channelActions(credit.reconfigure(localCIDs: localCIDs, mtu: mtu, mps: mps, identifier: id))
+        return Self.channelActions(credit.reconfigure(localCIDs: localCIDs, mtu: mtu, mps: mps, identifier: id))
     }
 
     mutating func creditReceive(_ c: L2CAPSignal, security: L2CAPLinkSecurity, servers: (UInt16) -> L2CAPServerPolicy?) -> [Action] {
         var counter = ids
         defer { ids = counter }
-        return channelActions(credit.receive(c, security: security, servers: servers, identifier: { counter.next() }))
+        return Self.channelActions(credit.receive(c, security: security, servers: servers, identifier: { counter.next() }))
     }
 
     /// A K-frame for one of our CIDs (the hot path: no actions unless an SDU completes).
     public mutating func channelFrame(_ payload: [UInt8], on localCID: UInt16) -> [Action] {
         var counter = ids
         defer { ids = counter }
-        return channelActions(credit.receiveFrame(payload, on: localCID, identifier: { counter.next() }))
+        return Self.channelActions(credit.receiveFrame(payload, on: localCID, identifier: { counter.next() }))
     }
 
     public mutating func channelConsumed(_ octets: Int, on localCID: UInt16) -> [Action] {
         var counter = ids
         defer { ids = counter }
-        return channelActions(credit.consumed(octets, on: localCID, identifier: { counter.next() }))
+        return Self.channelActions(credit.consumed(octets, on: localCID, identifier: { counter.next() }))
     }
 
-    public mutating func channelTimeout(identifier: UInt8) -> [Action] { channelActions(credit.timeout(identifier: identifier)) }
+    public mutating func channelTimeout(identifier: UInt8) -> [Action] { Self.channelActions(credit.timeout(identifier: identifier)) }
 
-    public mutating func linkClosed() -> [Action] { channelActions(credit.linkClosed()) }
+    public mutating func linkClosed() -> [Action] { Self.channelActions(credit.linkClosed()) }
 
     /// The answer to a Connection Parameter Update Request.
     public func connectionParameterUpdateResponse(identifier: UInt8, accepted: Bool) -> [UInt8] {

@@ -18,7 +18,7 @@
 //   (if the rest has not come within 5 ms, poll(2) says so and the reader ACKs after all: no long stall).
 //   OCB_TCP_BACKLOG_ACKS=0 turns this off (see `leaveAcksToHostBacklog`);
 // - bulk reception: after 64 reads in a row that wrote nothing, within 250 ms, on a connection that has
-//   written nothing for a second and whose host holds no backlog (it only listens), the reader turns ACKs to
+//   written nothing for 250 ms and whose host holds no backlog (it only listens), the reader turns ACKs to
 //   delayed (TCP_QUICKACK 0) so that the controller's Nagle gathers what it sends meanwhile into one
 //   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it,
 //   except a sparse write (after 16 answerless reads or more, as an L2CAP receiver returns credits): it
@@ -221,7 +221,11 @@ public final class StreamConnection: @unchecked Sendable {
         static let runWindow: UInt64 = 250_000_000
         /// Without a read for this long the run is over (longer than a delayed ACK, 40 ms).
         static let pause: UInt64 = 250_000_000
-        static let quiet: UInt64 = 1_000_000_000
+        /// Nothing but sparse writes for this long before a run counts. 250 ms (it was a second): a receiver of
+        /// 1 MB over L2CAP through rootcanal spent the first second of the transfer, about 1,700 reads (one
+        /// per packet or two, most with a quick ACK), before bulk reception began; a connection that answers
+        /// what it reads never enters it, whatever the quiet.
+        static let quiet: UInt64 = 250_000_000
         /// The kernel leaves ping-pong mode when a delayed ACK fires: enter it again at most this often.
         static let reenter: UInt64 = 20_000_000
         /// A write after at least this many answerless reads does not end a run (see `afterRead`).

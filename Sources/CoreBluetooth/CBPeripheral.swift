@@ -261,8 +261,13 @@ final class ValueInbox: @unchecked Sendable {
     init(loop: EventLoop?) { self.loop = loop }
 
     func received(value: [UInt8], handle: UInt16) {
+        received(value: value[...], handle: handle)
+    }
+
+    /// A value as it lies in the packet that carried it (or in an array): it is copied once, into its Data.
+    func received(value: ArraySlice<UInt8>, handle: UInt16) {
         if handle != 0, handle == serviceChangedHandle {
-            peripheral?.serviceChanged(value)
+            peripheral?.serviceChanged(Array(value))
             return
         }
         let data = Data(value)

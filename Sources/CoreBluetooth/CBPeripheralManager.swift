@@ -493,7 +493,9 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         let handles: [UInt16]? = centrals.map { wanted in
             managerLock.withLock { self.centrals.filter { entry in wanted.contains { $0 === entry.value } }.map(\.key) }
         }
-        return host.submitUpdate([UInt8](value), forHandle: handle, to: handles)
+        // One memcpy: `[UInt8](value)` copies a Data through its generic sequence path, octet by octet.
+        let bytes = [UInt8](unsafeUninitializedCapacity: value.count) { buffer, count in count = value.copyBytes(to: buffer) }
+        return host.submitUpdate(bytes, forHandle: handle, to: handles)
     }
 
     public func hostIsReadyToUpdateSubscribers(_ host: LEHost) { readyToUpdateSubscribers() }

@@ -139,6 +139,11 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
         SharedLink.existing(connection)?.forEachInbox(of: handle) { $0.received(value: value, handle: handle) }
     }
 
+    /// The host's hot path: a notification's value still in its packet becomes each user's Data directly.
+    func host(_ host: LEHost, connection: HostConnection, didReceiveNotification value: ArraySlice<UInt8>, forHandle handle: UInt16) {
+        SharedLink.existing(connection)?.forEachInbox(of: handle) { $0.received(value: value, handle: handle) }
+    }
+
     func host(_ host: LEHost, connectionIsReadyToSendWriteWithoutResponse connection: HostConnection) {
         for c in centrals { c.host(host, connectionIsReadyToSendWriteWithoutResponse: connection) }
     }

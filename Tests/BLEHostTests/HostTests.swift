@@ -51,6 +51,9 @@ final class PeripheralRecorder: HostPeripheralDelegate, @unchecked Sendable {
     func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {
         subscriptions.append((valueHandle, notify, indicate))
     }
+    /// Packets waiting for controller buffers each time the host reported room for updates.
+    var readyWaiting: [Int] = []
+    func hostIsReadyToUpdateSubscribers(_ host: LEHost) { readyWaiting.append(host.aclWaiting.count - host.aclWaitingHead) }
     var storedWrites: [(UInt16, [UInt8])] = []
     func host(_ host: LEHost, connection: HostConnection, didWriteStoredValue value: [UInt8], forHandle handle: UInt16) {
         storedWrites.append((handle, value))
@@ -254,6 +257,51 @@ final class LinkedHosts: @unchecked Sendable {
         t.air.loop.sync { _ = t.peripheral.updateValue([1], forHandle: hr.value) }
         t.air.loop.advance(by: .milliseconds(50))
         #expect(t.c.values.isEmpty)
+    }
+
+    /// Updates submitted from outside the loop (as Core Bluetooth's updateValue does) are taken until 64 wait,
+    /// and room is reported once fewer than 16 do: refills of about 48, each a thread hand-off to the
+    /// submitter's queue (it was 32, room below 16: refills of 16). All arrive, in order.
+    @Test func theTransmitQueueTakes64UpdatesAndReportsRoomBelow16() throws {
+        let t = try LinkedHosts()
+        let hr = t.handles.characteristics[0]
+        let cccd = try #require(hr.clientConfiguration)
+        #expect(t.gatt(.write(handle: cccd, value: [0x01, 0x00])) == .success(.written))
+        // Inside one loop turn nothing is sent meanwhile: exactly the queue's limit is taken.
+        let accepted = t.air.loop.sync { () -> Int in
+            var n = 0
+            while n < 1000, t.peripheral.submitUpdate([UInt8(n & 0xFF)], forHandle: hr.value) { n += 1 }
+            return n
+        }
+        #expect(accepted == 64)
+        t.air.loop.advance(by: .milliseconds(200))
+        #expect(t.c.values.map(\.1) == (0..<64).map { [UInt8($0)] })
+        #expect(t.p.readyWaiting.count == 1)
+        #expect(t.p.readyWaiting.allSatisfy { $0 < 16 })
+    }
+
+    /// Number Of Completed Packets is read in place (LEHost.handleCompletedPacketsInPlace): it takes exactly the
+    /// packets the event decoder takes as that event, and leaves every other packet to it.
+    @Test func completedPacketsReadInPlaceTakeWhatTheDecoderTakes() throws {
+        let t = try LinkedHosts(connect: false)
+        let samples: [[UInt8]] = [
+            [0x13, 0x05, 0x01, 0xEE, 0x0E, 0x02, 0x00],
+            [0x13, 0x09, 0x02, 0xEE, 0x0E, 0x01, 0x00, 0xEF, 0x0E, 0x03, 0x00],
+            [0x13, 0x01, 0x00],
+            [0x13, 0x05, 0x02, 0xEE, 0x0E, 0x02, 0x00],   // Num_Handles says two entries, one follows
+            [0x13, 0x06, 0x01, 0xEE, 0x0E, 0x02, 0x00],   // the parameter length disagrees
+            [0x13, 0x05, 0x01, 0xEE, 0x0E, 0x02],   // cut short
+            [0x13, 0x00],
+            [0x13],
+            [0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00],   // another event
+        ]
+        for b in samples {
+            var decoded = false
+            if case .numberOfCompletedPackets? = try? HCIEvent.decode(HCIPacket(type: .event, bytes: b)) { decoded = true }
+            // Unknown handles: the credits they name are ignored either way.
+            let took = t.air.loop.sync { LEHost.handleCompletedPacketsInPlace(b, t.central) }
+            #expect(took == decoded, "\(b)")
+        }
     }
 
     @Test func unansweredRequestTimesOutAfterThirtySeconds() throws {

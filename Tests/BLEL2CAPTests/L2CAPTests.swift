@@ -61,6 +61,45 @@ let allSignals: [L2CAPSignal] = [
         }
     }
 
+    /// Fragments handed as slices of a larger buffer (as the host hands `packet.bytes[4...]`, whose indices
+    /// start at 4) recombine exactly as the same fragments in arrays of their own: whole frames in one
+    /// fragment, frames in many, and the errors (too long, overflow, a continuation without a start).
+    @Test(arguments: [27, 251])
+    func fragmentsAsSlicesRecombineAsArraysDo(bufferSize: Int) throws {
+        for length in [0, 1, 22, 23, 247, 600] {
+            let payload = (0..<length).map { UInt8(truncatingIfNeeded: $0 * 13 + 5) }
+            var arrays = L2CAPRecombiner(maximumFrameLength: 65_535), slices = arrays
+            for f in L2CAPFragmenter.fragment(payload, channelID: .leSignaling, maximumFragmentSize: bufferSize) {
+                let packet: [UInt8] = [0xAA, 0xBB, 0xCC, 0xDD] + f.bytes
+                let a = try arrays.append(f.bytes, boundary: f.boundary)
+                let b = try slices.append(packet[4...], boundary: f.boundary)
+                #expect(a == b)
+            }
+            #expect(slices.isIdle)
+        }
+        func outcome(_ r: inout L2CAPRecombiner, _ fragments: [([UInt8], L2CAPFragment.Boundary)], sliced: Bool) -> [String] {
+            fragments.map { bytes, boundary in
+                do {
+                    let f = sliced ? try r.append(([9, 9, 9, 9] + bytes)[4...], boundary: boundary) : try r.append(bytes, boundary: boundary)
+                    return f.map { "\($0.channelID):\($0.payload)" } ?? "nil"
+                } catch {
+                    return "\(error)"
+                }
+            }
+        }
+        let streams: [[([UInt8], L2CAPFragment.Boundary)]] = [
+            [([0x10, 0x00, 0x40, 0x00, 1, 2], .continuing)],
+            [([0xFF, 0x00, 0x40, 0x00], .first)],
+            [([0x03, 0x00, 0x40, 0x00, 1], .first), ([2, 3, 4], .continuing)],
+            [([0x02, 0x00, 0x40, 0x00, 1, 2], .first)],
+            [([0x05], .first), ([0x00, 0x40, 0x00, 1, 2, 3, 4, 5], .continuing)],
+        ]
+        for stream in streams {
+            var a = L2CAPRecombiner(maximumFrameLength: 100), b = a
+            #expect(outcome(&a, stream, sliced: false) == outcome(&b, stream, sliced: true))
+        }
+    }
+
     @Test func oneOctetAtATime() throws {
         let payload = Array(0..<100).map(UInt8.init)
         let whole = L2CAPFragmenter.fragment(payload, channelID: .smp, maximumFragmentSize: 10_000)[0].bytes

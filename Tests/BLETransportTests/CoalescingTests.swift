@@ -313,4 +313,52 @@ import BLEHCI
         let answered = (0..<1000).map { _ in pingPong.afterRead(wroteSinceLastRead: true, hostBacklog: false, fd: fd, policy: policy) }
         #expect(!answered.contains(true))
     }
+
+    /// Bulk reception begins once the connection has answered nothing for 250 ms (it was a second): a
+    /// receiver that answered a set-up exchange and then only listens is in it within a fraction of a second.
+    @Test func bulkReceptionBeginsAQuarterSecondAfterTheLastAnswer() async throws {
+        let listener = try TCPListener(port: 0)
+        defer { listener.close() }
+        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
+        let accepted = Accepted()
+        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
+        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "quiet")
+        // Only the quiet is the default: a run is counted in reads, not in time, on a loaded machine.
+        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max)
+        defer { ours.close() }
+        let deadline = Date().addingTimeInterval(120)
+        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        let peer = accepted.lock.withLock { accepted.fd }
+        defer { Glibc.close(peer) }
+        StreamConnection.setNoDelay(peer)
+        let got = Batches()
+        // The first packet is answered while its read is handled; nothing after it is.
+        ours.start(
+            onPackets: { [ours] ps in
+                let first = got.lock.withLock { () -> Bool in
+                    got.batches.append(ps)
+                    return got.batches.count == 1
+                }
+                if first { ours.write(packet: Self.event) }
+            }, onClose: { _ in })
+        writeAll(peer, Self.acl(0).h4Bytes)
+        while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 100_000) }
+        #expect(readExactly(peer, Self.event.h4Bytes.count) == Self.event.h4Bytes)
+        let answered = Date()
+        // Answerless packets, one at a time, until the reader turns ACKs to delayed (bulk reception): one
+        // setsockopt more than the quick ACK re-armed after the first answerless read.
+        writeAll(peer, Self.acl(1).h4Bytes)
+        var sent = 2
+        while ours.statistics.other < 1 && Date() < deadline { try await pause(nanoseconds: 100_000) }
+        let quickAcked = ours.statistics.other
+        while ours.statistics.other == quickAcked && Date().timeIntervalSince(answered) < 2 && Date() < deadline {
+            writeAll(peer, Self.acl(sent % 50).h4Bytes)
+            sent += 1
+            while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+            try await pause(nanoseconds: 2_000_000)
+        }
+        let began = Date().timeIntervalSince(answered)
+        #expect(ours.statistics.other > quickAcked)
+        #expect(began >= 0.25 && began < 0.9, "bulk reception began \(began) s after the answer")
+    }
 }
