@@ -351,14 +351,23 @@ import BLEHCI
         var sent = 2
         while ours.statistics.other < 1 && Date() < deadline { try await pause(nanoseconds: 100_000) }
         let quickAcked = ours.statistics.other
-        while ours.statistics.other == quickAcked && Date().timeIntervalSince(answered) < 2 && Date() < deadline {
+        // When the run of answerless reads was long enough: from then on only the quiet since the answer is awaited.
+        var runDone: TimeInterval?
+        while ours.statistics.other == quickAcked && Date().timeIntervalSince(answered) < 20 && Date() < deadline {
             writeAll(peer, Self.acl(sent % 50).h4Bytes)
             sent += 1
             while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+            if runDone == nil, sent - 1 > StreamConnection.BulkReception.runLength + 1 { runDone = Date().timeIntervalSince(answered) }
             try await pause(nanoseconds: 2_000_000)
         }
         let began = Date().timeIntervalSince(answered)
         #expect(ours.statistics.other > quickAcked)
-        #expect(began >= 0.25 && began < 0.9, "bulk reception began \(began) s after the answer")
+        #expect(began >= 0.25, "bulk reception began \(began) s after the answer, before a quarter second of quiet")
+        // The quiet asked for is a quarter second, not the second it was: checked where the machine kept up (the run
+        // done well before a second); on a loaded one (the first whole run after this test was added: 64 reads 2 ms
+        // apart took over 2 s) the run itself, not the quiet, set the start.
+        if let runDone, runDone < 0.6 {
+            #expect(began < 0.9, "bulk reception began \(began) s after the answer, its run of reads done at \(runDone) s")
+        }
     }
 }
