@@ -407,7 +407,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         if loggers.hciTraces { loggers.hci.trace("packet in", metadata: packet.logMetadata) }
         switch packet.type {
         case .event:
-            if Self.handleCompletedPacketsInPlace(packet.bytes, self) { return }
+            if handleCompletedPacketsInPlace(packet.bytes) { return }
             do {
                 handle(event: try HCIEvent.decode(packet))
             } catch {
@@ -424,14 +424,14 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// event a sender gets most, read where it lies: no event value and array of entries made and freed for each
     /// one. Takes exactly what `HCIEvent.decode` accepts for it (the parameter length and the entries agree);
     /// returns false for any other packet, which goes the general way.
-    static func handleCompletedPacketsInPlace(_ b: [UInt8], _ host: LEHost) -> Bool {
+    func handleCompletedPacketsInPlace(_ b: [UInt8]) -> Bool {
         guard b.count >= 3, b[0] == 0x13, Int(b[1]) == b.count - 2, b.count == 3 + 4 * Int(b[2]) else { return false }
         var o = 3
         while o < b.count {
-            host.packetsCompleted(handle: UInt16(b[o]) | UInt16(b[o + 1]) << 8, count: Int(UInt16(b[o + 2]) | UInt16(b[o + 3]) << 8))
+            packetsCompleted(handle: UInt16(b[o]) | UInt16(b[o + 1]) << 8, count: Int(UInt16(b[o + 2]) | UInt16(b[o + 3]) << 8))
             o += 4
         }
-        host.aclCreditsFreed()
+        aclCreditsFreed()
         return true
     }
 }

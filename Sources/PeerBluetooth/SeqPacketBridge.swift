@@ -26,11 +26,12 @@ final class SeqPacketBridge: @unchecked Sendable {
     private let sendMTU: Int
     /// What the L2CAP socket holds of what it was given (nil: it cannot say; then it is closed at once).
     private let unsent: (@Sendable (Int32) -> Int?)?
-    /// How long a closing bridge waits for the socket to pass its SDUs on, and how often it looks.
-    static let drainLimit: Double = 30
+    /// How long a closing bridge waits for the socket to pass its SDUs on (by default), and how often it looks.
+    static let defaultDrainLimit: Double = 30
     private let drainLimit: Double
     static let drainPoll: Double = 0.05
-    private var drainDeadline: DispatchTime?
+    /// The drain limit's timer is running (`armDrainLimit`).
+    private var drainArmed = false
     /// The four sources, by `Source`, and which of them run (a suspended source must be resumed before it is
     /// cancelled).
     private var sources: [DispatchSourceProtocol] = []
@@ -73,7 +74,7 @@ final class SeqPacketBridge: @unchecked Sendable {
     /// Bridges `fd` (a connected non-blocking SEQPACKET socket, now the bridge's); the other end of the pair goes
     /// to `adopt`, which owns it from then on. Nil when no socket pair can be made (`fd` is then closed).
     static func start(
-        fd: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)? = nil, drainLimit: Double = SeqPacketBridge.drainLimit,
+        fd: Int32, sendMTU: Int, receiveMTU: Int, unsent: (@Sendable (Int32) -> Int?)? = nil, drainLimit: Double = SeqPacketBridge.defaultDrainLimit,
         adopt: (Int32) -> Void
     ) -> SeqPacketBridge? {
         var ends: [Int32] = [0, 0]
@@ -238,23 +239,19 @@ final class SeqPacketBridge: @unchecked Sendable {
     private func drainThenFinish() {
         guard !finished else { return }
         guard !packetEnded, let left = unsent?(packetFD), left > 0 else { return finish(nil) }
-        let now = DispatchTime.now()
         armDrainLimit()
-        guard let deadline = drainDeadline, now < deadline else {
-            return finish("closed with \(left) octets not passed on after \(drainLimit) s")
-        }
-        queue.asyncAfter(deadline: now + Self.drainPoll) { [self] in drainThenFinish() }
+        queue.asyncAfter(deadline: .now() + Self.drainPoll) { [self] in drainThenFinish() }
     }
 
     /// From the first sign that the session has gone: the bridge ends by `drainLimit` from now, whatever it still
     /// holds (a peer that grants no credits does not keep a dead session's channel open).
     private func armDrainLimit() {
-        guard drainDeadline == nil else { return }
-        let deadline = DispatchTime.now() + drainLimit
-        drainDeadline = deadline
-        queue.asyncAfter(deadline: deadline + Self.drainPoll) { [self] in
+        guard !drainArmed else { return }
+        drainArmed = true
+        queue.asyncAfter(deadline: .now() + drainLimit) { [self] in
             guard !finished else { return }
-            finish("closed with octets not passed on after \(drainLimit) s")
+            let left = unsent?(packetFD).map { "\($0)" } ?? "some"
+            finish("closed with \(left) octets not passed on after \(drainLimit) s")
         }
     }
 

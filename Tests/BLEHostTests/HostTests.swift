@@ -299,7 +299,7 @@ final class LinkedHosts: @unchecked Sendable {
             var decoded = false
             if case .numberOfCompletedPackets? = try? HCIEvent.decode(HCIPacket(type: .event, bytes: b)) { decoded = true }
             // Unknown handles: the credits they name are ignored either way.
-            let took = t.air.loop.sync { LEHost.handleCompletedPacketsInPlace(b, t.central) }
+            let took = t.air.loop.sync { t.central.handleCompletedPacketsInPlace(b) }
             #expect(took == decoded, "\(b)")
         }
     }

@@ -183,18 +183,33 @@ import BLEHCI
         #expect(ours.statistics.writes == 0)
     }
 
-    @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
+    /// A connection of ours over TCP on loopback, and the descriptor of its accepted other end (the caller closes
+    /// all three).
+    static func loopbackConnection(label: String) async throws -> (TCPListener, StreamConnection, Int32) {
         let listener = try TCPListener(port: 0)
-        defer { listener.close() }
         final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
         let accepted = Accepted()
         listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
-        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "tcp")
-        defer { ours.close() }
+        let ours: StreamConnection
+        do {
+            ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: label)
+        } catch {
+            listener.close()
+            throw error
+        }
         let deadline = Date().addingTimeInterval(120)
         while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
-        let peer = accepted.lock.withLock { accepted.fd }
-        defer { Glibc.close(peer) }
+        return (listener, ours, accepted.lock.withLock { accepted.fd })
+    }
+
+    @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
+        let (listener, ours, peer) = try await Self.loopbackConnection(label: "tcp")
+        defer {
+            ours.close()
+            Glibc.close(peer)
+            listener.close()
+        }
+        let deadline = Date().addingTimeInterval(120)
         let got = Batches()
         ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         func receive(_ n: Int) async throws {
@@ -243,19 +258,15 @@ import BLEHCI
     }
 
     @Test func bulkReceptionDelaysAcksUntilAnAnswer() async throws {
-        let listener = try TCPListener(port: 0)
-        defer { listener.close() }
-        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
-        let accepted = Accepted()
-        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
-        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "bulk")
+        let (listener, ours, peer) = try await Self.loopbackConnection(label: "bulk")
+        defer {
+            ours.close()
+            Glibc.close(peer)
+            listener.close()
+        }
+        let deadline = Date().addingTimeInterval(120)
         // Thresholds in time that a loaded machine cannot miss: the run is counted in reads here.
         ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
-        defer { ours.close() }
-        let deadline = Date().addingTimeInterval(120)
-        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
-        let peer = accepted.lock.withLock { accepted.fd }
-        defer { Glibc.close(peer) }
         let got = Batches()
         ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         // A stream of packets we do not answer, each in a read of its own: after a run of them the reader
@@ -317,19 +328,15 @@ import BLEHCI
     /// Bulk reception begins once the connection has answered nothing for 250 ms (it was a second): a
     /// receiver that answered a set-up exchange and then only listens is in it within a fraction of a second.
     @Test func bulkReceptionBeginsAQuarterSecondAfterTheLastAnswer() async throws {
-        let listener = try TCPListener(port: 0)
-        defer { listener.close() }
-        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
-        let accepted = Accepted()
-        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
-        let ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: "quiet")
+        let (listener, ours, peer) = try await Self.loopbackConnection(label: "quiet")
+        defer {
+            ours.close()
+            Glibc.close(peer)
+            listener.close()
+        }
+        let deadline = Date().addingTimeInterval(120)
         // Only the quiet is the default: a run is counted in reads, not in time, on a loaded machine.
         ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max)
-        defer { ours.close() }
-        let deadline = Date().addingTimeInterval(120)
-        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
-        let peer = accepted.lock.withLock { accepted.fd }
-        defer { Glibc.close(peer) }
         StreamConnection.setNoDelay(peer)
         let got = Batches()
         // The first packet is answered while its read is handled; nothing after it is.
@@ -341,10 +348,13 @@ import BLEHCI
                 }
                 if first { ours.write(packet: Self.event) }
             }, onClose: { _ in })
+        // The clock starts before the packet that is answered: the answer is written after it, so the quiet the
+        // reader counts from its write is never longer than what is measured from here (measured from the answer's
+        // arrival, a run once began 0.2498 s after it).
+        let answered = Date()
         writeAll(peer, Self.acl(0).h4Bytes)
         while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 100_000) }
         #expect(readExactly(peer, Self.event.h4Bytes.count) == Self.event.h4Bytes)
-        let answered = Date()
         // Answerless packets, one at a time, until the reader turns ACKs to delayed (bulk reception): one
         // setsockopt more than the quick ACK re-armed after the first answerless read.
         writeAll(peer, Self.acl(1).h4Bytes)

@@ -328,7 +328,7 @@ final class BlueZPeripheral: @unchecked Sendable {
     }
 
     /// PropertiesChanged Value: BlueZ notifies or indicates the subscribed centrals. BlueZ gives no flow control on
-    /// this path, so the answer is always true.
+    /// this path; the answer is false while `updateWindow` values wait for bluetoothd to handle them.
     func updateValue(_ value: Data, for characteristic: CBMutableCharacteristic) -> Bool {
         // Without a bound the app's loop of updates (send until false) never ended, and every value waited in this
         // process, on the bus and in bluetoothd at once.
