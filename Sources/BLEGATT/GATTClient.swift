@@ -11,8 +11,7 @@ import BLEATT
 
 public struct GATTClient: Sendable {
     public private(set) var mtu: UInt16 = ATTMTU.default
-    private var queue: [(ProcedureID, Procedure)] = []
-    private var queueHead = 0
+    private var queue = FIFO<(ProcedureID, Procedure)>()
     private var running: (id: ProcedureID, step: Step, request: ATTOpcode)?
     private var nextID: ProcedureID = 1
     private var closedBy: Failure?
@@ -80,9 +79,8 @@ public struct GATTClient: Sendable {
         var actions: [Action] = []
         if let r = running { actions.append(.complete(r.id, .failure(current))) }
         running = nil
-        for (id, _) in queue[queueHead...] { actions.append(.complete(id, .failure(current == .timeout ? .bearerClosed : current))) }
+        for (id, _) in queue { actions.append(.complete(id, .failure(current == .timeout ? .bearerClosed : current))) }
         queue.removeAll()
-        queueHead = 0
         closedBy = later
         return actions
     }
@@ -127,11 +125,8 @@ public struct GATTClient: Sendable {
 
     private mutating func pump() -> [Action] {
         var actions: [Action] = []
-        while running == nil, queueHead < queue.count {
-            let (id, p) = queue[queueHead]
-            queueHead += 1
-            if queueHead == queue.count { queue.removeAll(keepingCapacity: true); queueHead = 0 }
-            actions += begin(id, p)
+        while running == nil, let next = queue.popFirst() {
+            actions += begin(next.0, next.1)
         }
         return actions
     }

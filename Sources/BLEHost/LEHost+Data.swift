@@ -15,7 +15,7 @@ extension LEHost {
     var unacknowledgedQueueLimit: Int { max(4, aclBufferCount) }
 
     /// Room for a Write Command or a notification without overrunning the host's queue.
-    var hasRoomForUnacknowledgedData: Bool { aclWaiting.count - aclWaitingHead < unacknowledgedQueueLimit }
+    var hasRoomForUnacknowledgedData: Bool { aclWaiting.count < unacknowledgedQueueLimit }
 
     // MARK: Inbound
 
@@ -264,12 +264,12 @@ extension LEHost {
 
     /// Sends one packet at once while buffer credits last, else queues it behind the waiting ones.
     func sendACL(_ packet: HCIPacket, handle: UInt16) {
-        if aclCredits > 0 && aclWaitingHead == aclWaiting.count {
+        if aclCredits > 0 && aclWaiting.isEmpty {
             aclCredits -= 1
             aclInFlight[handle, default: 0] += 1
             transport.send(packet)
         } else {
-            if aclWaitingHead == aclWaiting.count { transport.hostBacklogChanged(true) }
+            if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
             aclWaiting.append((handle, packet))
         }
     }
@@ -321,12 +321,12 @@ extension LEHost {
 
     /// Sends at once while buffer credits last (collecting into `batch`), else queues behind the waiting ones.
     func enqueueACL(_ packet: HCIPacket, handle: UInt16, into batch: inout [HCIPacket]) {
-        if aclCredits > 0 && aclWaitingHead == aclWaiting.count {
+        if aclCredits > 0 && aclWaiting.isEmpty {
             aclCredits -= 1
             aclInFlight[handle, default: 0] += 1
             batch.append(packet)
         } else {
-            if aclWaitingHead == aclWaiting.count { transport.hostBacklogChanged(true) }
+            if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
             aclWaiting.append((handle, packet))
         }
     }
@@ -347,27 +347,21 @@ extension LEHost {
 
     /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.
     func aclCreditsFreed() {
-        let hadBacklog = aclWaitingHead < aclWaiting.count
+        let hadBacklog = !aclWaiting.isEmpty
         if hadBacklog && aclCredits > 0 {
             // The array of the last batch is reused: no allocation for every Number Of Completed Packets.
             var batch = spareCreditBatch
             spareCreditBatch = []
-            while aclCredits > 0 && aclWaitingHead < aclWaiting.count {
-                let (h, p) = aclWaiting[aclWaitingHead]
-                aclWaitingHead += 1
+            while aclCredits > 0, let next = aclWaiting.popFirst() {
                 aclCredits -= 1
-                aclInFlight[h, default: 0] += 1
-                batch.append(p)
+                aclInFlight[next.handle, default: 0] += 1
+                batch.append(next.packet)
             }
             sendBatch(batch)
             batch.removeAll(keepingCapacity: true)
             spareCreditBatch = batch
         }
-        if aclWaitingHead == aclWaiting.count {
-            aclWaiting.removeAll(keepingCapacity: true)
-            aclWaitingHead = 0
-            if hadBacklog { transport.hostBacklogChanged(false) }
-        }
+        if hadBacklog && aclWaiting.isEmpty { transport.hostBacklogChanged(false) }
         mirrorWaitingPackets()
         guard hasRoomForUnacknowledgedData else { return }
         pumpChannelsWaitingForBuffers()
@@ -382,10 +376,8 @@ extension LEHost {
     }
 
     func removeWaitingACL(for handle: UInt16) {
-        let hadBacklog = aclWaitingHead < aclWaiting.count
-        let rest = aclWaiting[aclWaitingHead...].filter { $0.handle != handle }
-        aclWaiting = Array(rest)
-        aclWaitingHead = 0
+        let hadBacklog = !aclWaiting.isEmpty
+        aclWaiting.removeAll { $0.handle == handle }
         if hadBacklog && aclWaiting.isEmpty { transport.hostBacklogChanged(false) }
     }
 }

@@ -97,7 +97,7 @@ extension LEHost {
 
     /// Keeps the thread-safe copy of the controller backlog current, and reports room to a refused submitter.
     func mirrorWaitingPackets() {
-        let waiting = aclWaiting.count - aclWaitingHead
+        let waiting = aclWaiting.count
         let limit = transmitQueueLimit
         let ready = transmitQueue.withLock { q -> Bool in
             q.waitingPackets = waiting

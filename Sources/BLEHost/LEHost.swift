@@ -146,8 +146,8 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
 
     // ACL data flow (Vol 4 Part E §4.1.1): one credit per controller buffer.
     @exclusivity(unchecked) var aclCredits = 1
-    @exclusivity(unchecked) var aclWaiting: [(handle: UInt16, packet: HCIPacket)] = []
-    @exclusivity(unchecked) var aclWaitingHead = 0
+    /// Packets waiting for a controller buffer, oldest first.
+    @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, packet: HCIPacket)>()
     /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
     @exclusivity(unchecked) var spareCreditBatch: [HCIPacket] = []
     @exclusivity(unchecked) var aclInFlight: [UInt16: Int] = [:]
@@ -360,7 +360,6 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         // A new controller starts with one command credit and reports its buffers again.
         commandCredits = 1
         aclWaiting.removeAll()
-        aclWaitingHead = 0
         aclInFlight.removeAll()
         controllerToHostFlowControl = false
         hostCompletions.removeAll()

@@ -10,6 +10,8 @@
 // Violations (§3.4.3, §4.24, §10.1) — a credit count past 65535, a K-frame longer than MPS, an SDU length
 // above MTU, K-frames that overrun the announced SDU length, a K-frame sent without a credit — make the
 // channel return `.violation`: the owner disconnects the channel.
+import BLEWire
+
 public struct L2CAPCreditChannel: Sendable {
     public let psm: UInt16
     /// Our CID (the peer sends to it) and the peer's CID (we send to it).
@@ -35,8 +37,7 @@ public struct L2CAPCreditChannel: Sendable {
     private var sduLength: Int?
 
     // Segmentation: K-frames of queued SDUs waiting for credits (payloads without the L2CAP header).
-    private var outgoing: [[UInt8]] = []
-    private var outgoingHead = 0
+    private var outgoing = FIFO<[UInt8]>()
     /// K-frame octets queued and not yet sent.
     public private(set) var queuedOctets = 0
 
@@ -160,23 +161,13 @@ public struct L2CAPCreditChannel: Sendable {
     }
 
     /// K-frames waiting for credits.
-    public var queuedFrames: Int { outgoing.count - outgoingHead }
+    public var queuedFrames: Int { outgoing.count }
 
     /// Takes the next K-frame if a credit allows it.
     public mutating func nextFrame() -> [UInt8]? {
-        guard sendCredits > 0, outgoingHead < outgoing.count else { return nil }
+        guard sendCredits > 0, let f = outgoing.popFirst() else { return nil }
         sendCredits -= 1
-        let f = outgoing[outgoingHead]
-        outgoingHead += 1
-        queuedOctets -= f.count
-        if outgoingHead == outgoing.count {
-            outgoing.removeAll(keepingCapacity: true)
-            outgoingHead = 0
-            queuedOctets = 0
-        } else if outgoingHead >= 64 && outgoingHead * 2 >= outgoing.count {
-            outgoing.removeFirst(outgoingHead)
-            outgoingHead = 0
-        }
+        queuedOctets = outgoing.isEmpty ? 0 : queuedOctets - f.count
         return f
     }
 

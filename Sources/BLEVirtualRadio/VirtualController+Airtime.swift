@@ -95,18 +95,17 @@ extension VirtualController {
 
     /// A fragment arrived: when it was a packet's last, the peer's host gets the packet and ours the credit.
     private func fragmentCrossed(_ link: VirtualLink, from sender: VirtualController, to receiver: VirtualController) {
-        guard link.airHead < link.airQueue.count else { return }
-        link.airQueue[link.airHead].sent += 1
-        let p = link.airQueue[link.airHead]
+        guard !link.airQueue.isEmpty else { return }
+        link.airQueue.front.sent += 1
+        let p = link.airQueue.front
         guard p.sent == p.fragments.count else { return }
         // The receiver's buffers for its host are full (controller-to-host flow control): it does not
         // acknowledge, and the fragment goes again.
         if !link.lost && !receiver.acceptsFromAir {
-            link.airQueue[link.airHead].sent -= 1
+            link.airQueue.front.sent -= 1
             return
         }
-        link.airHead += 1
-        if link.airHead == link.airQueue.count { link.airQueue.removeAll(keepingCapacity: true); link.airHead = 0 }
+        _ = link.airQueue.popFirst()
         if !link.lost { receiver.deliverFromAir(p.forPeer) }
         sender.creditReturned(handle: p.handle)
     }
@@ -114,8 +113,7 @@ extension VirtualController {
 
 extension VirtualLink {
     var nextFragment: Int? {
-        guard airHead < airQueue.count else { return nil }
-        let p = airQueue[airHead]
+        guard let p = airQueue.first else { return nil }
         return p.fragments[p.sent]
     }
 }

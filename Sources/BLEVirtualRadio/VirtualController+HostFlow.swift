@@ -25,6 +25,7 @@
 // control is off, it is ignored.
 //
 // Threading: the air's loop, like the rest of the controller.
+import BLEWire
 import BLEHCI
 import BLETransport
 
@@ -38,9 +39,7 @@ final class HostFlowState {
     /// Outstanding packets per handle: a short list (one entry per link), searched from the last one used.
     var outstanding: [(handle: UInt16, count: Int)] = []
     var outstandingTotal = 0
-    var held: [HCIPacket] = []
-    var heldHead = 0
-    var heldCount: Int { held.count - heldHead }
+    var held = FIFO<HCIPacket>()
     /// A peer's controller keeps packets for us (`waitingForPeer` on its link): look there when room comes back.
     var peersWaiting = false
 
@@ -54,7 +53,7 @@ final class HostFlowState {
     }
 
     /// No packet held, and a buffer free at the host (or flow control off): a packet may go straight on.
-    var sendsNow: Bool { heldHead == held.count && outstandingTotal < limit }
+    var sendsNow: Bool { held.isEmpty && outstandingTotal < limit }
 
     /// Takes up to `n` off `handle`'s count; returns how many it took.
     func remove(_ n: Int, from handle: UInt16) -> Int {
@@ -92,18 +91,18 @@ extension VirtualController {
     public var hostFlowStatus: VirtualHostFlowStatus {
         var waiting = 0
         for (_, link) in links {
-            if let peer = link.peer, let pl = peer.links[link.peerHandle] { waiting += pl.waitingForPeer.count - pl.waitingHead }
+            if let peer = link.peer, let pl = peer.links[link.peerHandle] { waiting += pl.waitingForPeer.count }
         }
         return VirtualHostFlowStatus(
             enabled: hostFlow.aclOn, hostBuffers: hostFlow.buffers?.totalNumACLDataPackets ?? 0,
             outstanding: Dictionary(uniqueKeysWithValues: hostFlow.outstanding.filter { $0.count > 0 }.map { ($0.handle, $0.count) }),
-            held: hostFlow.heldCount, waitingAtPeers: waiting)
+            held: hostFlow.held.count, waitingAtPeers: waiting)
     }
 
     /// Whether this controller's link layer takes another packet from a peer (its receive buffers have room).
     var acceptsFromAir: Bool {
         let f = hostFlow
-        return !f.aclOn || f.held.count - f.heldHead < heldACLLimit
+        return !f.aclOn || f.held.count < heldACLLimit
     }
 
     // MARK: Commands
@@ -206,7 +205,7 @@ extension VirtualController {
     }
 
     private func deliverOrHold(_ packet: HCIPacket, limit: Int) {
-        if hostFlow.heldCount == 0 && hostFlow.outstandingTotal < limit {
+        if hostFlow.held.isEmpty && hostFlow.outstandingTotal < limit {
             sendCounted(packet)
         } else {
             hostFlow.held.append(packet)
@@ -220,19 +219,8 @@ extension VirtualController {
 
     /// Sends held packets, oldest first, while the host has buffers (all of them when flow control is off).
     func releaseHeld() {
-        guard hostFlow.heldHead < hostFlow.held.count else { return }
-        while hostFlow.heldHead < hostFlow.held.count {
-            guard hostFlow.outstandingTotal < hostFlow.limit else { break }
-            let p = hostFlow.held[hostFlow.heldHead]
-            hostFlow.heldHead += 1
+        while hostFlow.outstandingTotal < hostFlow.limit, let p = hostFlow.held.popFirst() {
             if hostFlow.aclOn { sendCounted(p) } else { deliver(p) }
-        }
-        if hostFlow.heldHead == hostFlow.held.count {
-            hostFlow.held.removeAll(keepingCapacity: true)
-            hostFlow.heldHead = 0
-        } else if hostFlow.heldHead > 64 && hostFlow.heldHead * 2 > hostFlow.held.count {
-            hostFlow.held.removeFirst(hostFlow.heldHead)
-            hostFlow.heldHead = 0
         }
     }
 
@@ -243,15 +231,9 @@ extension VirtualController {
         hostFlow.peersWaiting = false
         for (_, link) in links.sorted(by: { $0.key < $1.key }) {
             guard !link.lost, let peer = link.peer, let pl = peer.links[link.peerHandle] else { continue }
-            while acceptsFromAir && pl.waitingHead < pl.waitingForPeer.count {
-                let p = pl.waitingForPeer[pl.waitingHead]
-                pl.waitingHead += 1
+            while acceptsFromAir, let p = pl.waitingForPeer.popFirst() {
                 deliverFromAir(p)
                 peer.creditReturned(handle: pl.handle)
-            }
-            if pl.waitingHead == pl.waitingForPeer.count {
-                pl.waitingForPeer.removeAll(keepingCapacity: true)
-                pl.waitingHead = 0
             }
             if !acceptsFromAir {
                 hostFlow.peersWaiting = true
@@ -276,11 +258,7 @@ extension VirtualController {
     /// Disconnection Complete for `handle` reached the host: the handle's count and held packets are forgotten.
     func hostFlowLinkEnded(_ handle: UInt16) {
         hostFlow.forget(handle)
-        if hostFlow.heldCount > 0 {
-            let rest = hostFlow.held[hostFlow.heldHead...].filter { ($0.handleField) != handle }
-            hostFlow.held = Array(rest)
-            hostFlow.heldHead = 0
-        }
+        hostFlow.held.removeAll { $0.handleField == handle }
         releaseHeld()
         pullFromPeers()
     }

@@ -30,14 +30,12 @@ final class VirtualLink {
     // Airtime model (VirtualController+Airtime.swift).
     var phy: LEPHY = .le1M
     var dataLength = 27
-    var airQueue: [AirPacket] = []
-    var airHead = 0
+    var airQueue = FIFO<AirPacket>()
     var eventTimer: LoopTimer?
     /// The air had an airtime model when the link was made (it is set before connections are made).
     var timed = false
     /// Our host's packets that the peer's full buffers hold back (VirtualController+HostFlow.swift).
-    var waitingForPeer: [HCIPacket] = []
-    var waitingHead = 0
+    var waitingForPeer = FIFO<HCIPacket>()
 
     init(handle: UInt16, role: UInt8, peer: VirtualController, peerHandle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) {
         self.handle = handle; self.role = role; self.peer = peer; self.peerHandle = peerHandle

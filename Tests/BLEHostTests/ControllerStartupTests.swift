@@ -33,7 +33,11 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
     func open(sink: any HCITransportSink) throws { self.sink = sink }
     func close() {}
 
+    /// ACL packets the host has sent.
+    var aclSent = 0
+
     func send(_ packet: HCIPacket) {
+        if packet.type == .acl { aclSent += 1 }
         guard packet.type == .command, let c = try? HCICommand.decode(packet) else { return }
         sent.append(c)
         let op = c.opcode

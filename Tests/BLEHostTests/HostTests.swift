@@ -53,7 +53,7 @@ final class PeripheralRecorder: HostPeripheralDelegate, @unchecked Sendable {
     }
     /// Packets waiting for controller buffers each time the host reported room for updates.
     var readyWaiting: [Int] = []
-    func hostIsReadyToUpdateSubscribers(_ host: LEHost) { readyWaiting.append(host.aclWaiting.count - host.aclWaitingHead) }
+    func hostIsReadyToUpdateSubscribers(_ host: LEHost) { readyWaiting.append(host.aclWaiting.count) }
     var storedWrites: [(UInt16, [UInt8])] = []
     func host(_ host: LEHost, connection: HostConnection, didWriteStoredValue value: [UInt8], forHandle handle: UInt16) {
         storedWrites.append((handle, value))

@@ -248,8 +248,8 @@ struct SoakCheckpoint: CustomStringConvertible {
                     hour: hour + 1, rssMB: Self.rssMB(), connections: central.connections.count + peripheral.connections.count,
                     timers: loop.pendingTimerCount, bonds: central.bondStore.bonds.count + peripheral.bondStore.bonds.count,
                     queued: central.commandQueue.count - central.commandQueueHead + peripheral.commandQueue.count - peripheral.commandQueueHead
-                        + central.aclWaiting.count - central.aclWaitingHead + peripheral.aclWaiting.count - peripheral.aclWaitingHead,
-                    queueStorage: central.commandQueue.count + peripheral.commandQueue.count + central.aclWaiting.count + peripheral.aclWaiting.count,
+                        + central.aclWaiting.count + peripheral.aclWaiting.count,
+                    queueStorage: central.commandQueue.count + peripheral.commandQueue.count + central.aclWaiting.storageCount + peripheral.aclWaiting.storageCount,
                     addresses: addresses.count)
             }
             checkpoints.append(figures)
