@@ -11,7 +11,7 @@ public struct FIFO<Element> {
     @usableFromInline var head = 0
 
     /// Taken slots dropped at once when this many make up half the array or more.
-    public static var compactionThreshold: Int { 64 }
+    @inlinable public static var compactionThreshold: Int { 64 }
 
     @inlinable public init() {}
 
@@ -57,7 +57,7 @@ public struct FIFO<Element> {
         head = 0
     }
 
-    @usableFromInline mutating func compact() {
+    @inlinable mutating func compact() {
         if head == storage.count {
             storage.removeAll(keepingCapacity: true)
             head = 0
