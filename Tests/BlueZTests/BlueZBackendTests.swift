@@ -525,6 +525,17 @@ struct BlueZBackendTests {
         #expect((r.error("notifying false") as? CBATTError)?.code == .insufficientAuthentication)
     }
 
+    /// BlueZ 5.66 sometimes marks a device connected without announcing it (the ATT socket connected before the
+    /// kernel's Device Connected event reached bluetoothd): Connect answers and ServicesResolved comes, but no
+    /// PropertiesChanged says Connected. The kernel group's cb-bluez-bluez once hung there for 90 s.
+    @Test func aConnectionBlueZNeverAnnouncesIsStillConnected() async throws {
+        let rig = try await Rig()
+        rig.fake.connectsSilently = true
+        let (p, s, device) = try await rig.connected()
+        #expect(p.state == .connected && p.services == [s])
+        #expect(rig.fake.calls.contains("org.freedesktop.DBus.Properties.GetAll \(device)"))
+    }
+
     @Test func aFailedConnectIsDidFailToConnectWithBlueZsReason() async throws {
         let rig = try await Rig()
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)

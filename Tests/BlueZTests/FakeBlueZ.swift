@@ -59,6 +59,9 @@ final class FakeBlueZ: @unchecked Sendable {
     /// The agent's answers to Pair's prompts (reply bodies, or the error name).
     private var agentAnswers: [String] = []
     var holdConnect = false
+    /// Connect as BlueZ 5.66 does when the ATT socket connects before the kernel's Device Connected event: the
+    /// device becomes Connected (Get and GetAll say so) without a PropertiesChanged for it.
+    var connectsSilently = false
     /// GetManagedObjects left unanswered until `answerGetManagedObjects` (bluetoothd busy: its answer comes after
     /// signals sent meanwhile).
     var holdGetManagedObjects = false
@@ -424,7 +427,11 @@ final class FakeBlueZ: @unchecked Sendable {
                 lock.withLock { heldConnect = call }
                 return nil
             }
-            change(path, "org.bluez.Device1", ["Connected": .boolean(true)])
+            if connectsSilently {
+                lock.withLock { objects[path]?["org.bluez.Device1"]?["Connected"] = .boolean(true) }
+            } else {
+                change(path, "org.bluez.Device1", ["Connected": .boolean(true)])
+            }
             addDatabase(under: path)
             _ = try? connection.send(call.reply())
             change(path, "org.bluez.Device1", ["ServicesResolved": .boolean(true)])

@@ -573,11 +573,11 @@ final class BlueZCentral: @unchecked Sendable {
             switch r {
             case .success:
                 links[path]!.replied = true
-                servicesResolved(path)
+                confirmConnected(path)
             case let .failure(e):
                 if case let .remote(name, _) = e, name == "org.bluez.Error.AlreadyConnected" {
                     links[path]!.replied = true
-                    return servicesResolved(path)
+                    return confirmConnected(path)
                 }
                 // The kernel ended the attempt itself (a discovery or another connection of bluetoothd's in its
                 // way): iOS keeps a connect pending until it succeeds or the app cancels it, so it is made again.
@@ -602,6 +602,21 @@ final class BlueZCentral: @unchecked Sendable {
 
     static let maximumConnectRetries = 3
     static let connectRetryDelay = 0.5
+
+    /// After Connect answered: a device not yet seen connected is asked for its properties. BlueZ 5.66 marks the
+    /// device connected without announcing it when the ATT socket connects before the kernel's Device Connected
+    /// event reaches bluetoothd (att_connect_cb sets the state, then device_add_connection finds it "already
+    /// connected" and returns before PropertiesChanged): nothing else would ever say Connected, and the connect
+    /// would hang though the link is up and its services resolved.
+    private func confirmConnected(_ path: String) {
+        guard tree[path, BlueZObjectTree.deviceInterface]?["Connected"]?.bool != true else { return servicesResolved(path) }
+        call(path, "org.freedesktop.DBus.Properties", "GetAll", [.string(BlueZObjectTree.deviceInterface)]) { [self] r in
+            if case let .success(m) = r, let props = m.body.first {
+                tree.change(path: path, interface: BlueZObjectTree.deviceInterface, changed: props, invalidated: [])
+            }
+            servicesResolved(path)
+        }
+    }
 
     /// didConnect once Connect has answered and BlueZ has resolved the services (it may say so before or after
     /// the answer).
