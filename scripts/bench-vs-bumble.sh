@@ -9,6 +9,7 @@
 # HCI packet on each side (every system call of the process, counted by a perf tracepoint counter, divided
 # by the HCI packets its host exchanged with the controller, both directions). Bumble runs with
 # BUMBLE_LOGLEVEL=WARNING: without its per-packet INFO log lines, its best case.
+# REPEAT=N runs the GATT and L2CAP pairs N times, interleaved, and adds the medians of the ratios.
 # MIXED=1 adds ours → Bumble and Bumble → ours. COUNT, L2CAP_COUNT and PINGS change the sizes. SCENARIOS picks
 # which transfers run (default "gatt l2cap rtt"; e.g. SCENARIOS=l2cap for the L2CAP pair alone, so that repeated
 # runs interleave Bumble's and ours).
@@ -57,14 +58,18 @@ SCENARIOS=${SCENARIOS:-gatt l2cap rtt}
 export SCENARIOS
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 G="--att-mtu 247 -s 244 -c $COUNT"
+REPEAT=${REPEAT:-1}
+export REPEAT
+for r in $(seq "$REPEAT"); do
 if want gatt; then
-run bb-gatt "$BB --mode gatt-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode gatt-client --scenario send $G central \$BLE_TRANSPORT"
-run oo-gatt "$BLE bench --role peripheral --scenario receive --size 244" "$BLE bench --role central --scenario send --size 244 --count $COUNT"
+run bb-gatt-$r "$BB --mode gatt-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode gatt-client --scenario send $G central \$BLE_TRANSPORT"
+run oo-gatt-$r "$BLE bench --role peripheral --scenario receive --size 244" "$BLE bench --role central --scenario send --size 244 --count $COUNT"
 fi
 if want l2cap; then
-run bb-l2cap "$BB --mode l2cap-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode l2cap-client --scenario send -s 1024 -c $L2CAP_COUNT central \$BLE_TRANSPORT"
-run oo-l2cap "$BLE bench --mode l2cap --role peripheral --scenario receive" "$BLE bench --mode l2cap --role central --scenario send --size 1024 --count $L2CAP_COUNT"
+run bb-l2cap-$r "$BB --mode l2cap-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode l2cap-client --scenario send -s 1024 -c $L2CAP_COUNT central \$BLE_TRANSPORT"
+run oo-l2cap-$r "$BLE bench --mode l2cap --role peripheral --scenario receive" "$BLE bench --mode l2cap --role central --scenario send --size 1024 --count $L2CAP_COUNT"
 fi
+done
 if [ "${MIXED:-0}" = 1 ]; then
   run ob-gatt "$BB --mode gatt-server --scenario receive peripheral \$BLE_TRANSPORT" "$BLE bench --role central --scenario send --size 244 --count $COUNT"
   run bo-gatt "$BLE bench --role peripheral --scenario receive --size 244" "$BB --mode gatt-client --scenario send $G central \$BLE_TRANSPORT"
@@ -98,6 +103,7 @@ results = {}
 def row(label, stack, name, key):
     c, p = cost(name, 'c'), cost(name, 'p')
     if c is None and p is None:
+        results.pop((key, stack), None)
         print(f"{label:<32} {stack:<16} (no result, logs in {out})"); return
     moved = (c or {}).get('bytes') or (p or {}).get('bytes') or 0
     speed = (c or {}).get('throughput_bytes_per_s') or (p or {}).get('throughput_bytes_per_s')
@@ -108,13 +114,21 @@ def row(label, stack, name, key):
     print(f"{label:<32} {stack:<16} {fmt(speed and speed / 1000, '{:.1f}'):>8} {fmt(cs, '{:.3f}'):>10} {fmt(ps, '{:.3f}'):>10} {fmt(both, '{:.3f}'):>10} {fmt(per_mb, '{:.3f}'):>9} "
           f"{fmt((c or {}).get('syscalls_per_hci_packet')):>11} {fmt((p or {}).get('syscalls_per_hci_packet')):>11}")
 wanted = os.environ.get('SCENARIOS', 'gatt l2cap rtt').split()
+repeat = int(os.environ.get('REPEAT', '1'))
 for label, key in (('GATT 4096 × 244 write cmds', 'gatt'), ('L2CAP 1 MB (1024 × 1024)', 'l2cap')):
     if key not in wanted: continue
-    row(label, 'Bumble ↔ Bumble', f'bb-{key}', key)
-    row(label, 'ours ↔ ours', f'oo-{key}', key)
-    b, o = results.get((key, 'Bumble ↔ Bumble')), results.get((key, 'ours ↔ ours'))
-    if b and o and all(b) and all(o):
-        print(f"{'':<32} {'ours / Bumble':<16} {o[0] / b[0]:>7.2f}× {'':>10} {'':>10} {o[1] / b[1]:>9.3f}×")
+    speeds, cpus = [], []
+    for r in range(1, repeat + 1):
+        row(label, 'Bumble ↔ Bumble', f'bb-{key}-{r}', key)
+        row(label, 'ours ↔ ours', f'oo-{key}-{r}', key)
+        b, o = results.get((key, 'Bumble ↔ Bumble')), results.get((key, 'ours ↔ ours'))
+        if b and o and all(b) and all(o):
+            speeds.append(o[0] / b[0]); cpus.append(o[1] / b[1])
+            print(f"{'':<32} {'ours / Bumble':<16} {o[0] / b[0]:>7.2f}× {'':>10} {'':>10} {o[1] / b[1]:>9.3f}×")
+    # Each stack's figures vary from run to run (processor time by up to 1.8× on a shared 2-core VM): with
+    # REPEAT=N the pairs are interleaved and the medians of their ratios given.
+    if repeat > 1 and speeds:
+        print(f"{'':<32} {'median of ' + str(len(speeds)):<16} {statistics.median(speeds):>7.2f}× {'':>10} {'':>10} {statistics.median(cpus):>9.3f}×")
 if os.path.exists(f'{out}/ob-gatt-c.out'):
     row('GATT 4096 × 244 write cmds', 'ours → Bumble', 'ob-gatt', 'ob')
     row('GATT 4096 × 244 write cmds', 'Bumble → ours', 'bo-gatt', 'bo')
