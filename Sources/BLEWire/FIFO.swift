@@ -15,9 +15,6 @@ public struct FIFO<Element> {
 
     @inlinable public init() {}
 
-    /// The elements waiting, oldest first.
-    @inlinable public init<S: Sequence>(_ elements: S) where S.Element == Element { storage = Array(elements) }
-
     /// Elements waiting.
     @inlinable public var count: Int { storage.count - head }
 
@@ -46,8 +43,8 @@ public struct FIFO<Element> {
         _modify { yield &storage[head] }
     }
 
-    @inlinable public mutating func removeAll(keepingCapacity: Bool = false) {
-        storage.removeAll(keepingCapacity: keepingCapacity)
+    @inlinable public mutating func removeAll() {
+        storage.removeAll()
         head = 0
     }
 

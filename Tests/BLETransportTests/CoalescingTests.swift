@@ -183,9 +183,19 @@ import BLEHCI
         #expect(ours.statistics.writes == 0)
     }
 
-    /// A connection of ours over TCP on loopback, and the descriptor of its accepted other end (the caller closes
-    /// all three).
-    static func loopbackConnection(label: String) async throws -> (TCPListener, StreamConnection, Int32) {
+    /// A connection of ours over TCP on loopback, the descriptor of its accepted other end, and the listener.
+    struct Loopback {
+        let listener: TCPListener
+        let ours: StreamConnection
+        let peer: Int32
+        func close() {
+            ours.close()
+            Glibc.close(peer)
+            listener.close()
+        }
+    }
+
+    static func loopbackConnection(label: String) async throws -> Loopback {
         let listener = try TCPListener(port: 0)
         final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
         let accepted = Accepted()
@@ -199,16 +209,13 @@ import BLEHCI
         }
         let deadline = Date().addingTimeInterval(120)
         while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
-        return (listener, ours, accepted.lock.withLock { accepted.fd })
+        return Loopback(listener: listener, ours: ours, peer: accepted.lock.withLock { accepted.fd })
     }
 
     @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
-        let (listener, ours, peer) = try await Self.loopbackConnection(label: "tcp")
-        defer {
-            ours.close()
-            Glibc.close(peer)
-            listener.close()
-        }
+        let link = try await Self.loopbackConnection(label: "tcp")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
         let got = Batches()
         ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
@@ -258,12 +265,9 @@ import BLEHCI
     }
 
     @Test func bulkReceptionDelaysAcksUntilAnAnswer() async throws {
-        let (listener, ours, peer) = try await Self.loopbackConnection(label: "bulk")
-        defer {
-            ours.close()
-            Glibc.close(peer)
-            listener.close()
-        }
+        let link = try await Self.loopbackConnection(label: "bulk")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
         // Thresholds in time that a loaded machine cannot miss: the run is counted in reads here.
         ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
@@ -328,12 +332,9 @@ import BLEHCI
     /// Bulk reception begins once the connection has answered nothing for 250 ms (it was a second): a
     /// receiver that answered a set-up exchange and then only listens is in it within a fraction of a second.
     @Test func bulkReceptionBeginsAQuarterSecondAfterTheLastAnswer() async throws {
-        let (listener, ours, peer) = try await Self.loopbackConnection(label: "quiet")
-        defer {
-            ours.close()
-            Glibc.close(peer)
-            listener.close()
-        }
+        let link = try await Self.loopbackConnection(label: "quiet")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
         // Only the quiet is the default: a run is counted in reads, not in time, on a loaded machine.
         ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max)
