@@ -56,8 +56,14 @@ enum KernelGuest {
         FileHandle.standardError.write(Data("kernel group: the guest and its \(scenarios.count) scenarios took \(Int(seconds)) s\n".utf8))
         guard p.terminationStatus == 0 else {
             let guest = (try? String(contentsOf: dir.appendingPathComponent("guest.log"), encoding: .utf8)) ?? ""
-            let console = (try? String(contentsOf: dir.appendingPathComponent("console.log"), encoding: .utf8)) ?? ""
-            return .failure(InteropError("scripts/kernel/run failed (\(p.terminationStatus))\n\(guest)\n\(console.suffix(3000))"))
+            // (With several guests each has its console in DIR/guestK.)
+            let consoles = ["."] + (1...9).map { "guest\($0)" }
+            let console = consoles.compactMap { sub -> String? in
+                let url = dir.appendingPathComponent(sub).appendingPathComponent("console.log")
+                guard let text = try? String(contentsOf: url, encoding: .utf8) else { return nil }
+                return "== \(sub)/console.log ==\n\(text.suffix(2000))"
+            }.joined(separator: "\n")
+            return .failure(InteropError("scripts/kernel/run failed (\(p.terminationStatus))\n\(guest)\n\(console)"))
         }
         return .success(Run(directory: dir, seconds: seconds))
     }()
@@ -84,6 +90,10 @@ enum KernelGuest {
         // A scenario whose guest's kernel hit a BUG ran again in a new guest (scripts/kernel/guest); say so.
         let bug = try? String(contentsOf: run.directory.appendingPathComponent("\(name).kernel-bug"), encoding: .utf8)
         if let bug { FileHandle.standardError.write(Data("kernel group: \(name): \(bug)".utf8)) }
+        // Likewise a scenario whose guest ended under it (QEMU or the guest's kernel died; scripts/kernel/run).
+        if let lost = try? String(contentsOf: run.directory.appendingPathComponent("\(name).guest-lost"), encoding: .utf8) {
+            FileHandle.standardError.write(Data("kernel group: \(name): \(lost)".utf8))
+        }
         // On a Linux 6.1 guest (OCB_KERNEL_META=linux-image-amd64, Debian 12's kernel; the harness's is 6.12) a row
         // that hit the kernel's BUG and failed again in a new guest is that kernel's known issue ("list_del
         // corruption" in hci_chan_del as bluetoothd releases an L2CAP socket: it kills bluetoothd; stop 37 saw it
@@ -287,4 +297,56 @@ struct KernelInteropTests {
 
     @Test("GameKit on BLE_TRANSPORT=bluez with ble gk on hci-socket:1: a peer picker finds the session, connects and sends a photo; the bluez peer picking, then serving")
     func gameKitOnBlueZ() throws { try KernelGuest.expectPassed("gk-bluez") }
+
+    // MARK: The harness itself
+
+    /// CI once saw a guest end before its first line (its console unseen): the run failed although the other guests
+    /// had run and passed every scenario. A guest that ends without finishing now costs no scenario.
+    @Test("a guest killed in the middle of a scenario costs nothing: its scenario runs again in a new guest, the run succeeds and says why")
+    func aLostGuestCostsNoScenario() throws {
+        // After the group's run, never beside it (the suite is serialized; the group is run by its first test).
+        _ = KernelGuest.group
+        let dir = URL(fileURLWithPath: NSTemporaryDirectory() + "ocb-kernel-lost-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let scenarios = ["doctor", "rule-no-cap", "bluez-scans", "rule-no-cap"]
+        let p = Process()
+        p.executableURL = Interop.root.appendingPathComponent("scripts/kernel/run")
+        p.arguments = ["--timeout", "900", "--guests", "2", "--out", dir.path] + scenarios
+        // (What the run says goes to a file beside DIR: a pipe would need a reader of its own.)
+        let said = URL(fileURLWithPath: dir.path + ".stderr")
+        defer { try? FileManager.default.removeItem(at: said) }
+        FileManager.default.createFile(atPath: said.path, contents: nil)
+        p.standardOutput = FileHandle.standardError
+        p.standardError = try FileHandle(forWritingTo: said)
+        try p.run()
+        // The first scenario a guest takes (scripts/kernel/guest renames its queue entry .taken-SLOT.BOOT.NNN-NAME):
+        // that guest's QEMU is killed while the scenario runs.
+        var killed: String?
+        let deadline = Date().addingTimeInterval(600)
+        while killed == nil, p.isRunning, Date() < deadline {
+            let queue = dir.appendingPathComponent(".queue")
+            if let taken = (try? FileManager.default.contentsOfDirectory(atPath: queue.path))?.first(where: { $0.hasPrefix(".taken-") }) {
+                let slot = taken.dropFirst(".taken-".count).prefix { $0 != "." }
+                let pidText = try? String(contentsOf: dir.appendingPathComponent("guest\(slot)/qemu.pid"), encoding: .utf8)
+                if let pid = pidText.flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+                    kill(pid, SIGKILL)
+                    // (.taken-SLOT.BOOT.NNN-NAME)
+                    let entry = taken.components(separatedBy: ".").dropFirst(3).first ?? ""
+                    killed = String(entry.drop { $0 != "-" }.dropFirst())
+                }
+            }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        p.waitUntilExit()
+        let output = (try? String(contentsOf: said, encoding: .utf8)) ?? ""
+        FileHandle.standardError.write(Data(output.utf8))
+        let name = try #require(killed, "no guest took a scenario")
+        #expect(p.terminationStatus == 0, "scripts/kernel/run exited \(p.terminationStatus)")
+        #expect(output.contains("kernel/run: \(name) goes back to the queue for a second attempt in a new guest"))
+        #expect(FileManager.default.fileExists(atPath: dir.appendingPathComponent("\(name).guest-lost").path))
+        for s in Set(scenarios) {
+            let rc = try? String(contentsOf: dir.appendingPathComponent("\(s).rc"), encoding: .utf8)
+            #expect(rc?.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "\(s) exited \(rc ?? "without a status")")
+        }
+    }
 }
