@@ -302,7 +302,7 @@ struct KernelInteropTests {
 
     /// CI once saw a guest end before its first line (its console unseen): the run failed although the other guests
     /// had run and passed every scenario. A guest that ends without finishing now costs no scenario.
-    @Test("a guest killed in the middle of a scenario costs nothing: its scenario runs again in a new guest, the run succeeds and says why")
+    @Test("a guest killed as it boots, and one killed in the middle of a scenario, cost nothing: new guests take their places and the scenario runs again, the run succeeds and says why")
     func aLostGuestCostsNoScenario() throws {
         // After the group's run, never beside it (the suite is serialized; the group is run by its first test).
         _ = KernelGuest.group
@@ -319,16 +319,27 @@ struct KernelInteropTests {
         p.standardOutput = FileHandle.standardError
         p.standardError = try FileHandle(forWritingTo: said)
         try p.run()
-        // The first scenario a guest takes (scripts/kernel/guest renames its queue entry .taken-SLOT.BOOT.NNN-NAME):
-        // that guest's QEMU is killed while the scenario runs.
-        var killed: String?
+        func qemu(_ slot: some StringProtocol) -> Int32? {
+            let text = try? String(contentsOf: dir.appendingPathComponent("guest\(slot)/qemu.pid"), encoding: .utf8)
+            return text.flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        // First the second guest as it boots, before it has written a line (as CI saw one end): its place is taken.
         let deadline = Date().addingTimeInterval(600)
+        var killedAtBoot = false
+        while !killedAtBoot, p.isRunning, Date() < deadline {
+            if let pid = qemu("2") {
+                kill(pid, SIGKILL)
+                killedAtBoot = true
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        // Then the first scenario a guest takes (scripts/kernel/guest renames its queue entry
+        // .taken-SLOT.BOOT.NNN-NAME): that guest's QEMU is killed while the scenario runs.
+        var killed: String?
         while killed == nil, p.isRunning, Date() < deadline {
             let queue = dir.appendingPathComponent(".queue")
             if let taken = (try? FileManager.default.contentsOfDirectory(atPath: queue.path))?.first(where: { $0.hasPrefix(".taken-") }) {
-                let slot = taken.dropFirst(".taken-".count).prefix { $0 != "." }
-                let pidText = try? String(contentsOf: dir.appendingPathComponent("guest\(slot)/qemu.pid"), encoding: .utf8)
-                if let pid = pidText.flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+                if let pid = qemu(taken.dropFirst(".taken-".count).prefix { $0 != "." }) {
                     kill(pid, SIGKILL)
                     // (.taken-SLOT.BOOT.NNN-NAME)
                     let entry = taken.components(separatedBy: ".").dropFirst(3).first ?? ""
@@ -340,8 +351,10 @@ struct KernelInteropTests {
         p.waitUntilExit()
         let output = (try? String(contentsOf: said, encoding: .utf8)) ?? ""
         FileHandle.standardError.write(Data(output.utf8))
+        #expect(killedAtBoot, "the second guest never started")
         let name = try #require(killed, "no guest took a scenario")
         #expect(p.terminationStatus == 0, "scripts/kernel/run exited \(p.terminationStatus)")
+        #expect(output.contains("kernel/run: guest 2 (boot 1) ended without finishing"))
         #expect(output.contains("kernel/run: \(name) goes back to the queue for a second attempt in a new guest"))
         #expect(FileManager.default.fileExists(atPath: dir.appendingPathComponent("\(name).guest-lost").path))
         for s in Set(scenarios) {
