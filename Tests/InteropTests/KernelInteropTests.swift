@@ -302,7 +302,9 @@ struct KernelInteropTests {
 
     /// CI once saw a guest end before its first line (its console unseen): the run failed although the other guests
     /// had run and passed every scenario. A guest that ends without finishing now costs no scenario.
-    @Test("a guest killed as it boots, and one killed in the middle of a scenario, cost nothing: new guests take their places and the scenario runs again, the run succeeds and says why")
+    @Test(
+        "a guest killed as it boots, and one killed in the middle of a scenario, cost nothing: new guests take their places and the scenario runs again, the run succeeds and says why"
+    )
     func aLostGuestCostsNoScenario() throws {
         // After the group's run, never beside it (the suite is serialized; the group is run by its first test).
         _ = KernelGuest.group
