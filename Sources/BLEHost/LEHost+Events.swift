@@ -115,8 +115,9 @@ extension LEHost {
             handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
             localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
+        lastACLConnection = nil
         loggers.gap.debug("connected", metadata: ["connection": "\(c)", "interval": "\(interval)"])
-        aclInFlight[handle] = 0
+        aclInFlight.start(handle)
         let bond = bondStore.bond(matching: peer)
         if let bond { c.identityAddress = bond.identityAddress }
         gattServer.clientConnected(
@@ -138,10 +139,11 @@ extension LEHost {
         loggers.gap.debug("disconnected", metadata: ["connection": "\(c)", "reason": "\(reason)"])
         c.isOpen = false
         connections[c.handle] = nil
+        if lastACLConnection === c { lastACLConnection = nil }
         loop.cancel(c.attTimer)
         c.attTimer = nil
         // The controller frees the buffers of a closed link (Vol 4 Part E §4.3).
-        if let n = aclInFlight.removeValue(forKey: c.handle) { aclCredits += n }
+        if let n = aclInFlight.remove(c.handle) { aclCredits += n }
         removeWaitingACL(for: c.handle)
         // Nor do its packets at our side get reported any more: the controller forgot them with the link.
         forgetHostCompletions(of: c)

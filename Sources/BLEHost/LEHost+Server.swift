@@ -92,12 +92,17 @@ extension LEHost {
             return b
         }
         for u in batch { sendUpdate(u.value, forHandle: u.handle, to: u.clients) }
-        mirrorWaitingPackets()
+        mirrorWaitingPackets(submittedChanged: true)
     }
 
     /// Keeps the thread-safe copy of the controller backlog current, and reports room to a refused submitter.
-    func mirrorWaitingPackets() {
+    /// Room can only come from fewer waiting packets or fewer submitted updates (`submittedChanged`): otherwise
+    /// nothing a submitter sees has changed, and the lock is not taken (this runs for every Number Of Completed
+    /// Packets event).
+    func mirrorWaitingPackets(submittedChanged: Bool = false) {
         let waiting = aclWaiting.count
+        guard submittedChanged || waiting != mirroredWaitingPackets else { return }
+        mirroredWaitingPackets = waiting
         let limit = transmitQueueLimit
         let ready = transmitQueue.withLock { q -> Bool in
             q.waitingPackets = waiting

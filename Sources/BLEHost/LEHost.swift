@@ -150,9 +150,14 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, packet: HCIPacket)>()
     /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
     @exclusivity(unchecked) var spareCreditBatch: [HCIPacket] = []
-    @exclusivity(unchecked) var aclInFlight: [UInt16: Int] = [:]
+    @exclusivity(unchecked) var aclInFlight = InFlightCounts()
+    /// While a read's packets are handled, credits they free are spent after the last (`handle(batch:)`).
+    @exclusivity(unchecked) var spendsFreedCreditsLater = false
+    @exclusivity(unchecked) var creditsFreedMeanwhile = false
 
     @exclusivity(unchecked) public internal(set) var connections: [UInt16: HostConnection] = [:]
+    /// The connection the last ACL packet from the controller went to (`connection(forACL:)`).
+    @exclusivity(unchecked) var lastACLConnection: HostConnection?
 
     // GAP state.
     public internal(set) var isScanning = false
@@ -212,7 +217,9 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// again when fewer than a quarter wait. 64 (it was 32, with room at half): the same 16 updates still
     /// queued when the submitter is told, three times as many per refill, so a third of the hand-offs to the
     /// submitter's queue (the largest single source of thread wake-ups in the Core Bluetooth bench).
-    public var transmitQueueLimit = 64
+    @exclusivity(unchecked) public var transmitQueueLimit = 64
+    /// `aclWaiting.count` as last copied into `transmitQueue` (`mirrorWaitingPackets`).
+    @exclusivity(unchecked) var mirroredWaitingPackets = 0
 
     // Security (LEHost+Security.swift).
     /// Bonds and our IRK; in memory unless the host is given a file-backed store or `bondStoreDirectory`.

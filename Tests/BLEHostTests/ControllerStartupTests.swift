@@ -35,8 +35,21 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
 
     /// ACL packets the host has sent.
     var aclSent = 0
+    /// Calls to `send` and `send(batch:)` that carried ACL packets (a stream transport writes each call's packets
+    /// together).
+    var aclSends = 0
+
+    func send(batch packets: [HCIPacket]) {
+        if packets.contains(where: { $0.type == .acl }) { aclSends += 1 }
+        for p in packets { deliver(p) }
+    }
 
     func send(_ packet: HCIPacket) {
+        if packet.type == .acl { aclSends += 1 }
+        deliver(packet)
+    }
+
+    private func deliver(_ packet: HCIPacket) {
         if packet.type == .acl { aclSent += 1 }
         guard packet.type == .command, let c = try? HCICommand.decode(packet) else { return }
         sent.append(c)

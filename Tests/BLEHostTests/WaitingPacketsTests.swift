@@ -38,4 +38,53 @@ import BLETransport
         #expect(waiting.allSatisfy { $0 == 40 })
         #expect(slots.max()! <= 2 * 40 + 64)
     }
+
+    /// rootcanal reports every packet the air carried in a Number Of Completed Packets event of its own, 17 or 20
+    /// of them in one read: the credits they free are spent once, after the read's last packet, in one send.
+    @Test func theCompletionsOfOneReadAreSpentInOneSend() throws {
+        let loop = EventLoop(label: "completions", clock: .virtual)
+        let c = ScriptedController(label: "n", loop: loop)
+        c.commands = ControllerStartupTests.v40
+        c.leBuffer = (27, 20)
+        let host = LEHost(transport: c, loop: loop, name: "n")
+        loop.sync { host.powerOn() }
+        loop.advance(by: .seconds(1))
+        c.connect(handle: 0x40)
+        loop.advance(by: .milliseconds(10))
+        let packet = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [UInt8](repeating: 7, count: 27)).encode()
+        func completed(_ n: UInt16) -> HCIPacket { HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: n)]).encode() }
+        loop.sync { for _ in 0..<60 { host.sendACL(packet, handle: 0x40) } }
+        #expect(c.aclSent == 20)
+        let sendsBefore = c.aclSends
+        loop.sync { host.transport(didReceivePackets: Array(repeating: completed(1), count: 17)) }
+        #expect(c.aclSent == 37)
+        #expect(c.aclSends == sendsBefore + 1)
+        // Alone, a completion is spent at once, as before; more than the host sent frees no more than it sent.
+        loop.sync { host.transport(didReceivePackets: [completed(3)]) }
+        #expect(c.aclSent == 40)
+        #expect(c.aclSends == sendsBefore + 2)
+        loop.sync { host.transport(didReceivePackets: Array(repeating: completed(20), count: 3)) }
+        #expect(c.aclSent == 60)
+        #expect(host.aclWaiting.isEmpty)
+        #expect(host.aclCredits == 0)
+        loop.sync { host.transport(didReceivePackets: [completed(20), completed(20)]) }
+        #expect(host.aclCredits == 20)
+    }
+
+    @Test func inFlightCountsFreeNoMoreThanWasSent() {
+        var counts = InFlightCounts()
+        counts.start(0x40)
+        for _ in 0..<5 { counts.sent(on: 0x40) }
+        counts.sent(on: 0x41)
+        #expect(counts.completed(3, on: 0x40) == 3)
+        #expect(counts.completed(9, on: 0x40) == 2)
+        #expect(counts.completed(1, on: 0x40) == 0)
+        #expect(counts.completed(4, on: 0x77) == 0)
+        #expect(counts.remove(0x41) == 1)
+        #expect(counts.remove(0x41) == nil)
+        #expect(counts.completed(1, on: 0x41) == 0)
+        counts.start(0x40)
+        counts.sent(on: 0x40)
+        #expect(counts.remove(0x40) == 1)
+    }
 }

@@ -34,11 +34,12 @@ import Testing
         }
         reader.start()
         let script = "read 2A38\nwrite 0x0053 --text \"hello world\"\nread 0x0053\nread nonsense\nwrite 2A38 --hex 01\nsubscribe 2A37\n"
-        input.fileHandleForWriting.write(Data(script.utf8))
+        // (Throwing writes: a shell that ended early gives EPIPE, which `write(_:)` turned into a crash of the process.)
+        try? input.fileHandleForWriting.write(contentsOf: Data(script.utf8))
         // Notifications arrive between commands; the rest of the script follows the first one.
         let deadline = Date().addingTimeInterval(20)
         while !collected.text.contains("notification 0x0033"), Date() < deadline, p.isRunning { usleep(20_000) }
-        input.fileHandleForWriting.write(Data("unsubscribe 2A37\nbogus\nquit\n".utf8))
+        try? input.fileHandleForWriting.write(contentsOf: Data("unsubscribe 2A37\nbogus\nquit\n".utf8))
         while !reader.isFinished, Date() < deadline.addingTimeInterval(10) { usleep(20_000) }
         let out = collected.text
         let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
