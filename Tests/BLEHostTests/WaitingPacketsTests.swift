@@ -9,7 +9,8 @@ import BLETransport
 @testable import BLEHost
 
 @Suite struct WaitingPacketsTests {
-    @Test func aQueueThatNeverEmptiesHoldsOnlyWhatWaits() throws {
+    /// A host on a scripted controller with 20 LE buffers of 27 octets, connected on handle 0x40.
+    static func connectedHost() -> (EventLoop, ScriptedController, LEHost) {
         let loop = EventLoop(label: "waiting", clock: .virtual)
         let c = ScriptedController(label: "w", loop: loop)
         c.commands = ControllerStartupTests.v40
@@ -19,16 +20,26 @@ import BLETransport
         loop.advance(by: .seconds(1))
         c.connect(handle: 0x40)
         loop.advance(by: .milliseconds(10))
-        let packet = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [UInt8](repeating: 7, count: 27)).encode()
-        func completed(_ n: UInt16) -> HCIPacket { HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: n)]).encode() }
+        return (loop, c, host)
+    }
+
+    static let packet = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [UInt8](repeating: 7, count: 27)).encode()
+
+    /// Number Of Completed Packets for `n` packets of handle 0x40.
+    static func completed(_ n: UInt16) -> HCIPacket {
+        HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: n)]).encode()
+    }
+
+    @Test func aQueueThatNeverEmptiesHoldsOnlyWhatWaits() throws {
+        let (loop, c, host) = Self.connectedHost()
         var waiting: [Int] = [], slots: [Int] = []
         loop.sync {
-            for _ in 0..<60 { host.sendACL(packet, handle: 0x40) }
+            for _ in 0..<60 { host.sendACL(Self.packet, handle: 0x40) }
             // Each round the controller frees 17 buffers, then 3, and the sender queues 20 more.
             for _ in 0..<1000 {
-                host.transport(didReceive: completed(17))
-                host.transport(didReceive: completed(3))
-                for _ in 0..<20 { host.sendACL(packet, handle: 0x40) }
+                host.transport(didReceive: Self.completed(17))
+                host.transport(didReceive: Self.completed(3))
+                for _ in 0..<20 { host.sendACL(Self.packet, handle: 0x40) }
                 waiting.append(host.aclWaiting.count)
                 slots.append(host.aclWaiting.storageCount)
             }
@@ -42,32 +53,22 @@ import BLETransport
     /// rootcanal reports every packet the air carried in a Number Of Completed Packets event of its own, 17 or 20
     /// of them in one read: the credits they free are spent once, after the read's last packet, in one send.
     @Test func theCompletionsOfOneReadAreSpentInOneSend() throws {
-        let loop = EventLoop(label: "completions", clock: .virtual)
-        let c = ScriptedController(label: "n", loop: loop)
-        c.commands = ControllerStartupTests.v40
-        c.leBuffer = (27, 20)
-        let host = LEHost(transport: c, loop: loop, name: "n")
-        loop.sync { host.powerOn() }
-        loop.advance(by: .seconds(1))
-        c.connect(handle: 0x40)
-        loop.advance(by: .milliseconds(10))
-        let packet = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [UInt8](repeating: 7, count: 27)).encode()
-        func completed(_ n: UInt16) -> HCIPacket { HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: n)]).encode() }
-        loop.sync { for _ in 0..<60 { host.sendACL(packet, handle: 0x40) } }
+        let (loop, c, host) = Self.connectedHost()
+        loop.sync { for _ in 0..<60 { host.sendACL(Self.packet, handle: 0x40) } }
         #expect(c.aclSent == 20)
         let sendsBefore = c.aclSends
-        loop.sync { host.transport(didReceivePackets: Array(repeating: completed(1), count: 17)) }
+        loop.sync { host.transport(didReceivePackets: Array(repeating: Self.completed(1), count: 17)) }
         #expect(c.aclSent == 37)
         #expect(c.aclSends == sendsBefore + 1)
         // Alone, a completion is spent at once, as before; more than the host sent frees no more than it sent.
-        loop.sync { host.transport(didReceivePackets: [completed(3)]) }
+        loop.sync { host.transport(didReceivePackets: [Self.completed(3)]) }
         #expect(c.aclSent == 40)
         #expect(c.aclSends == sendsBefore + 2)
-        loop.sync { host.transport(didReceivePackets: Array(repeating: completed(20), count: 3)) }
+        loop.sync { host.transport(didReceivePackets: Array(repeating: Self.completed(20), count: 3)) }
         #expect(c.aclSent == 60)
         #expect(host.aclWaiting.isEmpty)
         #expect(host.aclCredits == 0)
-        loop.sync { host.transport(didReceivePackets: [completed(20), completed(20)]) }
+        loop.sync { host.transport(didReceivePackets: [Self.completed(20), Self.completed(20)]) }
         #expect(host.aclCredits == 20)
     }
 
