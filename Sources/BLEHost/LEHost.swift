@@ -150,7 +150,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, packet: HCIPacket)>()
     /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
     @exclusivity(unchecked) var spareCreditBatch: [HCIPacket] = []
-    @exclusivity(unchecked) var aclInFlight = InFlightCounts()
+    @exclusivity(unchecked) var aclInFlight = ACLPacketsInFlight()
     /// While a read's packets are handled, credits they free are spent after the last (`handle(batch:)`).
     @exclusivity(unchecked) var spendsFreedCreditsLater = false
     @exclusivity(unchecked) var creditsFreedMeanwhile = false

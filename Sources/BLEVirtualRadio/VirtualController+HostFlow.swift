@@ -36,41 +36,14 @@ final class HostFlowState {
     var aclOn = false
     /// The host's buffers (Host_Total_Num_ACL_Data_Packets) while flow control is on, else unlimited.
     var limit = Int.max
-    /// Outstanding packets per handle: a short list (one entry per link), searched from the last one used.
-    var outstanding: [(handle: UInt16, count: Int)] = []
-    var outstandingTotal = 0
+    /// Packets given to the host and not yet reported finished, per handle.
+    var outstanding = ACLPacketsInFlight()
     var held = FIFO<HCIPacket>()
     /// A peer's controller keeps packets for us (`waitingForPeer` on its link): look there when room comes back.
     var peersWaiting = false
 
-    func count(_ handle: UInt16) -> Int { outstanding.first { $0.handle == handle }?.count ?? 0 }
-
-    func add(_ handle: UInt16) {
-        outstandingTotal += 1
-        var i = outstanding.count - 1   // a plain loop, no closure: this runs for every packet to the host
-        while i >= 0 && outstanding[i].handle != handle { i -= 1 }
-        if i >= 0 { outstanding[i].count += 1 } else { outstanding.append((handle, 1)) }
-    }
-
     /// No packet held, and a buffer free at the host (or flow control off): a packet may go straight on.
-    var sendsNow: Bool { held.isEmpty && outstandingTotal < limit }
-
-    /// Takes up to `n` off `handle`'s count; returns how many it took.
-    func remove(_ n: Int, from handle: UInt16) -> Int {
-        var i = outstanding.count - 1
-        while i >= 0 && outstanding[i].handle != handle { i -= 1 }
-        guard i >= 0 else { return 0 }
-        let done = min(n, outstanding[i].count)
-        outstanding[i].count -= done
-        outstandingTotal -= done
-        return done
-    }
-
-    func forget(_ handle: UInt16) {
-        guard let i = outstanding.firstIndex(where: { $0.handle == handle }) else { return }
-        outstandingTotal -= outstanding[i].count
-        outstanding.remove(at: i)
-    }
+    var sendsNow: Bool { held.isEmpty && outstanding.total < limit }
 }
 
 /// A snapshot of the controller's side of flow control (for tests and diagnostics).
@@ -95,7 +68,7 @@ extension VirtualController {
         }
         return VirtualHostFlowStatus(
             enabled: hostFlow.aclOn, hostBuffers: hostFlow.buffers?.totalNumACLDataPackets ?? 0,
-            outstanding: Dictionary(uniqueKeysWithValues: hostFlow.outstanding.filter { $0.count > 0 }.map { ($0.handle, $0.count) }),
+            outstanding: hostFlow.outstanding.byHandle,
             held: hostFlow.held.count, waitingAtPeers: waiting)
     }
 
@@ -128,7 +101,6 @@ extension VirtualController {
         if !acl {
             // Off: what was held goes now, and nothing is counted any more.
             hostFlow.outstanding.removeAll()
-            hostFlow.outstandingTotal = 0
             releaseHeld()
             pullFromPeers()
         }
@@ -143,7 +115,7 @@ extension VirtualController {
                 invalid = true
                 continue
             }
-            if hostFlow.remove(Int(e.count), from: e.handle) < Int(e.count) { invalid = true }
+            if hostFlow.outstanding.completed(Int(e.count), on: e.handle) < Int(e.count) { invalid = true }
         }
         if invalid { complete(op, .invalidParameters) }
         releaseHeld()
@@ -164,7 +136,7 @@ extension VirtualController {
             let handle = UInt16(b[i]) | UInt16(b[i + 1]) << 8
             let n = Int(b[i + 2]) | Int(b[i + 3]) << 8
             i += 4
-            if links[handle] == nil || hostFlow.remove(n, from: handle) < n { invalid = true }
+            if links[handle] == nil || hostFlow.outstanding.completed(n, on: handle) < n { invalid = true }
         }
         if invalid { complete(op, .invalidParameters) }
         releaseHeld()
@@ -181,7 +153,7 @@ extension VirtualController {
         let maxLength = Int(b.aclDataPacketLength)
         if packet.bytes.count - 4 <= maxLength {
             if f.sendsNow {
-                f.add((UInt16(packet.bytes[0]) | UInt16(packet.bytes[1]) << 8) & 0x0FFF)
+                f.outstanding.sent(on: (UInt16(packet.bytes[0]) | UInt16(packet.bytes[1]) << 8) & 0x0FFF)
                 deliver(packet)
             } else {
                 f.held.append(packet)
@@ -205,7 +177,7 @@ extension VirtualController {
     }
 
     private func deliverOrHold(_ packet: HCIPacket, limit: Int) {
-        if hostFlow.held.isEmpty && hostFlow.outstandingTotal < limit {
+        if hostFlow.held.isEmpty && hostFlow.outstanding.total < limit {
             sendCounted(packet)
         } else {
             hostFlow.held.append(packet)
@@ -213,13 +185,13 @@ extension VirtualController {
     }
 
     private func sendCounted(_ packet: HCIPacket) {
-        hostFlow.add(packet.handleField)
+        hostFlow.outstanding.sent(on: packet.handleField)
         deliver(packet)
     }
 
     /// Sends held packets, oldest first, while the host has buffers (all of them when flow control is off).
     func releaseHeld() {
-        while hostFlow.outstandingTotal < hostFlow.limit, let p = hostFlow.held.popFirst() {
+        while hostFlow.outstanding.total < hostFlow.limit, let p = hostFlow.held.popFirst() {
             if hostFlow.aclOn { sendCounted(p) } else { deliver(p) }
         }
     }
@@ -257,7 +229,7 @@ extension VirtualController {
 
     /// Disconnection Complete for `handle` reached the host: the handle's count and held packets are forgotten.
     func hostFlowLinkEnded(_ handle: UInt16) {
-        hostFlow.forget(handle)
+        hostFlow.outstanding.remove(handle)
         hostFlow.held.removeAll { $0.handleField == handle }
         releaseHeld()
         pullFromPeers()

@@ -71,21 +71,4 @@ import BLETransport
         loop.sync { host.transport(didReceivePackets: [Self.completed(20), Self.completed(20)]) }
         #expect(host.aclCredits == 20)
     }
-
-    @Test func inFlightCountsFreeNoMoreThanWasSent() {
-        var counts = InFlightCounts()
-        counts.start(0x40)
-        for _ in 0..<5 { counts.sent(on: 0x40) }
-        counts.sent(on: 0x41)
-        #expect(counts.completed(3, on: 0x40) == 3)
-        #expect(counts.completed(9, on: 0x40) == 2)
-        #expect(counts.completed(1, on: 0x40) == 0)
-        #expect(counts.completed(4, on: 0x77) == 0)
-        #expect(counts.remove(0x41) == 1)
-        #expect(counts.remove(0x41) == nil)
-        #expect(counts.completed(1, on: 0x41) == 0)
-        counts.start(0x40)
-        counts.sent(on: 0x40)
-        #expect(counts.remove(0x40) == 1)
-    }
 }
