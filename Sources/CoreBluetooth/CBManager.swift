@@ -25,16 +25,25 @@ open class CBManager: NSObject, @unchecked Sendable {
     /// CAP_NET_ADMIN, a serial port outside the user's groups): then `.denied`, and that manager reads
     /// `.unauthorized`.
     open class var authorization: CBManagerAuthorization {
-        unauthorizedManagers.withLock { $0.isEmpty } ? .allowedAlways : .denied
+        unauthorizedManagers.withLock { $0.values.contains { $0.manager != nil } } ? .denied : .allowedAlways
     }
 
     @available(*, deprecated, message: "Use the class property authorization instead")
     open var authorization: CBManagerAuthorization { Self.authorization }
 
-    /// The managers of this process refused their controller by the operating system.
-    package static let unauthorizedManagers = CBMutex(Set<ObjectIdentifier>())
+    /// The managers of this process refused their controller by the operating system, each under the
+    /// identity of a reference made for it at `start`. That reference lives as long as the host's observer
+    /// that files it, so its identity is never another manager's: a manager's own address can be reused
+    /// by a newer manager while the old one's observer still hears its host. An entry whose manager is
+    /// gone counts for nothing and is dropped at the next manager's end.
+    package static let unauthorizedManagers = CBMutex([ObjectIdentifier: WeakManager]())
 
-    deinit { _ = Self.unauthorizedManagers.withLock { $0.remove(ObjectIdentifier(self)) } }
+    package final class WeakManager: @unchecked Sendable {
+        weak var manager: CBManager?
+        init(_ manager: CBManager) { self.manager = manager }
+    }
+
+    deinit { Self.unauthorizedManagers.withLock { $0 = $0.filter { $0.value.manager != nil } } }
 
     /// Starts a manager on its host: without one, the state becomes `.unsupported` (announced on `queue`);
     /// with one, `register` installs the manager as the host's delegate, power changes are observed, and the
@@ -53,7 +62,7 @@ open class CBManager: NSObject, @unchecked Sendable {
             }
             return
         }
-        let me = ObjectIdentifier(self)
+        let me = WeakManager(self)
         final class Announced: @unchecked Sendable { var state: CBManagerState? }
         let announced = Announced()
         // On the loop: a controller the operating system refused reads as .unauthorized, not .unsupported.
@@ -66,10 +75,12 @@ open class CBManager: NSObject, @unchecked Sendable {
             // then .poweredOn when the controller is back.
             if announced.state == .poweredOff, state == .unknown || state == .poweredOff { return }
             announced.state = state
-            if state == .unauthorized {
-                _ = CBManager.unauthorizedManagers.withLock { $0.insert(me) }
-            } else {
-                _ = CBManager.unauthorizedManagers.withLock { $0.remove(me) }
+            // A retry (.unknown while the controller is tried again) leaves the process's authorization
+            // as the last answer left it.
+            if state != .unknown {
+                CBManager.unauthorizedManagers.withLock {
+                    $0[ObjectIdentifier(me)] = state == .unauthorized && me.manager != nil ? me : nil
+                }
             }
             powerChanged(state)
         }

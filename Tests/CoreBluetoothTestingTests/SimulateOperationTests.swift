@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import CoreBluetooth
 import CoreBluetoothTesting
+import TestSupport
 
 /// An app connected to a sample device and subscribed, on a fresh simulation.
 func connectedApp(seed: UInt64 = 3, spec: PeripheralSpec? = nil, reconnect: Bool = false) throws -> (BluetoothSimulation, SimulatedPeripheral, ExplorerApp) {
@@ -125,37 +126,42 @@ struct SetupFailed: Error { let log: [String] }
 
     // MARK: The manager side
 
+    // CBManager.authorization is the process's: these hold the gate that tests asserting it share.
     @Test func initialStates() throws {
-        for (state, expected) in [
-            (CBManagerState.poweredOff, CBManagerState.poweredOff), (.unauthorized, .unauthorized),
-            (.unsupported, .unsupported), (.poweredOn, .poweredOn),
-        ] {
-            let sim = try BluetoothSimulation(seed: 8, installing: false)
-            sim.simulateInitialState(state)
-            let app = ExplorerApp()
-            app.start(in: sim)
-            sim.advance(by: .seconds(2))
-            #expect(app.log.first == "state:\(expected.rawValue)", "\(state.rawValue): \(app.log)")
-            #expect(CBManager.authorization == (expected == .unauthorized ? .denied : .allowedAlways))
-            app.central = nil
-            sim.finish()
+        try ProcessGate.authorization.run {
+            for (state, expected) in [
+                (CBManagerState.poweredOff, CBManagerState.poweredOff), (.unauthorized, .unauthorized),
+                (.unsupported, .unsupported), (.poweredOn, .poweredOn),
+            ] {
+                let sim = try BluetoothSimulation(seed: 8, installing: false)
+                sim.simulateInitialState(state)
+                let app = ExplorerApp()
+                app.start(in: sim)
+                sim.advance(by: .seconds(2))
+                #expect(app.log.first == "state:\(expected.rawValue)", "\(state.rawValue): \(app.log)")
+                #expect(CBManager.authorization == (expected == .unauthorized ? .denied : .allowedAlways))
+                app.central = nil
+                sim.finish()
+            }
         }
     }
 
     @Test func stateChangesAndAuthorization() throws {
-        let (sim, _, app) = try connectedApp(seed: 9)
-        defer { sim.finish() }
-        sim.simulateStateChange(.poweredOff)
-        #expect(app.log.last == "state:\(CBManagerState.poweredOff.rawValue)")
-        #expect(app.target?.state == .disconnected)
-        sim.simulateStateChange(.poweredOn)
-        #expect(app.log.last == "state:\(CBManagerState.poweredOn.rawValue)")
-        sim.simulateAuthorization(.denied)
-        #expect(app.central.state == .unauthorized)
-        #expect(CBManager.authorization == .denied)
-        sim.simulateAuthorization(.allowedAlways)
-        #expect(app.central.state == .poweredOn)
-        #expect(CBManager.authorization == .allowedAlways)
+        try ProcessGate.authorization.run {
+            let (sim, _, app) = try connectedApp(seed: 9)
+            defer { sim.finish() }
+            sim.simulateStateChange(.poweredOff)
+            #expect(app.log.last == "state:\(CBManagerState.poweredOff.rawValue)")
+            #expect(app.target?.state == .disconnected)
+            sim.simulateStateChange(.poweredOn)
+            #expect(app.log.last == "state:\(CBManagerState.poweredOn.rawValue)")
+            sim.simulateAuthorization(.denied)
+            #expect(app.central.state == .unauthorized)
+            #expect(CBManager.authorization == .denied)
+            sim.simulateAuthorization(.allowedAlways)
+            #expect(app.central.state == .poweredOn)
+            #expect(CBManager.authorization == .allowedAlways)
+        }
     }
 
     @Test func aHardwareErrorOnOurSideResetsTheControllerAndLinksDrop() throws {

@@ -417,10 +417,13 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
 }
 
 /// A controller the operating system refuses (EPERM/EACCES): the manager reads `.unauthorized` and the
-/// process's authorization `.denied`, not `.unsupported`.
+/// process's authorization `.denied`, not `.unsupported`. The authorization is the process's, so these
+/// tests hold `ProcessGate.authorization` (SimulateOperationTests asserts it too).
 @Suite struct AuthorizationTests {
     final class RefusedTransport: HCITransport, @unchecked Sendable {
+        let opens = Locked(0)
         func open(sink: any HCITransportSink) throws {
+            opens.withLock { $0 += 1 }
             throw TransportError.permissionDenied("hci-socket:9: the HCI user channel needs CAP_NET_ADMIN")
         }
         func send(_ packet: HCIPacket) {}
@@ -428,24 +431,99 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
         var name: String { "refused" }
     }
 
-    @Test func permissionFailuresReadAsUnauthorizedAndDenied() async throws {
-        let loop = EventLoop(label: "refused")
-        let host = LEHost(transport: RefusedTransport(), loop: loop, name: "refused")
-        host.loop.sync { host.reconnectInterval = nil }
-        let c = RecordingCentral()
+    final class D: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
         var states: [CBManagerState] = []
-        final class D: NSObject, CBCentralManagerDelegate, @unchecked Sendable {
-            var states: [CBManagerState] = []
-            func centralManagerDidUpdateState(_ c: CBCentralManager) { states.append(c.state) }
+        func centralManagerDidUpdateState(_ c: CBCentralManager) { states.append(c.state) }
+    }
+
+    @Test func permissionFailuresReadAsUnauthorizedAndDenied() async throws {
+        try await ProcessGate.authorization.run {
+            let loop = EventLoop(label: "refused")
+            let host = LEHost(transport: RefusedTransport(), loop: loop, name: "refused")
+            host.loop.sync { host.reconnectInterval = nil }
+            let c = RecordingCentral()
+            let d = D()
+            var m: CBCentralManager? = CBCentralManager(delegate: d, queue: c.queue, options: nil, host: host)
+            try await waitUntil("state") { c.queue.sync { !d.states.isEmpty } }
+            let states = c.queue.sync { d.states }
+            #expect(states == [.unauthorized])
+            #expect(m?.state == .unauthorized)
+            #expect(CBManager.authorization == .denied)
+            c.queue.sync { m = nil }
+            try await waitUntil("released") { CBManager.authorization == .allowedAlways }
         }
-        let d = D()
-        var m: CBCentralManager? = CBCentralManager(delegate: d, queue: c.queue, options: nil, host: host)
-        try await waitUntil("state") { c.queue.sync { !d.states.isEmpty } }
-        states = c.queue.sync { d.states }
-        #expect(states == [.unauthorized])
-        #expect(m?.state == .unauthorized)
-        #expect(CBManager.authorization == .denied)
-        c.queue.sync { m = nil }
-        try await waitUntil("released") { CBManager.authorization == .allowedAlways }
+    }
+
+    /// The host tries a refused controller again every `reconnectInterval`. Each attempt is no news: the
+    /// process stays `.denied` through it (it read `.allowedAlways` for each attempt's moment).
+    @Test func retriesOfARefusedControllerDoNotLiftTheDenial() async throws {
+        try await ProcessGate.authorization.run {
+            let transport = RefusedTransport()
+            let host = LEHost(transport: transport, loop: EventLoop(label: "refused-retrying"), name: "refused")
+            host.loop.sync { host.reconnectInterval = .milliseconds(10) }
+            let c = RecordingCentral()
+            let d = D()
+            var m: CBCentralManager? = CBCentralManager(delegate: d, queue: c.queue, options: nil, host: host)
+            try await waitUntil("state") { c.queue.sync { !d.states.isEmpty } }
+            // Observed after the manager's own observer, at each attempt.
+            let duringAttempts = Locked<[CBManagerAuthorization]>([])
+            let observer = host.loop.sync {
+                host.addPowerObserver { s in
+                    if s == .starting { duringAttempts.withLock { $0.append(CBManager.authorization) } }
+                }
+            }
+            try await waitUntil("three attempts") { duringAttempts.withLock { $0.count } >= 3 }
+            #expect(duringAttempts.withLock { $0 }.allSatisfy { $0 == .denied }, "\(duringAttempts.withLock { $0 })")
+            #expect(c.queue.sync { d.states } == [.unauthorized], "each attempt is no news to the app")
+            host.loop.sync { host.removePowerObserver(observer) }
+            c.queue.sync { m = nil }
+            try await waitUntil("released") { CBManager.authorization == .allowedAlways }
+        }
+    }
+
+    /// A manager that is gone leaves its observer with its host, which still hears the host's power
+    /// changes. A newer manager at the gone one's address (the allocator gives it back at once) is refused
+    /// its controller; the old host then goes off, and the process still reads `.denied`. (The process was
+    /// filed by the manager's address: the old observer's "not refused" took the new manager's entry away.)
+    @Test func aGoneManagersHostDoesNotSpeakForANewManagerAtItsAddress() async throws {
+        try await ProcessGate.authorization.run {
+            let air = TestAir()
+            let working = try air.host("working")
+            let refused = LEHost(transport: RefusedTransport(), loop: EventLoop(label: "refused-reuse"), name: "refused")
+            refused.loop.sync { refused.reconnectInterval = nil }
+            let c = RecordingCentral()
+            // Keeps the working host on when the first manager goes.
+            let keeper = CBCentralManager(delegate: nil, queue: c.queue, options: nil, host: working)
+            var reused: (CBCentralManager, D)?
+            for _ in 0..<200 where reused == nil {
+                let d = D()
+                var first: CBCentralManager? = CBCentralManager(delegate: d, queue: c.queue, options: nil, host: working)
+                try await waitUntil("on") { c.queue.sync { d.states.contains(.poweredOn) } }
+                let address = ObjectIdentifier(first!)
+                weak let gone = first
+                // Released and its successor made with nothing in between, so the allocator can hand the
+                // address straight back.
+                let next: CBCentralManager? = c.queue.sync { () -> CBCentralManager? in
+                    first = nil
+                    guard gone == nil else { return nil }
+                    let d2 = D()
+                    let second = CBCentralManager(delegate: d2, queue: c.queue, options: nil, host: refused)
+                    if ObjectIdentifier(second) == address { reused = (second, d2) }
+                    return second
+                }
+                _ = next
+                if gone != nil { try await waitUntil("gone") { gone == nil } }
+            }
+            guard let (manager, d) = reused else {
+                Issue.record("no manager was made at a gone manager's address in 200 tries")
+                return
+            }
+            try await waitUntil("refused") { c.queue.sync { d.states.contains(.unauthorized) } }
+            #expect(CBManager.authorization == .denied)
+            working.loop.sync { working.powerOff() }
+            #expect(working.loop.sync { CBManager.authorization } == .denied)
+            #expect(manager.state == .unauthorized)
+            _ = keeper
+        }
     }
 }
