@@ -11,9 +11,6 @@ import Foundation
 import BLEHCI
 import BLETransport
 
-/// Controllers the "operating system" refuses to open, with the reason (any thread).
-private let refusals = Locked<[ObjectIdentifier: String]>([:])
-
 /// The faults switched on for an air (loop-confined).
 struct AirFaults {
     /// Signals weaker than this (dBm) are not received; nil: every device hears every other.
@@ -119,11 +116,10 @@ extension VirtualController {
     /// (TransportError.permissionDenied: an HCI user channel without CAP_NET_ADMIN); nil lifts it.
     /// A host already using the controller is unaffected until it opens it again.
     public func refuseAccess(_ reason: String?) {
-        let id = ObjectIdentifier(self)
-        refusals.withLock { $0[id] = reason }
+        refusal.withLock { $0 = reason }
     }
 
     var accessRefusal: TransportError? {
-        refusals.withLock { $0[ObjectIdentifier(self)] }.map { TransportError.permissionDenied($0) }
+        refusal.withLock { $0 }.map { TransportError.permissionDenied($0) }
     }
 }

@@ -50,6 +50,9 @@ public final class VirtualController: HCITransport, @unchecked Sendable {
     weak var airRef: VirtualAir?
     /// The air loses every ACL packet this controller sends (`VirtualAir.silence`). Loop-confined.
     var silenced = false
+    /// Why the "operating system" refuses to open this controller (`refuseAccess`); any thread. The
+    /// controller's own: it goes with it, and no later controller inherits it.
+    let refusal = Locked<String?>(nil)
     let loop: EventLoop
     public var name: String { "virtual:\(address.string)" }
 

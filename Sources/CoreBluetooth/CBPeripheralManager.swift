@@ -34,7 +34,15 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     private var characteristicsByValueHandle: [UInt16: CBMutableCharacteristic] = [:]
     private var descriptorsByHandle: [UInt16: CBDescriptor] = [:]
     private var publishedServices: [ObjectIdentifier: (service: CBMutableService, range: ClosedRange<UInt16>)] = [:]
-    private var pendingRequests: [ObjectIdentifier: (id: UInt64, isWrite: Bool, needsResponse: Bool)] = [:]
+    /// Requests waiting for `respond(to:withResult:)`, by the request's identity. The entry holds its request
+    /// weakly and answers only to that very object: a request the app let go of leaves an entry that no newer
+    /// request at the same address can answer for (it is dropped when met).
+    private var pendingRequests: [ObjectIdentifier: PendingRequest] = [:]
+    private struct PendingRequest {
+        weak var request: CBATTRequest?
+        var id: UInt64
+        var isWrite: Bool
+    }
     private var centrals: [UInt16: CBCentral] = [:]
     /// Services added and not yet answered (their didAdd is pending): they may already be included.
     private var addingServices: Set<ObjectIdentifier> = []
@@ -419,7 +427,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
             return
         }
         let r = CBATTRequest(central: central, characteristic: characteristic, offset: Int(request.offset), value: nil)
-        managerLock.withLock { pendingRequests[ObjectIdentifier(r)] = (request.id, false, true) }
+        managerLock.withLock { pendingRequests[ObjectIdentifier(r)] = PendingRequest(request: r, id: request.id, isWrite: false) }
         queue.async { [self] in delegate?.peripheralManager(self, didReceiveRead: r) }
     }
 
@@ -437,7 +445,7 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
         }
         guard let first = requests.first else { return host.respondToWrite(id: request.id, error: nil) }
         if request.needsResponse {
-            managerLock.withLock { pendingRequests[ObjectIdentifier(first)] = (request.id, true, true) }
+            managerLock.withLock { pendingRequests[ObjectIdentifier(first)] = PendingRequest(request: first, id: request.id, isWrite: true) }
         } else {
             host.respondToWrite(id: request.id, error: nil)
         }
@@ -449,7 +457,18 @@ open class CBPeripheralManager: CBManager, HostPeripheralDelegate, @unchecked Se
     open func respond(to request: CBATTRequest, withResult result: CBATTError.Code) {
         if let bluez { return bluez.respond(to: request, withResult: result) }
         guard let host = leHost else { return }
-        guard let pending = managerLock.withLock({ pendingRequests.removeValue(forKey: ObjectIdentifier(request)) }) else {
+        let pending = managerLock.withLock { () -> PendingRequest? in
+            let key = ObjectIdentifier(request)
+            guard let entry = pendingRequests[key] else { return nil }
+            // Not this request's entry: one of a request that is gone, which nobody can answer any more.
+            if entry.request !== request {
+                if entry.request == nil { pendingRequests[key] = nil }
+                return nil
+            }
+            pendingRequests[key] = nil
+            return entry
+        }
+        guard let pending else {
             CBLog.warning("respond(to:withResult:) for \(request), which is not waiting for an answer")
             return
         }

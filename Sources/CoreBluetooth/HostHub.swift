@@ -24,7 +24,9 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     private weak var host: LEHost?
     private var centralManagers: [WeakCentral] = []
     private var peripheralManagers: [WeakPeripheral] = []
-    private var scanners: Set<ObjectIdentifier> = []
+    /// The centrals that want the controller scanning, held weakly and told apart by identity: a central that
+    /// is gone counts for nothing, even before `managerGone` runs, and a newer one at its address is not it.
+    private var scanners: [WeakCentral] = []
     /// The central managers, readable from any thread (retrieveConnectedPeripherals looks at every link).
     private let centralsSnapshot = CBMutex([WeakCentral]())
 
@@ -55,8 +57,7 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
         for c in (host?.connections ?? [:]).values where c.role == .central {
             if let link = SharedLink.existing(c), link.sweep() { SharedLink.close(c) }
         }
-        let live = Set(centrals.map(ObjectIdentifier.init))
-        scanners.formIntersection(live)
+        scanners.removeAll { $0.value == nil }
         if scanners.isEmpty, host?.isScanning == true { host?.stopScanning() }
         if centralManagers.isEmpty && peripheralManagers.isEmpty { host?.powerOff() }
     }
@@ -75,13 +76,13 @@ final class HostHub: HostCentralDelegate, HostPeripheralDelegate, @unchecked Sen
     /// Scanning on the controller while any central wants it.
     func startScanning(for m: CBCentralManager, completion: @escaping (HostError?) -> Void) {
         guard let host else { return completion(.notPoweredOn) }
-        scanners.insert(ObjectIdentifier(m))
+        if !scanners.contains(where: { $0.value === m }) { scanners.append(WeakCentral(value: m)) }
         if host.isScanning { return completion(nil) }
         host.startScanning(active: true, filterDuplicates: false, completion: completion)
     }
 
     func stopScanning(for m: CBCentralManager) {
-        scanners.remove(ObjectIdentifier(m))
+        scanners.removeAll { $0.value == nil || $0.value === m }
         if scanners.isEmpty { host?.stopScanning() }
     }
 

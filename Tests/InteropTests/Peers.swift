@@ -30,7 +30,12 @@ enum Interop {
     /// transports and of the `ble` processes started here), removed at exit: the tests never write into the
     /// user's real state directory. The same path as CoreBluetoothTests' harness uses, since every test
     /// target runs in one process and OCB_STATE_DIR is process-wide: whichever sets it first, it never moves.
+    /// A directory scripts/test set for the whole run (see the harness's `testStateDirectory`) is used as it is.
     static let stateDirectory: URL = {
+        if let preset = ProcessInfo.processInfo.environment["OCB_STATE_DIR"], !preset.isEmpty {
+            try? FileManager.default.createDirectory(atPath: preset, withIntermediateDirectories: true)
+            return URL(fileURLWithPath: preset)
+        }
         let path = NSTemporaryDirectory() + "ocb-state-\(getpid())"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         setenv("OCB_STATE_DIR", path, 1)

@@ -31,7 +31,13 @@ final class BlueZPeripheral: @unchecked Sendable {
     // Queue-confined.
     private var applications: [ObjectIdentifier: Application] = [:]
     private var nextApplication = 0
-    private var pending: [ObjectIdentifier: DBusMessage] = [:]
+    /// Method calls waiting for `respond(to:withResult:)`, by the request's identity; the entry holds its request
+    /// weakly and answers only to that very object (a newer request can take the address of one the app let go).
+    private var pending: [ObjectIdentifier: PendingCall] = [:]
+    private struct PendingCall {
+        weak var request: CBATTRequest?
+        var call: DBusMessage
+    }
     private var advertising = false
     /// Published L2CAP PSMs and their listening sockets (BlueZPeripheral+L2CAP).
     var l2capListeners: [CBL2CAPPSM: BlueZL2CAPListener] = [:]
@@ -88,7 +94,7 @@ final class BlueZPeripheral: @unchecked Sendable {
             if let bus = session.bus { for a in applications.values { unexport(a, bus) } }
             for a in applications.values { a.service.isPublished = false }
             applications.removeAll()
-            for (_, call) in pending { _ = try? session.bus?.send(call.errorReply(name: "org.bluez.Error.Failed", message: "the adapter went away")) }
+            for (_, p) in pending { _ = try? session.bus?.send(p.call.errorReply(name: "org.bluez.Error.Failed", message: "the adapter went away")) }
             pending.removeAll()
             advertising = false
         }
@@ -255,7 +261,7 @@ final class BlueZPeripheral: @unchecked Sendable {
                 return call.reply([.bytes(Array([UInt8](value)[offset...]))])
             }
             let request = CBATTRequest(central: central, characteristic: c, offset: offset, value: nil)
-            pending[ObjectIdentifier(request)] = call
+            file(request, call)
             guard let m = manager else { return nil }
             m.queue.async { m.delegate?.peripheralManager(m, didReceiveRead: request) }
             return nil
@@ -265,7 +271,7 @@ final class BlueZPeripheral: @unchecked Sendable {
             noteMTU(options)
             let request = CBATTRequest(central: central, characteristic: c, offset: Int(options["offset"]?.integer ?? 0), value: Data(value))
             let command = options["type"]?.string == "command"
-            if !command { pending[ObjectIdentifier(request)] = call }
+            if !command { file(request, call) }
             if let m = manager { m.queue.async { m.delegate?.peripheralManager(m, didReceiveWrite: [request]) } }
             return command ? call.reply() : nil
         case ("org.bluez.GattCharacteristic1", "StartNotify"), ("org.bluez.GattCharacteristic1", "StopNotify"):
@@ -297,13 +303,27 @@ final class BlueZPeripheral: @unchecked Sendable {
         central._maximumUpdateValueLength = Int(mtu) - 3
     }
 
+    /// Files a request that waits for the app's answer. An entry already under its identity belongs to a request
+    /// that is gone (the app let it go unanswered): nobody can answer that call any more, so bluetoothd hears so now
+    /// rather than after its D-Bus timeout.
+    private func file(_ request: CBATTRequest, _ call: DBusMessage) {
+        let key = ObjectIdentifier(request)
+        if let stale = pending[key] {
+            _ = try? session.bus?.send(stale.call.errorReply(name: "org.bluez.Error.Failed", message: "the request was never answered"))
+        }
+        pending[key] = PendingCall(request: request, call: call)
+    }
+
     /// Answers a pending read or write; false when the request is not waiting (the manager then warns).
     func respond(to request: CBATTRequest, withResult result: CBATTError.Code) {
         let value = request.value.map { [UInt8]($0) }
         queue.async { [self] in
-            guard let call = pending.removeValue(forKey: ObjectIdentifier(request)) else {
+            let key = ObjectIdentifier(request)
+            guard let entry = pending[key], entry.request === request else {
                 return CBLog.warning("respond(to:withResult:) for \(request), which is not waiting for an answer")
             }
+            pending[key] = nil
+            let call = entry.call
             let answer: DBusMessage
             if result == .success {
                 answer = call.member == "ReadValue" ? call.reply([.bytes(value ?? [])]) : call.reply()
