@@ -5,6 +5,7 @@
 // the old one (then the directory is fsync'ed), readable by its owner only (0600). A crash leaves either the
 // old or the new document. A file that cannot be read is kept aside (renamed *.corrupt) rather than lost.
 import Foundation
+import Synchronization
 import Logging
 import StackLog
 import BLEWire
@@ -221,29 +222,7 @@ public final class BondStore: @unchecked Sendable {
     func save() {
         guard let url = fileURL else { return }
         do {
-            let data = try encode()
-            let dir = url.deletingLastPathComponent()
-            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let tmp = dir.appendingPathComponent(".\(url.lastPathComponent).\(getpid()).tmp")
-            let fd = open(tmp.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw BondStoreError.io("cannot create \(tmp.path): errno \(errno)") }
-            var ok = data.withUnsafeBytes { raw -> Bool in
-                var off = 0
-                while off < raw.count {
-                    let n = write(fd, raw.baseAddress! + off, raw.count - off)
-                    if n < 0 { if errno == EINTR { continue }; return false }
-                    off += n
-                }
-                return true
-            }
-            ok = ok && fchmod(fd, 0o600) == 0 && fsync(fd) == 0
-            close(fd)
-            guard ok, rename(tmp.path, url.path) == 0 else {
-                unlink(tmp.path)
-                throw BondStoreError.io("cannot write \(url.path): errno \(errno)")
-            }
-            let dfd = open(dir.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if dfd >= 0 { fsync(dfd); close(dfd) }
+            try OwnerOnlyFile.write(try encode(), to: url)
             lastError = nil
         } catch let e as BondStoreError {
             lastError = e
@@ -251,6 +230,45 @@ public final class BondStore: @unchecked Sendable {
         } catch {
             lastError = .io("\(error)")
         }
+    }
+}
+
+/// A file of the host's state (bonds, the device cache) written so that it is never readable by others, not
+/// even for a moment, and never half written: a temporary file created 0600 in a 0700 directory, written,
+/// fsynced, renamed over the old one, then the directory fsynced.
+package enum OwnerOnlyFile {
+    /// Temporary names: the process and a counter, so two stores of one process writing the same file (two
+    /// hosts on one controller address) never share, and truncate, one temporary file.
+    private static let counter = Mutex<UInt64>(0)
+
+    package static func write(_ data: Data, to url: URL) throws {
+        let dir = url.deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let n = counter.withLock { c -> UInt64 in
+            c &+= 1
+            return c
+        }
+        let tmp = dir.appendingPathComponent(".\(url.lastPathComponent).\(getpid()).\(n).tmp")
+        let fd = open(tmp.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw BondStoreError.io("cannot create \(tmp.path): errno \(errno)") }
+        var ok = data.withUnsafeBytes { raw -> Bool in
+            var off = 0
+            while off < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + off, raw.count - off)
+                if n < 0 { if errno == EINTR { continue }; return false }
+                off += n
+            }
+            return true
+        }
+        ok = ok && fchmod(fd, 0o600) == 0 && fsync(fd) == 0
+        close(fd)
+        guard ok, rename(tmp.path, url.path) == 0 else {
+            let failure = errno
+            unlink(tmp.path)
+            throw BondStoreError.io("cannot write \(url.path): errno \(failure)")
+        }
+        let dfd = open(dir.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 { fsync(dfd); close(dfd) }
     }
 }
 

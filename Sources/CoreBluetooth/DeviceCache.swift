@@ -162,7 +162,7 @@ package final class DeviceCache: @unchecked Sendable {
         Self.saveQueue.asyncAfter(deadline: .now() + 0.2) { [self] in if hasUnsavedChanges { save() } }
     }
 
-    /// Writes the cache now (atomically, owner-only).
+    /// Writes the cache now (atomically, owner-only from the start).
     func save() {
         guard let file else { return }
         let doc = lock.withLock { () -> Document in
@@ -170,13 +170,11 @@ package final class DeviceCache: @unchecked Sendable {
             return Document(version: Self.formatVersion, devices: entries.values.sorted { $0.address < $1.address })
         }
         do {
-            try FileManager.default.createDirectory(
-                at: file.deletingLastPathComponent(), withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o700])
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try encoder.encode(doc).write(to: file, options: .atomic)
-            try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file.path)
+            // Created 0600 before a byte is written (it was written with the umask's mode, then changed:
+            // readable by others for a moment, and a test caught it 0644).
+            try OwnerOnlyFile.write(encoder.encode(doc), to: file)
         } catch {
             CBLog.warning("could not save the device cache \(file.path): \(error)")
         }
