@@ -64,6 +64,10 @@ public struct H4Framer: Sendable {
     private var buffer: [UInt8] = []
     private var start = 0
     public let maxPacketSize: Int
+    /// The last small event returned, whose bytes the next identical one shares (see `nextPacket`).
+    private var lastSmallEvent: [UInt8] = []
+    /// Events of at most this many octets (header included) are compared with the last one.
+    static let sharedEventLimit = 16
     /// True until the Reset answer was found (only with `synchronizesOnReset`).
     public private(set) var awaitingSynchronization: Bool
     /// Bytes thrown away while synchronising.
@@ -124,6 +128,17 @@ public struct H4Framer: Sendable {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Whether `bytes` equals `buffer` from `offset` on, which holds at least as many (the generic elementsEqual
+    /// over a slice cost about 180 instructions for an 8-octet event).
+    private static func equal(_ bytes: [UInt8], _ buffer: [UInt8], at offset: Int) -> Bool {
+        bytes.withUnsafeBufferPointer { a in
+            buffer.withUnsafeBufferPointer { b in
+                for k in 0..<a.count where a[k] != b[offset + k] { return false }
+                return true
+            }
+        }
+    }
+
     /// Bytes buffered and not yet returned as packets.
     public var bufferedCount: Int { buffer.count - start }
 
@@ -158,7 +173,20 @@ public struct H4Framer: Sendable {
         let total = headerSize + length
         guard total <= maxPacketSize else { throw H4Error.packetTooLarge(total) }
         guard available >= 1 + total else { return nil }
-        let packet = HCIPacket(type: type, bytes: Array(buffer[h..<h + total]))
+        let packet: HCIPacket
+        if type == .event && total <= Self.sharedEventLimit {
+            // Controllers repeat small events byte for byte: rootcanal reports every packet the air carried in a
+            // Number Of Completed Packets event of its own, 20 in a connection event, all alike. An event equal
+            // to the last one shares its (immutable) bytes: no allocation, and no free when the host is done.
+            if lastSmallEvent.count == total && Self.equal(lastSmallEvent, buffer, at: h) {
+                packet = HCIPacket(type: .event, bytes: lastSmallEvent)
+            } else {
+                lastSmallEvent = Array(buffer[h..<h + total])
+                packet = HCIPacket(type: .event, bytes: lastSmallEvent)
+            }
+        } else {
+            packet = HCIPacket(type: type, bytes: Array(buffer[h..<h + total]))
+        }
         start = h + total
         if start == buffer.count {
             buffer.removeAll(keepingCapacity: true)

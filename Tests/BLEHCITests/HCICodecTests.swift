@@ -228,6 +228,37 @@ let allEvents: [HCIEvent] = [
         }
     }
 
+    /// A small event equal to the last one shares its bytes (rootcanal sends 20 identical completion events a
+    /// connection event): the same storage, no allocation; any other packet gets bytes of its own, and every
+    /// packet still reads as what the controller sent.
+    @Test func repeatedSmallEventsShareTheirBytes() throws {
+        let done = HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x0EFE, count: 1)]).encode()
+        let other = HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x0EFE, count: 2)]).encode()
+        let data = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [1, 2, 3, 4]).encode()
+        let sent = [done, done, done, data, done, other, other, done]
+        var f = H4Framer()
+        // Split anywhere: an event that arrives in pieces is compared once whole.
+        let bytes = sent.flatMap(\.h4Bytes)
+        f.append(bytes[..<13])
+        var got: [HCIPacket] = []
+        while let p = try f.nextPacket() { got.append(p) }
+        f.append(bytes[13...])
+        while let p = try f.nextPacket() { got.append(p) }
+        #expect(got == sent)
+        func storage(_ p: HCIPacket) -> UnsafePointer<UInt8>? { p.bytes.withUnsafeBufferPointer { $0.baseAddress } }
+        #expect(storage(got[0]) == storage(got[1]) && storage(got[1]) == storage(got[2]))
+        // The ACL packet between them leaves the last event as it was.
+        #expect(storage(got[4]) == storage(got[2]))
+        #expect(storage(got[5]) != storage(got[4]) && storage(got[6]) == storage(got[5]))
+        #expect(storage(got[7]) != storage(got[6]) && storage(got[7]) != storage(got[0]))
+        // A larger event is never compared: each has bytes of its own.
+        let name = HCIEvent.commandComplete(numHCICommandPackets: 1, opcode: HCIOpcode(rawValue: 0x0C14), returnParameters: [0] + Array(repeating: 0x41, count: 248)).encode()
+        var g = H4Framer()
+        g.append(name.h4Bytes + name.h4Bytes)
+        let a = try #require(try g.nextPacket()), b = try #require(try g.nextPacket())
+        #expect(a == name && b == name && storage(a) != storage(b))
+    }
+
     @Test func garbageAndOversizeAreErrors() {
         var f = H4Framer()
         f.append([0x09, 0x00])
