@@ -87,7 +87,13 @@ open class CBManager: NSObject, @unchecked Sendable {
         host.loop.execute {
             register(host)
             host.addPowerObserver { s in observe(s) }
-            if host.powerState == .on || host.controllerAccessDenied { observe(host.powerState) } else { host.powerOn() }
+            // A refused controller the host still tries is reported as it stands; one the host gave up when its
+            // last manager went (.off) is tried again, and refused again: .unauthorized, not .poweredOff.
+            if host.powerState == .on || (host.controllerAccessDenied && host.powerState != .off) {
+                observe(host.powerState)
+            } else {
+                host.powerOn()
+            }
         }
     }
 

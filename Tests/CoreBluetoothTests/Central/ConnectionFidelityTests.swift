@@ -451,6 +451,17 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
             #expect(CBManager.authorization == .denied)
             c.queue.sync { m = nil }
             try await waitUntil("released") { CBManager.authorization == .allowedAlways }
+            // The host let the controller go with its last manager (.off); the next manager is refused again,
+            // not told .poweredOff.
+            try await waitUntil("host off") { host.loop.sync { host.powerState == .off } }
+            let d2 = D()
+            var again: CBCentralManager? = CBCentralManager(delegate: d2, queue: c.queue, options: nil, host: host)
+            try await waitUntil("state again") { c.queue.sync { !d2.states.isEmpty } }
+            #expect(c.queue.sync { d2.states } == [.unauthorized])
+            #expect(again?.state == .unauthorized && CBManager.authorization == .denied)
+            // The gate's next holder finds the process allowed again.
+            c.queue.sync { again = nil }
+            try await waitUntil("released again") { CBManager.authorization == .allowedAlways }
         }
     }
 
@@ -514,7 +525,7 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
                 _ = next
                 if gone != nil { try await waitUntil("gone") { gone == nil } }
             }
-            guard let (manager, d) = reused else {
+            guard let d = reused?.1 else {
                 Issue.record("no manager was made at a gone manager's address in 200 tries")
                 return
             }
@@ -522,8 +533,11 @@ final class PublishingPeripheral: NSObject, CBPeripheralManagerDelegate, @unchec
             #expect(CBManager.authorization == .denied)
             working.loop.sync { working.powerOff() }
             #expect(working.loop.sync { CBManager.authorization } == .denied)
-            #expect(manager.state == .unauthorized)
+            #expect(reused?.0.state == .unauthorized)
             _ = keeper
+            // The gate's next holder finds the process allowed again.
+            reused = nil
+            try await waitUntil("released") { CBManager.authorization == .allowedAlways }
         }
     }
 }
