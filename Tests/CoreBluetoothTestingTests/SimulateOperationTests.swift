@@ -127,8 +127,8 @@ struct SetupFailed: Error { let log: [String] }
     // MARK: The manager side
 
     // CBManager.authorization is the process's: these hold the gate that tests asserting it share.
-    @Test func initialStates() throws {
-        try ProcessGate.authorization.run {
+    @Test func initialStates() async throws {
+        try await ProcessGate.authorization.run {
             for (state, expected) in [
                 (CBManagerState.poweredOff, CBManagerState.poweredOff), (.unauthorized, .unauthorized),
                 (.unsupported, .unsupported), (.poweredOn, .poweredOn),
@@ -146,8 +146,8 @@ struct SetupFailed: Error { let log: [String] }
         }
     }
 
-    @Test func stateChangesAndAuthorization() throws {
-        try ProcessGate.authorization.run {
+    @Test func stateChangesAndAuthorization() async throws {
+        try await ProcessGate.authorization.run {
             let (sim, _, app) = try connectedApp(seed: 9)
             defer { sim.finish() }
             sim.simulateStateChange(.poweredOff)
