@@ -37,6 +37,9 @@ package struct BlueZOptions: Sendable, Equatable {
     package var busAddress: String
     /// The adapter ("hci0"); nil: the first one BlueZ lists.
     package var adapter: String?
+    /// How long a connect made just after a stopScan waits for bluetoothd to end our discovery before it goes
+    /// anyway (a discovery that does not end does not hold a connect for good).
+    package var discoveryEndWait: Double = 6
 
     package init(busAddress: String = DBusConnection.systemBusAddress, adapter: String? = nil) {
         self.busAddress = busAddress
@@ -413,20 +416,19 @@ final class BlueZCentral: @unchecked Sendable {
         }
     }
 
-    /// `work` now, or once our discovery has ended if the app has just stopped its scan (at most `discoveryEndWait`
-    /// later: a discovery bluetoothd does not end in that time does not hold a connect for good).
+    /// `work` now, or once our discovery has ended if the app has just stopped its scan (at most
+    /// `options.discoveryEndWait` later: a discovery bluetoothd does not end in that time does not hold a connect
+    /// for good).
     private func whenDiscoveryEnded(_ work: @escaping () -> Void) {
         guard !wantDiscovery, discovery != .off else { return work() }
         whenDiscoveryOff.append(work)
         let epoch = discoveryEpoch
-        queue.asyncAfter(deadline: .now() + Self.discoveryEndWait) { [self] in
+        queue.asyncAfter(deadline: .now() + options.discoveryEndWait) { [self] in
             guard epoch == discoveryEpoch, !whenDiscoveryOff.isEmpty else { return }
-            CBLog.warning("BlueZ backend: the discovery has not ended after \(Self.discoveryEndWait) s; connecting anyway")
+            CBLog.warning("BlueZ backend: the discovery has not ended after \(options.discoveryEndWait) s; connecting anyway")
             runWhenDiscoveryOff()
         }
     }
-
-    static let discoveryEndWait = 6.0
 
     private func runWhenDiscoveryOff() {
         let waiting = whenDiscoveryOff
