@@ -96,6 +96,17 @@ private struct Rig {
         manager = CBCentralManager(delegate: recorder, queue: DispatchQueue(label: "bluez-test-delegate"), bluez: options)
     }
 
+    /// Powered on and scanning, bluetoothd holding its answer to our StartDiscovery, and a device found meanwhile.
+    func foundBeforeTheDiscoveryIsAnswered(_ address: String, name: String) async throws -> CBPeripheral {
+        try await recorder.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
+        fake.holdStartDiscovery = true
+        manager.scanForPeripherals(withServices: nil)
+        try await recorder.wait("discovery asked") { _ in fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
+        fake.addDevice(address: address, ["Name": .string(name), "RSSI": .int16(-50)])
+        try await recorder.wait(for: "discover \(name) -50")
+        return recorder.discovered[0]
+    }
+
     /// Powered on, a heart-rate sensor discovered and connected, its one service and characteristics discovered.
     func connected() async throws -> (CBPeripheral, CBService, device: String) {
         try await recorder.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
@@ -583,13 +594,7 @@ struct BlueZBackendTests {
         // lasted longer than it, and the connect went as designed, after it.
         let rig = try await Rig(discoveryEndWait: 120)
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
-        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
-        fake.holdStartDiscovery = true
-        m.scanForPeripherals(withServices: nil)
-        try await r.wait("discovery asked") { _ in fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
-        fake.addDevice(address: "C0:FF:EE:00:00:04", ["Name": .string("Quick"), "RSSI": .int16(-50)])
-        try await r.wait(for: "discover Quick -50")
-        let p = r.discovered[0]
+        let p = try await rig.foundBeforeTheDiscoveryIsAnswered("C0:FF:EE:00:00:04", name: "Quick")
         m.stopScan()
         m.connect(p)
         try await pause(nanoseconds: 400_000_000)
@@ -622,13 +627,7 @@ struct BlueZBackendTests {
     @Test func aDiscoveryThatDoesNotEndHoldsAConnectOnlySoLong() async throws {
         let rig = try await Rig(discoveryEndWait: 0.5)
         let (fake, r, m) = (rig.fake, rig.recorder, rig.manager)
-        try await r.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
-        fake.holdStartDiscovery = true
-        m.scanForPeripherals(withServices: nil)
-        try await r.wait("discovery asked") { _ in fake.calls.contains("org.bluez.Adapter1.StartDiscovery /org/bluez/hci0") }
-        fake.addDevice(address: "C0:FF:EE:00:00:05", ["Name": .string("Stuck"), "RSSI": .int16(-50)])
-        try await r.wait(for: "discover Stuck -50")
-        let p = r.discovered[0]
+        let p = try await rig.foundBeforeTheDiscoveryIsAnswered("C0:FF:EE:00:00:05", name: "Stuck")
         let asked = Date()
         m.stopScan()
         m.connect(p)
