@@ -153,7 +153,7 @@ extension VirtualController {
         let maxLength = Int(b.aclDataPacketLength)
         if packet.bytes.count - 4 <= maxLength {
             if f.sendsNow {
-                f.outstanding.sent(on: (UInt16(packet.bytes[0]) | UInt16(packet.bytes[1]) << 8) & 0x0FFF)
+                f.outstanding.sent(on: packet.handleField)
                 deliver(packet)
             } else {
                 f.held.append(packet)

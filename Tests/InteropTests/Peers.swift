@@ -26,22 +26,9 @@ enum Interop {
         try ready.get()
     }
 
-    /// One state directory per test process (bonds, device caches, restoration files of our hosts on real
-    /// transports and of the `ble` processes started here), removed at exit: the tests never write into the
-    /// user's real state directory. The same path as CoreBluetoothTests' harness uses, since every test
-    /// target runs in one process and OCB_STATE_DIR is process-wide: whichever sets it first, it never moves.
-    /// A directory scripts/test set for the whole run (see the harness's `testStateDirectory`) is used as it is.
-    static let stateDirectory: URL = {
-        if let preset = ProcessInfo.processInfo.environment["OCB_STATE_DIR"], !preset.isEmpty {
-            try? FileManager.default.createDirectory(atPath: preset, withIntermediateDirectories: true)
-            return URL(fileURLWithPath: preset)
-        }
-        let path = NSTemporaryDirectory() + "ocb-state-\(getpid())"
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        setenv("OCB_STATE_DIR", path, 1)
-        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-state-\(getpid())") }
-        return URL(fileURLWithPath: path)
-    }()
+    /// The process's state directory (TestSupport's `processStateDirectory`, the one CoreBluetoothTests' harness
+    /// uses too).
+    static let stateDirectory = URL(fileURLWithPath: processStateDirectory)
 
     /// The environment for a child process: ours, the per-process state directory, then `extra`.
     static func environment(_ extra: [String: String] = [:]) -> [String: String] {

@@ -103,19 +103,5 @@ final class TestAir: @unchecked Sendable {
     }
 }
 
-/// One state directory for every test of this process that keeps state on disk (restoration, and hosts on
-/// real transports: bonds and device caches), set once (tests run in parallel) and removed at exit. The
-/// interop tests use the same path (Interop.stateDirectory): one process runs every target.
-/// scripts/test sets OCB_STATE_DIR for the whole run before the process starts (and removes it); then it is used
-/// as it is, with no setenv while other threads may read the environment.
-let testStateDirectory: String = {
-    if let preset = ProcessInfo.processInfo.environment["OCB_STATE_DIR"], !preset.isEmpty {
-        try? FileManager.default.createDirectory(atPath: preset, withIntermediateDirectories: true)
-        return preset
-    }
-    let dir = NSTemporaryDirectory() + "ocb-state-\(getpid())"
-    setenv("OCB_STATE_DIR", dir, 1)
-    // Removed when the test process exits: a test leaves no file behind.
-    atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "ocb-state-\(getpid())") }
-    return dir
-}()
+/// The process's state directory (TestSupport's `processStateDirectory`, which the interop tests use too).
+let testStateDirectory: String = processStateDirectory
