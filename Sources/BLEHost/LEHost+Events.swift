@@ -115,7 +115,7 @@ extension LEHost {
             handle: handle, role: asCentral ? .central : .peripheral, peerAddress: peer,
             localAddress: ownLinkAddress, interval: interval, latency: latency, timeout: timeout, host: self)
         connections[handle] = c
-        lastACLConnection = nil
+        rememberACLConnection(nil)
         loggers.gap.debug("connected", metadata: ["connection": "\(c)", "interval": "\(interval)"])
         aclInFlight.start(handle)
         let bond = bondStore.bond(matching: peer)
@@ -139,7 +139,7 @@ extension LEHost {
         loggers.gap.debug("disconnected", metadata: ["connection": "\(c)", "reason": "\(reason)"])
         c.isOpen = false
         connections[c.handle] = nil
-        if lastACLConnection === c { lastACLConnection = nil }
+        if lastACLConnection === c { rememberACLConnection(nil) }
         loop.cancel(c.attTimer)
         c.attTimer = nil
         // The controller frees the buffers of a closed link (Vol 4 Part E §4.3).

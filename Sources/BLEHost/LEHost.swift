@@ -150,14 +150,22 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, packet: HCIPacket)>()
     /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
     @exclusivity(unchecked) var spareCreditBatch: [HCIPacket] = []
+    /// Arrays of ACL packets the transport has written, for the next fragments (loop-confined).
+    @exclusivity(unchecked) var fragmentPool = HCIPacketBufferPool()
     @exclusivity(unchecked) var aclInFlight = ACLPacketsInFlight()
     /// While a read's packets are handled, credits they free are spent after the last (`handle(batch:)`).
     @exclusivity(unchecked) var spendsFreedCreditsLater = false
     @exclusivity(unchecked) var creditsFreedMeanwhile = false
 
     @exclusivity(unchecked) public internal(set) var connections: [UInt16: HostConnection] = [:]
-    /// The connection the last ACL packet from the controller went to (`connection(forACL:)`).
+    /// The connection the last ACL packet from the controller went to (`handleACL`), and the same unretained;
+    /// only `rememberACLConnection` changes them. `connectionClosed` forgets a closed one, so it is never kept
+    /// alive here.
     @exclusivity(unchecked) var lastACLConnection: HostConnection?
+    @exclusivity(unchecked) var lastACL: Unmanaged<HostConnection>?
+    /// Connections `lastACLConnection` let go while a packet was dispatched to them, and how deep that is.
+    @exclusivity(unchecked) var retiredACLConnections: [HostConnection] = []
+    @exclusivity(unchecked) var aclDispatchDepth = 0
 
     // GAP state.
     public internal(set) var isScanning = false

@@ -142,6 +142,8 @@ public final class StreamConnection: @unchecked Sendable {
         let thread = Thread { [self] in
             let closeError = readLoop(onPackets)
             close()
+            // The reader closes the descriptor, and only once it no longer reads it (see `close`).
+            _ = Glibc.close(fd)
             onClose(closeError)
         }
         thread.name = label
@@ -178,7 +180,12 @@ public final class StreamConnection: @unchecked Sendable {
                 $0.reads = published.reads; $0.packetsIn = published.packetsIn; $0.bytesIn = published.bytesIn
             }
             let before = writeLock.withLock { $0.generation }
-            if !packets.isEmpty { onPackets(packets) }
+            if !packets.isEmpty {
+                onPackets(packets)
+                // Handled: their arrays carry the next read's packets (no allocation, no free per packet).
+                framer.recycle(packets)
+                packets.removeAll(keepingCapacity: true)
+            }
             if isTCP {
                 let (after, backlog) = writeLock.withLock { ($0.generation, $0.hostBacklog) }
                 if !bulk.afterRead(wroteSinceLastRead: after != bulk.lastGeneration, hostBacklog: backlog, fd: fd, policy: bulkPolicy) {
@@ -413,21 +420,26 @@ public final class StreamConnection: @unchecked Sendable {
         return true
     }
 
+    /// Ends the connection. The descriptor is shut down at once, which ends a read or write blocked on it; it is
+    /// closed by the reader thread once its loop is over, or here if no reader was started. Closed here while the
+    /// reader was between two reads, its number could be given to a socket opened meanwhile (by anyone in the
+    /// process), and the reader's next read would take that socket's bytes: under load, a test once lost the end
+    /// of a packet that way to the reader of a connection another test had closed.
     public func close() {
-        let doClose = state.withLock { s -> Bool in
-            if s.closed { return false }
+        let (doClose, readerOwnsDescriptor) = state.withLock { s -> (Bool, Bool) in
+            if s.closed { return (false, s.started) }
             s.closed = true
-            return true
+            return (true, s.started)
         }
         if doClose {
-            // Shut down first: it ends a write blocked on a full socket, which holds the write lock.
+            // Shut down first: it ends a write blocked on a full socket, which holds the write lock, and a read.
             _ = shutdown(fd, Int32(SHUT_RDWR))
             // No write after this point: the descriptor's number may soon belong to another file.
             writeLock.withLock { w in
                 w.failed = true
                 w.pending.removeAll()
             }
-            _ = Glibc.close(fd)
+            if !readerOwnsDescriptor { _ = Glibc.close(fd) }
         }
     }
 }
@@ -491,7 +503,7 @@ public enum Sockets {
 public final class TCPListener: @unchecked Sendable {
     public let fd: Int32
     public let port: UInt16
-    private let closed = Locked(false)
+    private let state = Locked<(closed: Bool, started: Bool)>((false, false))
 
     /// Binds to `port` (0 picks a free one) on `host` (default: loopback).
     public init(host: String = "127.0.0.1", port: UInt16) throws {
@@ -525,30 +537,46 @@ public final class TCPListener: @unchecked Sendable {
 
     /// Accepts connections until closed, calling `onAccept` with each connected descriptor.
     public func start(onAccept: @escaping @Sendable (Int32) -> Void) {
+        let go = state.withLock { s -> Bool in
+            if s.started || s.closed { return false }
+            s.started = true
+            return true
+        }
+        guard go else { return }
         let thread = Thread { [self] in
-            while !closed.withLock({ $0 }) {
+            while !state.withLock({ $0.closed }) {
                 let c = accept(fd, nil, nil)
                 if c < 0 {
                     if errno == EINTR { continue }
                     break
                 }
+                // Accepted as the listener closed: nobody wants it.
+                if state.withLock({ $0.closed }) {
+                    _ = Glibc.close(c)
+                    break
+                }
                 StreamConnection.setNoDelay(c)
                 onAccept(c)
             }
+            // The accepting thread closes the descriptor once it no longer accepts on it (see `close`).
+            _ = Glibc.close(fd)
         }
         thread.name = "ble.listener.\(port)"
         thread.start()
     }
 
+    /// Stops listening: the descriptor is shut down at once (an accept blocked on it returns), and closed by the
+    /// accepting thread when it ends, or here if none was started. Closed here, its number could go to another
+    /// listener opened meanwhile, and an accept between two connections would take that listener's client.
     public func close() {
-        let doIt = closed.withLock { c -> Bool in
-            if c { return false }
-            c = true
-            return true
+        let (doIt, threadOwnsDescriptor) = state.withLock { s -> (Bool, Bool) in
+            if s.closed { return (false, s.started) }
+            s.closed = true
+            return (true, s.started)
         }
         if doIt {
             _ = shutdown(fd, Int32(SHUT_RDWR))
-            _ = Glibc.close(fd)
+            if !threadOwnsDescriptor { _ = Glibc.close(fd) }
         }
     }
 }

@@ -157,6 +157,7 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
                 while let p = try framer.nextPacket() {
                     guard current() else { break loop }
                     sink.transport(didReceive: p)
+                    framer.recycle(p)
                 }
             } catch {
                 closeError = TransportError.io("serial \(path): \(error); the port is opened again to resynchronise")

@@ -268,3 +268,63 @@ let allEvents: [HCIEvent] = [
         #expect(throws: H4Error.packetTooLarge(259)) { try g.nextPacket() }
     }
 }
+
+/// The arrays of handled packets carry the next ones (`HCIPacketBufferPool`, `H4Framer.recycle`).
+@Suite struct PacketBufferPoolTests {
+    func base(_ b: [UInt8]) -> UnsafeRawPointer? { b.withUnsafeBytes { $0.baseAddress } }
+
+    @Test func aRecycledArrayCarriesTheNextPacketAndOneStillHeldIsNotOverwritten() throws {
+        var f = H4Framer()
+        let acl: (UInt8) -> [UInt8] = { [0x02, 0x01, 0x20, 0x05, 0x00, $0, $0, $0, $0, $0] }
+        f.append(acl(1))
+        var first: HCIPacket? = try #require(try f.nextPacket())
+        let storage = base(first!.bytes)
+        f.recycle([first!])
+        first = nil   // handled: only the framer holds its array now
+        #expect(f.recycledCount == 1 && first == nil)
+        f.append(acl(2))
+        let second = try #require(try f.nextPacket())
+        #expect(second.bytes == Array(acl(2).dropFirst()))
+        #expect(base(second.bytes) == storage, "the recycled array was reused")
+        // `second` is given back but still held here: the next packet must not be written into it.
+        f.recycle([second])
+        f.append(acl(3))
+        let third = try #require(try f.nextPacket())
+        #expect(second.bytes == Array(acl(2).dropFirst()))
+        #expect(third.bytes == Array(acl(3).dropFirst()))
+        #expect(base(third.bytes) != base(second.bytes))
+    }
+
+    @Test func packetsOfOtherSizesAreBuiltExactlyInRecycledArrays() throws {
+        var f = H4Framer()
+        var packets: [HCIPacket] = []
+        for n in [5, 27, 3, 0, 251, 27] {
+            let payload = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ n) }
+            f.append([0x02, 0x40, 0x00, UInt8(n & 0xFF), UInt8(n >> 8)] + payload)
+            let p = try #require(try f.nextPacket())
+            #expect(p.type == .acl)
+            #expect(p.bytes == [0x40, 0x00, UInt8(n & 0xFF), UInt8(n >> 8)] + payload, "ACL of \(n)")
+            packets.append(p)
+            f.recycle([p])
+            packets.removeAll()
+        }
+    }
+
+    @Test func sharedSmallEventsAreNotTakenBackAndThePoolIsBounded() throws {
+        var f = H4Framer()
+        let nocp: [UInt8] = [0x04, 0x13, 0x05, 0x01, 0x40, 0x00, 0x01, 0x00]
+        f.append(nocp)
+        let e = try #require(try f.nextPacket())
+        f.recycle([e])
+        #expect(f.recycledCount == 0, "a small event shares its bytes with the framer: never recycled")
+        var pool = HCIPacketBufferPool()
+        for _ in 0..<(HCIPacketBufferPool.limit + 10) { pool.recycle([UInt8](repeating: 1, count: 31)) }
+        #expect(pool.count == HCIPacketBufferPool.limit)
+        var big = HCIPacketBufferPool()
+        big.recycle([UInt8](repeating: 0, count: HCIPacketBufferPool.maximumCapacity + 1))
+        #expect(big.count == 0, "an array above the capacity bound is let go")
+        let made = pool.make(count: 4) { $0.copyBytes(from: [9, 8, 7, 6]) }
+        #expect(made == [9, 8, 7, 6])
+        #expect(pool.count == HCIPacketBufferPool.limit - 1)
+    }
+}

@@ -416,3 +416,34 @@ final class GatedPair: @unchecked Sendable {
         #expect(t.gate.completions.allSatisfy { $0.count <= 4 })
     }
 }
+
+/// The host dispatches each ACL packet to its connection without retaining it (`handleACL`): a connection the
+/// dispatch itself closes must live until the dispatch is done with it, then go.
+@Suite struct ACLDispatchLifetimeTests {
+    @Test func aConnectionClosedWhileItsPacketIsDispatchedLivesUntilTheDispatchEnds() throws {
+        // Controller-to-host flow control on: after the dispatch the host still reports the packet finished on
+        // the connection it went to.
+        let pair = try GatedPair()
+        let handle = pair.peripheralHandle
+        pair.p.connections.removeAll()   // nothing of the test's holds the connection
+        weak var closed: HostConnection?
+        var aliveAfterClose = false
+        var retiredDuringDispatch = 0
+        pair.p.onWrite = { host, request in
+            closed = host.connections[request.connectionHandle]
+            // The link goes down while its packet is being dispatched: the controller's Disconnection Complete
+            // is handled at once, as one that arrived in the same read would be.
+            host.transport(didReceivePackets: [HCIEvent.disconnectionComplete(status: .success, handle: request.connectionHandle, reason: .remoteUserTerminated).encode()])
+            aliveAfterClose = closed != nil && host.connections[request.connectionHandle] == nil
+            retiredDuringDispatch = host.retiredACLConnections.count
+        }
+        _ = pair.flood(from: 0, to: 1)
+        #expect(pair.p.writes.count == 1)
+        #expect(pair.p.disconnects == [.remoteUserTerminated])
+        #expect(aliveAfterClose, "the closed connection was kept for the rest of the dispatch")
+        #expect(retiredDuringDispatch == 1)
+        let (retired, last) = pair.air.loop.sync { (pair.peripheral.retiredACLConnections.count, pair.peripheral.lastACLConnection) }
+        #expect(retired == 0 && last == nil)
+        #expect(closed == nil, "the connection was let go once the dispatch ended (handle \(handle))")
+    }
+}

@@ -44,8 +44,11 @@ final class PeripheralRecorder: HostPeripheralDelegate, @unchecked Sendable {
         let v = dynamic[request.attributeHandle] ?? []
         host.respondToRead(id: request.id, result: Int(request.offset) <= v.count ? .success(Array(v[Int(request.offset)...])) : .failure(.invalidOffset))
     }
+    /// Called with each write, before it is answered.
+    var onWrite: ((LEHost, HostWriteRequest) -> Void)?
     func host(_ host: LEHost, didReceiveWrite request: HostWriteRequest) {
         writes.append(request)
+        onWrite?(host, request)
         host.respondToWrite(id: request.id, error: nil)
     }
     func host(_ host: LEHost, connection: HostConnection, didChangeSubscriptionOf valueHandle: UInt16, notify: Bool, indicate: Bool) {

@@ -92,10 +92,17 @@ import BLEHCI
     }
 
     /// Reads exactly `count` bytes (or fewer if the peer closes).
+    /// `count` octets from `fd`, or what came of them within a minute: a test that waits for bytes that never come
+    /// fails rather than hangs the run.
     func readExactly(_ fd: Int32, _ count: Int) -> [UInt8] {
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 65_536)
+        let deadline = Date().addingTimeInterval(60)
         while out.count < count {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 { break }
+            if poll(&p, 1, Int32(min(left, 1) * 1000)) <= 0 { continue }
             let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, min($0.count, count - out.count)) }
             if n <= 0 { break }
             out += buf[0..<n]
@@ -129,6 +136,34 @@ import BLEHCI
         writeAll(peer, Array(split[5...]))
         while got.all.count < 5 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
         #expect(got.all.last == Self.acl(9))
+    }
+
+    /// `close` from another thread while the reader handles a read: the descriptor stays the reader's until its
+    /// loop is over. Closed at once (as it was), its number went to the next socket anyone opened, and the reader's
+    /// next read took that socket's bytes: a whole run lost the end of a packet that way.
+    @Test func aClosedConnectionsDescriptorIsNotFreedWhileItsReaderRuns() async throws {
+        let (ours, peer) = pair()
+        defer { Glibc.close(peer) }
+        let inCallback = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let ended = DispatchSemaphore(value: 0)
+        ours.start(
+            onPackets: { _ in
+                inCallback.signal()
+                release.wait()
+            }, onClose: { _ in ended.signal() })
+        writeAll(peer, Self.event.h4Bytes)
+        #expect(inCallback.wait(timeout: .now() + 60) == .success)
+        ours.close()
+        // The reader is still busy: its descriptor is open, so no socket opened now can be given its number.
+        #expect(fcntl(ours.fd, F_GETFD) != -1, "the descriptor was closed under its reader")
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        defer { Glibc.close(fds[0]); Glibc.close(fds[1]) }
+        #expect(!fds.contains(ours.fd))
+        #expect(ours.write(packet: Self.event) == false, "no write after close")
+        release.signal()
+        #expect(ended.wait(timeout: .now() + 60) == .success, "the reader ended once the connection was shut down")
     }
 
     @Test func writesOfOneLoopTurnLeaveInOneSystemCall() throws {
@@ -197,9 +232,9 @@ import BLEHCI
 
     static func loopbackConnection(label: String) async throws -> Loopback {
         let listener = try TCPListener(port: 0)
-        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fd: Int32 = -1 }
+        final class Accepted: @unchecked Sendable { let lock = NSLock(); var fds: [Int32] = [] }
         let accepted = Accepted()
-        listener.start { fd in accepted.lock.withLock { accepted.fd = fd } }
+        listener.start { fd in accepted.lock.withLock { accepted.fds.append(fd) } }
         let ours: StreamConnection
         do {
             ours = StreamConnection(fd: try Sockets.connectTCP(host: "127.0.0.1", port: listener.port), isTCP: true, label: label)
@@ -207,9 +242,27 @@ import BLEHCI
             listener.close()
             throw error
         }
+        // The other end is the accepted connection whose peer is our socket: another test that dials a port it
+        // thinks free may reach this listener too (a whole run once hung reading such a stray connection).
+        let ourPort = Self.port(of: ours.fd, peer: false)
         let deadline = Date().addingTimeInterval(120)
-        while accepted.lock.withLock({ accepted.fd }) < 0 && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
-        return Loopback(listener: listener, ours: ours, peer: accepted.lock.withLock { accepted.fd })
+        var peer: Int32 = -1
+        while peer < 0 && Date() < deadline {
+            peer = accepted.lock.withLock { accepted.fds.first { Self.port(of: $0, peer: true) == ourPort } ?? -1 }
+            if peer < 0 { try await pause(nanoseconds: 2_000_000) }
+        }
+        for fd in accepted.lock.withLock({ accepted.fds }) where fd != peer { Glibc.close(fd) }
+        return Loopback(listener: listener, ours: ours, peer: peer)
+    }
+
+    /// The port of a TCP socket's own end, or of its peer's.
+    static func port(of fd: Int32, peer: Bool) -> UInt16 {
+        var addr = sockaddr_in()
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let r = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { peer ? getpeername(fd, $0, &len) : getsockname(fd, $0, &len) }
+        }
+        return r == 0 ? UInt16(bigEndian: addr.sin_port) : 0
     }
 
     @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {

@@ -2,6 +2,7 @@
 // packet socket pair, serial over a pseudo-terminal bridged by socat to `ble radio`, and tcp-server.
 import Foundation
 import Testing
+import TestSupport
 import BLEWire
 import BLEHCI
 import BLEGATT
@@ -150,9 +151,7 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
     @Test func tcpServerAcceptsAControllerThatConnectsLater() throws {
         let air = VirtualAir(loop: EventLoop(label: "tcp-server.air", clock: .real))
         let (_, address, handle) = try startPeripheral(on: air, value: [0x0A])
-        let probe = try TCPListener(port: 0)   // find a free port
-        let port = probe.port
-        probe.close()
+        let port = reservedPort()   // not one a listener of another test may be given meanwhile
         let transport = TCPServerTransport(port: port)
         // A controller dials in: bridge a virtual controller to a TCP client socket.
         let controller = air.addController()
