@@ -57,6 +57,10 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     private let openSocket: (Int) throws -> Int32
     private let listAdapters: () -> [Int]
     private let state: Mutex<(fd: Int32, wake: Int32, closed: Bool, follower: AdapterFollower)>
+    /// Held by a send from reading the descriptor until the kernel has the packet, and by the reader while it closes
+    /// the socket: a send never reaches a number that was closed meanwhile and maybe given to another file. Not
+    /// the state lock: a send the kernel holds back would then hold up `close`.
+    private let sendLock = Mutex(())
 
     static let AF_BLUETOOTH: Int32 = 31
     static let BTPROTO_HCI: Int32 = 1
@@ -225,11 +229,13 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     }
 
     public func send(_ packet: HCIPacket) {
-        let fd = state.withLock { $0.closed ? -1 : $0.fd }
-        guard fd >= 0 else { return }
         let bytes = packet.h4Bytes
-        // MSG_NOSIGNAL: a controller that went away (unplugged) is an error, never a SIGPIPE.
-        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        sendLock.withLock { _ in
+            let fd = state.withLock { $0.closed ? -1 : $0.fd }
+            guard fd >= 0 else { return }
+            // MSG_NOSIGNAL: a controller that went away (unplugged) is an error, never a SIGPIPE.
+            _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
     }
 
     /// Stops reading and lets the adapter go: the reader thread closes the socket (at once: it is woken).
@@ -251,7 +257,8 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             if s.fd == fd { s.closed = true; s.fd = -1; s.wake = -1 }
             _ = Glibc.close(wake[1])
         }
-        _ = Glibc.close(fd)
+        // After a send that read the descriptor before it was marked closed above; a later one finds it gone.
+        sendLock.withLock { _ in _ = Glibc.close(fd) }
         _ = Glibc.close(wake[0])
     }
 }

@@ -168,13 +168,18 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
                 discarded.withLock { $0 = d }
             }
         }
-        // The reader owns the descriptor and closes it; a loss is reported only if nobody closed the port.
-        let wasCurrent = state.withLock { s -> Bool in
-            guard s.generation == generation, s.fd == fd else { return false }
-            s.fd = -1
-            return true
+        // The reader owns the descriptor and closes it, under the write lock: a write under way (one the controller
+        // holds back with CTS can last) ends first, and a later one sees the port gone (see `write`). A loss is
+        // reported only if nobody closed the port.
+        let wasCurrent = writeLock.withLock {
+            let wasCurrent = state.withLock { s -> Bool in
+                guard s.generation == generation, s.fd == fd else { return false }
+                s.fd = -1
+                return true
+            }
+            _ = Glibc.close(fd)
+            return wasCurrent
         }
-        _ = Glibc.close(fd)
         if wasCurrent { sink.transportDidClose(error: closeError) }
     }
 
@@ -186,22 +191,33 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
         write(bytes)
     }
 
+    /// Held by a write and by the reader while it closes the descriptor.
     private let writeLock = NSLock()
 
+    /// The port's descriptor now, -1 when closed (tests).
+    var descriptor: Int32 { state.withLock { $0.fd } }
+
+    /// Writes to the port opened when it began, and gives up once that port was closed or opened again: each write,
+    /// and each after a wait for room, first checks under the write lock that the port is still the one it began
+    /// on. Without the check, a writer waiting on a full UART went on writing after the reader had closed the
+    /// descriptor, into whatever file the process opened next with the same number.
     private func write(_ bytes: [UInt8]) {
-        let fd = state.withLock { $0.fd }
+        let (fd, generation) = state.withLock { ($0.fd, $0.generation) }
         guard fd >= 0 else { return }
         writeLock.lock()
         defer { writeLock.unlock() }
+        func current() -> Bool { state.withLock { $0.generation == generation && $0.fd == fd } }
         var off = 0
         while off < bytes.count {
+            guard current() else { return }
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN {
-                    // The UART's buffer is full (CTS held by the controller): wait until it drains.
+                    // The UART's buffer is full (CTS held by the controller): wait until it drains, 100 ms at a
+                    // time, as long as the reader waits for this write before it closes the port.
                     var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    _ = poll(&p, 1, 1000)
+                    _ = poll(&p, 1, 100)
                     continue
                 }
                 return
@@ -210,7 +226,8 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
         }
     }
 
-    /// Closes the port: the reader sees it within 100 ms, closes the descriptor and reports no loss.
+    /// Closes the port: the reader sees it within 100 ms (and a write waiting for room gives up as soon), closes
+    /// the descriptor and reports no loss.
     public func close() {
         state.withLock { s in
             s.fd = -1

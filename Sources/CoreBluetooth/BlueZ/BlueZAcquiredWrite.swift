@@ -28,10 +28,14 @@ final class BlueZAcquiredWrite {
     }
 
     deinit {
+        // With a source, closed once its cancel is handled: libdispatch lets go of a descriptor it watches (and keeps
+        // by number) only then, and a socket given the number before that could see its own source never fire.
         if let source {
+            source.setCancelHandler { [fd] in close(fd) }
             source.cancel()
+        } else {
+            close(fd)
         }
-        close(fd)
     }
 
     /// sent: gone; queued: waits for room (`sent` runs then); dropped: one already waits (the app wrote while

@@ -75,15 +75,22 @@ final class BlueZL2CAPConnect: @unchecked Sendable {
             } catch {
                 return done(.failure(BlueZL2CAP.SocketError(call: "socket", code: EIO)))
             }
-            let c = BlueZL2CAPConnect(fd: fd, done: done)
-            let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-            // The source keeps the connect alive until it fires.
-            s.setEventHandler { c.connected() }
-            c.source = s
-            cancellation.connect = c
-            s.resume()
+            watch(fd, cancellation, done: done)
         }
         return cancellation
+    }
+
+    /// Waits for the connect under way on `fd` to end (the socket becomes writable). On `queue`; tests give it any
+    /// socket.
+    static func watch(_ fd: Int32, _ cancellation: Cancellation, done: @escaping (Result<Int32, BlueZL2CAP.SocketError>) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let c = BlueZL2CAPConnect(fd: fd, done: done)
+        let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        // The source keeps the connect alive until it fires.
+        s.setEventHandler { c.connected() }
+        c.source = s
+        cancellation.connect = c
+        s.resume()
     }
 
     private func cancel() {
@@ -104,14 +111,15 @@ final class BlueZL2CAPConnect: @unchecked Sendable {
         let s = source
         source = nil
         let fd = self.fd
-        s?.setCancelHandler {
+        let result: Result<Int32, BlueZL2CAP.SocketError> = code == 0 ? .success(fd) : .failure(BlueZL2CAP.SocketError(call: "connect", code: code))
+        // `done` runs once libdispatch has let go of the descriptor (the cancel handler, on this queue): a caller
+        // that closes the socket at once would otherwise leave the number watched, and a socket given it next
+        // could see its own write source never fire.
+        guard let s else { return done(result) }
+        s.setCancelHandler {
             if code != 0 { close(fd) }
+            done(result)
         }
-        s?.cancel()
-        if code == 0 {
-            done(.success(fd))
-        } else {
-            done(.failure(BlueZL2CAP.SocketError(call: "connect", code: code)))
-        }
+        s.cancel()
     }
 }

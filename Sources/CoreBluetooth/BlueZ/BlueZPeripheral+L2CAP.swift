@@ -60,13 +60,16 @@ extension BlueZPeripheral {
 final class BlueZL2CAPListener: @unchecked Sendable {
     let psm: CBL2CAPPSM
     private let fd: Int32
-    private let queue = DispatchQueue(label: "opencorebluetooth.bluez.l2cap-listen")
+    /// The source's queue, on which `start`, `close` and `track` run too.
+    let queue = DispatchQueue(label: "opencorebluetooth.bluez.l2cap-listen")
     private var source: DispatchSourceRead?
+    /// Closed: the descriptor is closed, or will be by the source's cancel handler. On the queue.
+    private var closed = false
     /// The channels opened on this PSM, closed with it (weak: the app's reference keeps them).
     private var channels: [WeakChannel] = []
     private struct WeakChannel { weak var channel: BlueZL2CAPChannel? }
 
-    init(local: BlueZL2CAP.SocketAddress, security: UInt8, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU) throws(BlueZL2CAP.SocketError) {
+    convenience init(local: BlueZL2CAP.SocketAddress, security: UInt8, receiveMTU: UInt16 = BlueZL2CAP.receiveMTU) throws(BlueZL2CAP.SocketError) {
         // (Accepted sockets inherit the listener's receive MTU.)
         let fd = try BlueZL2CAP.makeSocket(local: local, security: security, receiveMTU: receiveMTU)
         guard listen(fd, 8) == 0, let bound = BlueZL2CAP.localAddress(fd), bound.psm != 0 else {
@@ -74,26 +77,34 @@ final class BlueZL2CAPListener: @unchecked Sendable {
             Glibc.close(fd)
             throw e
         }
+        self.init(listening: fd, psm: bound.psm)
+    }
+
+    /// A listener on a socket that listens already, now its own (tests give any listening socket).
+    init(listening fd: Int32, psm: CBL2CAPPSM) {
         self.fd = fd
-        psm = bound.psm
+        self.psm = psm
     }
 
     /// Call once; `onAccept` runs on the listener's queue.
     func start(_ onAccept: @escaping @Sendable (Int32) -> Void) {
-        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        let fd = self.fd
-        s.setEventHandler {
-            while true {
-                let c = accept(fd, nil, nil)
-                guard c >= 0 else { return }
-                _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
-                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-                onAccept(c)
+        queue.sync {
+            guard !closed, source == nil else { return }
+            let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            let fd = self.fd
+            s.setEventHandler {
+                while true {
+                    let c = accept(fd, nil, nil)
+                    guard c >= 0 else { return }
+                    _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
+                    _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                    onAccept(c)
+                }
             }
+            s.setCancelHandler { Glibc.close(fd) }
+            source = s
+            s.resume()
         }
-        s.setCancelHandler { Glibc.close(fd) }
-        source = s
-        s.resume()
     }
 
     func track(_ channel: BlueZL2CAPChannel) {
@@ -103,9 +114,12 @@ final class BlueZL2CAPListener: @unchecked Sendable {
         }
     }
 
-    /// Stops accepting and closes the channels opened on this PSM.
+    /// Stops accepting and closes the channels opened on this PSM. Once: a second call must not close the number
+    /// again (by then it may be another file's).
     func close() {
         queue.async { [self] in
+            guard !closed else { return }
+            closed = true
             if let source { source.cancel() } else { Glibc.close(fd) }
             source = nil
             for c in channels { c.channel?.closeFromStack() }
