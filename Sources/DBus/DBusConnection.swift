@@ -5,7 +5,7 @@
 // calls to our objects, the disconnect handler — runs on `queue`, a serial queue of the connection's own, in
 // the order the messages arrived. Nothing runs on a caller's queue, so no caller's queue is ever blocked by the
 // bus. Sends are written under a lock from the calling thread. `close()` ends the reader and fails every call
-// still waiting.
+// still waiting; the reader closes the socket as it leaves (see `BusSocket`).
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -24,8 +24,9 @@ public final class DBusConnection: Sendable {
     /// Messages longer than this end the connection (the bus is misbehaving); the spec allows 128 MiB.
     public let maxMessageLength: Int
 
-    private let fd: Int32
+    fileprivate let socket: BusSocket
     private let state: Mutex<State>
+    /// Held for the whole of each message written, and by the reader to close the socket.
     private let writeLock = Mutex<Void>(())
 
     private struct State: ~Copyable {
@@ -68,7 +69,8 @@ public final class DBusConnection: Sendable {
             }
         }
         guard connected >= 0 else { throw lastError }
-        fd = connected
+        let fd = connected
+        socket = BusSocket(fd)
         state = Mutex(State())
         var timeoutValue = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - Double(Int(timeout))) * 1e6))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeoutValue, socklen_t(MemoryLayout<timeval>.size))
@@ -77,7 +79,7 @@ public final class DBusConnection: Sendable {
         do {
             fdsAgreed = try Self.authenticate(fd: fd, negotiate: negotiateUnixFDs, leftover: &leftover)
         } catch {
-            Glibc.close(fd)
+            socket.close()
             throw error
         }
         unixFDsEnabled = fdsAgreed
@@ -87,7 +89,7 @@ public final class DBusConnection: Sendable {
         do {
             name = try Self.hello(fd: fd, buffer: &leftover, limit: self.maxMessageLength)
         } catch {
-            Glibc.close(fd)
+            socket.close()
             throw error
         }
         uniqueName = name
@@ -148,6 +150,9 @@ public final class DBusConnection: Sendable {
         return try box.withLock { $0! }.get()
     }
 
+    /// Sends `message`, with `reply` waiting for its answer when given. Throws only while `reply` is still the
+    /// caller's to fail; once this returns, `reply` runs exactly once (with the answer, the timeout, or the
+    /// connection's end).
     private func send(
         _ message: DBusMessage,
         registering reply: (@Sendable (Result<DBusMessage, DBusError>) -> Void)?
@@ -166,16 +171,27 @@ public final class DBusConnection: Sendable {
         do {
             octets = try message.encoded(serial: serial)
         } catch {
-            _ = state.withLock { $0.pending.removeValue(forKey: serial) }
-            throw error
+            return try withdraw(serial, replying: reply != nil, error)
         }
-        let written: Int32 = writeLock.withLock { _ in Self.write(fd: fd, octets, fds: message.unixFDs) }
-        if written != 0 {
-            let error = DBusError.disconnected("write: \(String(cString: strerror(written)))")
-            shutDown(error)
-            throw error
+        // Checked again under the write lock: the connection may have closed since, and the reader closes the
+        // descriptor (after marking the connection closed) under this lock, whose number may then belong to another
+        // socket. The lock is held across every part of the message, so no part can follow a close.
+        let failure: DBusError? = writeLock.withLock { _ -> DBusError? in
+            if let closed = state.withLock({ $0.closed }) { return closed }
+            let written = Self.write(fd: socket.fd, octets, fds: message.unixFDs)
+            return written == 0 ? nil : .disconnected("write: \(String(cString: strerror(written)))")
         }
-        return serial
+        guard let failure else { return serial }
+        defer { shutDown(failure) }
+        return try withdraw(serial, replying: reply != nil, failure)
+    }
+
+    /// A send failed: takes its reply back and throws `error`, for the caller to fail the reply — unless the
+    /// shutDown that closed the connection took the reply first and fails it: then the send returns.
+    private func withdraw(_ serial: UInt32, replying: Bool, _ error: DBusError) throws(DBusError) -> UInt32 {
+        let taken = state.withLock { $0.pending.removeValue(forKey: serial) } == nil
+        if replying && taken { return serial }
+        throw error
     }
 
     // MARK: Receiving
@@ -248,8 +264,9 @@ public final class DBusConnection: Sendable {
                 return (true, p, h)
             }
         guard first else { return }
-        // shutdown wakes the reader; it closes the descriptor when it leaves.
-        Glibc.shutdown(fd, Int32(SHUT_RDWR))
+        // shutdown wakes the reader (and a write blocked on a full socket); the reader closes the descriptor when
+        // it leaves.
+        socket.shutDown()
         queue.async {
             for p in pending { p(.failure(reason)) }
             for h in handlers { h(reason) }
@@ -313,12 +330,15 @@ public final class DBusConnection: Sendable {
         }
     }
 
+    /// The reader no longer reads: the connection ends, and the descriptor is closed. Under the write lock, so no
+    /// send is between its check of `closed` and its write: its number may belong to another socket at once.
     fileprivate func readerEnded(_ reason: DBusError) {
         shutDown(reason)
-        Glibc.close(fd)
+        writeLock.withLock { _ in socket.close() }
     }
 
-    fileprivate var descriptor: Int32 { fd }
+    /// The socket's number (tests look at it).
+    var descriptor: Int32 { socket.fd }
 
     private func closeFDs(_ message: DBusMessage) { for d in message.unixFDs { Glibc.close(d) } }
 
@@ -347,7 +367,7 @@ public final class DBusConnection: Sendable {
         withUnsafeMutableBytes(of: &sun.sun_path) { raw in
             for (i, b) in octets.enumerated() { raw[i] = b }
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw .system("socket", errno) }
         let length = socklen_t(MemoryLayout<sa_family_t>.size + octets.count + (abstract != nil && path == nil ? 0 : 1))
         let rc = withUnsafePointer(to: &sun) {
@@ -507,10 +527,37 @@ enum ControlMessage {
     }
 }
 
+/// A connection's socket. Its reader thread alone closes it, once it no longer reads it; shutting it down (which
+/// wakes a blocked read or write) and closing it exclude each other here, so a late shutdown cannot reach a socket
+/// that has taken the number since.
+private final class BusSocket: Sendable {
+    let fd: Int32
+    private let closed = Mutex(false)
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    func shutDown() {
+        closed.withLock { isClosed in
+            if !isClosed { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+        }
+    }
+
+    func close() {
+        closed.withLock { isClosed in
+            if !isClosed {
+                isClosed = true
+                _ = Glibc.close(fd)
+            }
+        }
+    }
+}
+
 /// The reader: recvmsg, frame, decode, hand over. Descriptors that arrive are queued and given to messages in
 /// order, as many as each declares (UNIX_FDS).
 private final class ReaderThread: @unchecked Sendable {
     weak var connection: DBusConnection?
+    /// Held strongly: when the connection has gone, the reader still closes the socket.
+    let socket: BusSocket
     let fd: Int32
     let limit: Int
     var buffer: [UInt8]
@@ -518,7 +565,8 @@ private final class ReaderThread: @unchecked Sendable {
 
     init(connection: DBusConnection, initial: [UInt8]) {
         self.connection = connection
-        self.fd = connection.descriptor
+        self.socket = connection.socket
+        self.fd = socket.fd
         self.limit = connection.maxMessageLength
         self.buffer = initial
     }
@@ -561,7 +609,8 @@ private final class ReaderThread: @unchecked Sendable {
         }
         for d in fds { close(d) }
         fds = []
-        if let connection { connection.readerEnded(reason) } else { close(fd) }
+        // Without the connection nobody sends (a send holds it), and its deinit's shutDown is excluded by the socket.
+        if let connection { connection.readerEnded(reason) } else { socket.close() }
     }
 
     /// Decodes every whole message in the buffer; false when the connection is gone.

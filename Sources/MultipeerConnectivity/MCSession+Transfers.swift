@@ -54,8 +54,7 @@ extension MCSession {
         case let .resourceCancel(id):
             resourceCancelled(id: id, on: c)
         case let .resourceAck(id):
-            let r = lock.withLock { c.outgoingResources.removeValue(forKey: id) }
-            r?.completion(nil)
+            takeOutgoingResource(id, of: c)?.completion(nil)
         case let .streamOpen(id, name):
             openIncomingStream(id: id, name: name, on: c)
         case let .streamData(id, chunk):
@@ -119,8 +118,7 @@ extension MCSession {
             return c.nextResourceID
         }
         progress.cancellationHandler = { [weak self, weak c] in
-            guard let self, let c, let r = self.lock.withLock({ c.outgoingResources.removeValue(forKey: id) }) else { return }
-            try? r.file.close()
+            guard let self, let c, let r = self.takeOutgoingResource(id, of: c) else { return }
             c.link.send(.resourceCancel(id: id))
             r.completion(MCError(.cancelled))
         }
@@ -129,11 +127,28 @@ extension MCSession {
         return progress
     }
 
-    /// Sends what waits (resource pieces, stream data within credits) while the link is writable; always on
-    /// the link's event loop, so pieces leave in order.
+    /// Sends what waits (resource pieces, stream data within credits) while the link is writable, and closes
+    /// the files of resources that are done with; always on the link's event loop, so pieces leave in order.
+    ///
+    /// A resource's file is read by the pump alone and closed by it alone, between two of its reads. Closed
+    /// from another thread (an app cancelling, a disconnect) while the pump had taken its descriptor and not
+    /// yet read it, the number could go to a file or socket opened meanwhile, and the pump would send that
+    /// file's octets to the peer.
     func pump(_ c: PeerConnection) {
         let session = Unchecked(self), conn = Unchecked(c)
         c.link.execute { session.value.pumpOnLoop(conn.value) }
+    }
+
+    /// Takes an outgoing resource out of its connection (nil when it is gone already). Its file, unless the pump
+    /// read it to the end and has queued it itself, goes to the pump to close.
+    func takeOutgoingResource(_ id: UInt32, of c: PeerConnection) -> PeerConnection.OutgoingResource? {
+        let r = lock.withLock { () -> PeerConnection.OutgoingResource? in
+            guard let r = c.outgoingResources.removeValue(forKey: id) else { return nil }
+            if !r.finishedSending { c.filesToClose.append(r.file) }
+            return r
+        }
+        if r != nil { pump(c) }
+        return r
     }
 
     private func pumpOnLoop(_ c: PeerConnection) {
@@ -141,13 +156,20 @@ extension MCSession {
         // loop below holds copies of resource state. The running pump goes on instead.
         guard !c.pumping else { c.pumpAgain = true; return }
         c.pumping = true
-        defer { c.pumping = false }
+        defer {
+            closeReleasedFiles(c)
+            c.pumping = false
+        }
         while c.link.isWritable && c.link.isOpen {
+            // Between turns no file is being read.
+            closeReleasedFiles(c)
             var sentSomething = false
             c.pumpAgain = false
             let ids = lock.withLock { Array(c.outgoingResources.keys).sorted() }
             for id in ids {
                 guard c.link.isWritable else { break }
+                // Fetched again each turn: a resource taken out since is not read again. One taken out from here
+                // on keeps its file open until the next turn.
                 guard var r = lock.withLock({ c.outgoingResources[id] }), !r.finishedSending else { continue }
                 // Read straight into the frame's buffer (a read error ends the resource short: the peer
                 // then cancels it, as for a file that shrank).
@@ -163,12 +185,19 @@ extension MCSession {
                     r.sent += UInt64(n)
                     r.progress.completedUnitCount = Int64(r.sent)
                     sentSomething = true
+                    lock.withLock { if c.outgoingResources[id] != nil { c.outgoingResources[id] = r } }
                 } else {
-                    try? r.file.close()
+                    // Read to the end: its file is queued to be closed, unless the resource was taken out
+                    // meanwhile (its taker queued the file, and cancelled or failed the resource).
                     r.finishedSending = true
-                    c.link.send(.resourceEnd(id: id))
+                    let ended = lock.withLock { () -> Bool in
+                        guard c.outgoingResources[id] != nil else { return false }
+                        c.outgoingResources[id] = r
+                        c.filesToClose.append(r.file)
+                        return true
+                    }
+                    if ended { c.link.send(.resourceEnd(id: id)) }
                 }
-                lock.withLock { if c.outgoingResources[id] != nil { c.outgoingResources[id] = r } }
             }
             let streams = lock.withLock { c.outgoingStreams }
             for (id, s) in streams.sorted(by: { $0.key < $1.key }) {
@@ -188,6 +217,15 @@ extension MCSession {
             }
             if !sentSomething && !c.pumpAgain { break }
         }
+    }
+
+    /// Closes the files queued in `filesToClose` (event loop only, while no pump reads).
+    private func closeReleasedFiles(_ c: PeerConnection) {
+        let files = lock.withLock { () -> [FileHandle] in
+            defer { c.filesToClose.removeAll() }
+            return c.filesToClose
+        }
+        for file in files { try? file.close() }
     }
 
     func startIncomingResource(id: UInt32, size: UInt64, name: String, on c: PeerConnection) {
@@ -250,10 +288,7 @@ extension MCSession {
     }
 
     func resourceCancelled(id: UInt32, on c: PeerConnection) {
-        if let r = lock.withLock({ c.outgoingResources.removeValue(forKey: id) }) {
-            try? r.file.close()
-            r.completion(MCError(.cancelled))
-        }
+        takeOutgoingResource(id, of: c)?.completion(MCError(.cancelled))
         resourceFailed(id: id, on: c, error: MCError(.cancelled), tellPeer: false)
     }
 
@@ -265,13 +300,16 @@ extension MCSession {
         delegateCalls.async { [self] in delegate?.session(self, didFinishReceivingResourceWithName: r.name, fromPeer: c.peer, at: nil, withError: error) }
     }
 
-    /// The link is gone: every transfer on it fails, every stream ends.
+    /// The link is gone: every transfer on it fails, every stream ends. Called from any thread (`disconnect`):
+    /// the outgoing resources' files go to the pump to close.
     func failTransfers(of c: PeerConnection) {
         let (outR, inR, outS, inS) = lock.withLock { () -> ([PeerConnection.OutgoingResource], [PeerConnection.IncomingResource], [PipeOutputStream], [PipeInputStream]) in
             defer { c.outgoingResources.removeAll(); c.incomingResources.removeAll(); c.outgoingStreams.removeAll(); c.incomingStreams.removeAll() }
+            c.filesToClose += c.outgoingResources.values.filter { !$0.finishedSending }.map(\.file)
             return (Array(c.outgoingResources.values), Array(c.incomingResources.values), c.outgoingStreams.values.map(\.output), Array(c.incomingStreams.values))
         }
-        for r in outR { try? r.file.close(); r.completion(MCError(.notConnected)) }
+        if !outR.isEmpty { pump(c) }
+        for r in outR { r.completion(MCError(.notConnected)) }
         for r in inR {
             r.writer.cancel()
             try? FileManager.default.removeItem(at: r.url)

@@ -50,6 +50,9 @@ final class PeerConnection: @unchecked Sendable {
     var incomingResources: [UInt32: IncomingResource] = [:]
     var outgoingStreams: [UInt32: OutgoingStream] = [:]
     var incomingStreams: [UInt32: PipeInputStream] = [:]
+    /// Files of outgoing resources that are done with (read to the end, or taken out of `outgoingResources`
+    /// before), each put here once, for the pump to close between two of its reads (see `MCSession.pump`).
+    var filesToClose: [FileHandle] = []
     /// The session's pump runs for this peer / was asked to run meanwhile (event loop only).
     var pumping = false
     var pumpAgain = false
