@@ -153,7 +153,7 @@ extension LEHost {
             appendL2CAP(frame, cid: L2CAPChannelID(rawValue: remote), on: c, into: &batch)
         }
         sendBatch(batch)
-        fragmentPool.recycle(batch)
+        if recyclesSentPackets { fragmentPool.recycle(batch) }
         if !hasRoomForUnacknowledgedData, let s = ch.state, s.queuedFrames > 0, s.sendCredits > 0,
             !channelsWaitingForBuffers.contains(where: { $0 === ch })
         {

@@ -305,7 +305,7 @@ extension LEHost {
             aclCredits -= 1
             aclInFlight.sent(on: handle)
             transport.send(packet)
-            fragmentPool.recycle(packet.bytes)
+            if recyclesSentPackets { fragmentPool.recycle(packet.bytes) }
         } else {
             if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
             aclWaiting.append((handle, packet))
@@ -413,7 +413,7 @@ extension LEHost {
                 batch.append(next.packet)
             }
             sendBatch(batch)
-            fragmentPool.recycle(batch)
+            if recyclesSentPackets { fragmentPool.recycle(batch) }
             batch.removeAll(keepingCapacity: true)
             spareCreditBatch = batch
         }

@@ -150,8 +150,10 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, packet: HCIPacket)>()
     /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
     @exclusivity(unchecked) var spareCreditBatch: [HCIPacket] = []
-    /// Arrays of ACL packets the transport has written, for the next fragments (loop-confined).
+    /// Arrays of ACL packets the transport has written, for the next fragments (loop-confined), when it is done
+    /// with them once `send` returns (`recyclesSentPackets`).
     @exclusivity(unchecked) var fragmentPool = HCIPacketBufferPool()
+    let recyclesSentPackets: Bool
     @exclusivity(unchecked) var aclInFlight = ACLPacketsInFlight()
     /// While a read's packets are handled, credits they free are spent after the last (`handle(batch:)`).
     @exclusivity(unchecked) var spendsFreedCreditsLater = false
@@ -261,6 +263,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         database: GATTDatabase = GATTDatabase.withDefaultServices(deviceName: "OpenCoreBluetooth", appearance: 0)
     ) {
         self.transport = transport
+        recyclesSentPackets = !transport.keepsSentPackets
         self.loop = loop
         self.name = name
         self.loggers = HostLoggers(hostName: name)

@@ -69,6 +69,8 @@ public final class SnoopingTransport: HCITransport, HCITransportSink, @unchecked
     }
 
     public var deliversOnReaderThread: Bool { inner.deliversOnReaderThread }
+    /// The capture copies each packet as it goes; whether it is kept is the inner transport's matter.
+    public var keepsSentPackets: Bool { inner.keepsSentPackets }
 
     public func send(batch packets: [HCIPacket]) {
         for p in packets { writer.write(p, direction: .hostToController) }

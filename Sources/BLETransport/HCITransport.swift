@@ -26,6 +26,10 @@ public protocol HCITransport: AnyObject, Sendable {
     /// True when packets come from a dedicated reader thread that may block while the host handles them
     /// (the host then runs them in place instead of hopping threads).
     var deliversOnReaderThread: Bool { get }
+    /// False when `send` is done with a packet's bytes once it returns (written, or copied into what a turn
+    /// gathers): the host then builds later packets in the same arrays. True (the default) when the transport may
+    /// keep them (the virtual controller queues the packet itself): reusing such an array would cost a copy.
+    var keepsSentPackets: Bool { get }
     /// Stops the transport; no more packets are delivered after it returns.
     func close()
     /// A short human description, e.g. "tcp-client:127.0.0.1:6402".
@@ -43,6 +47,7 @@ extension HCITransport {
         for p in packets { send(p) }
     }
     public var deliversOnReaderThread: Bool { false }
+    public var keepsSentPackets: Bool { true }
     public var statistics: TransportStatistics? { nil }
     public func hostBacklogChanged(_ hasBacklog: Bool) {}
 }

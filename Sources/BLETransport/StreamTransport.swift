@@ -34,6 +34,8 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
     }
 
     public var deliversOnReaderThread: Bool { true }
+    /// Written, or copied into the turn's gathered bytes, before `send` returns.
+    public var keepsSentPackets: Bool { false }
 
     public func send(batch packets: [HCIPacket]) {
         _ = connection.withLock { $0 }?.write(packets: packets)

@@ -54,6 +54,8 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     /// The adapter this transport opens now: `requestedIndex`, or the adapter that replaced it (see above).
     public var index: Int { state.withLock { $0.follower.index } }
     public var name: String { "hci-socket:\(index)" }
+    /// Sent (from an array of its own) before `send` returns.
+    public var keepsSentPackets: Bool { false }
     private let openSocket: (Int) throws -> Int32
     private let listAdapters: () -> [Int]
     private let state: Mutex<(fd: Int32, wake: Int32, closed: Bool, follower: AdapterFollower)>

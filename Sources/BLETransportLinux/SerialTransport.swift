@@ -109,6 +109,8 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
     }
 
     public var deliversOnReaderThread: Bool { true }
+    /// Written (from an array of its own) before `send` returns.
+    public var keepsSentPackets: Bool { false }
 
     /// Zero octets written on open before anything else: 3 + 255, the longest HCI command.
     public static let resynchronizationPadding = 258

@@ -1,9 +1,12 @@
 // The host's outbound ACL builder (one array per packet straight from the payload) against the general
 // L2CAP fragmenter and ACL encoder, and the inbound fast path for whole frames against the recombiner.
+import Foundation
 import Testing
 import BLEWire
 import BLEHCI
 import BLEL2CAP
+import BLETransport
+import BLEVirtualRadio
 @testable import BLEHost
 
 @Suite struct ACLBuilderTests {
@@ -31,5 +34,22 @@ import BLEL2CAP
                 #expect(frames == [L2CAPFrame(channelID: .att, payload: payload)])
             }
         }
+    }
+}
+
+/// The host builds fragments in the arrays of packets it sent only over a transport that is done with them once
+/// `send` returns; the virtual controller keeps the packet it is given, so reusing its array would cost a copy.
+@Suite struct SentPacketReuseTests {
+    @Test func onlyATransportThatLetsGoOfSentPacketsGetsItsArraysReused() throws {
+        let loop = EventLoop(label: "reuse.test", clock: .virtual)
+        let stream = StreamTransport.tcpClient(host: "127.0.0.1", port: 9)
+        #expect(LEHost(transport: stream, loop: loop).recyclesSentPackets)
+        let capture = FileManager.default.temporaryDirectory.appendingPathComponent("reuse-\(UUID().uuidString).btsnoop").path
+        defer { try? FileManager.default.removeItem(atPath: capture) }
+        let snooped = SnoopingTransport(stream, writer: try BTSnoopWriter(path: capture))
+        #expect(LEHost(transport: snooped, loop: loop).recyclesSentPackets, "a capture copies each packet as it goes")
+        let air = VirtualAir(loop: loop)
+        #expect(!LEHost(transport: air.addController(), loop: loop).recyclesSentPackets)
+        #expect(!LEHost(transport: ScriptedController(label: "s", loop: loop), loop: loop).recyclesSentPackets)
     }
 }

@@ -3,23 +3,10 @@
 // their descriptor only once no write or send is under way on it, and a later one sees it gone.
 import Foundation
 import Testing
+import TestSupport
 import BLEHCI
 @testable import BLETransport
 @testable import BLETransportLinux
-
-/// What a descriptor number names now (device and inode), nil when nothing: a number closed and given to another
-/// file in between reads as changed.
-private struct FileIdentity: Equatable {
-    let device: UInt
-    let inode: UInt
-
-    init?(_ fd: Int32) {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return nil }
-        device = UInt(st.st_dev)
-        inode = UInt(st.st_ino)
-    }
-}
 
 private final class Sink: HCITransportSink, @unchecked Sendable {
     private let lock = NSLock()

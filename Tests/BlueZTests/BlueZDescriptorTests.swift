@@ -4,23 +4,11 @@
 // firing; and a number closed twice may be another file's the second time.
 import Foundation
 import Testing
+import TestSupport
 @testable import CoreBluetooth
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// What a descriptor number names now (device and inode), nil when nothing.
-private struct FileIdentity: Equatable {
-    let device: UInt
-    let inode: UInt
-
-    init?(_ fd: Int32) {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return nil }
-        device = UInt(st.st_dev)
-        inode = UInt(st.st_ino)
-    }
-}
 
 /// `fd` under the lowest free number from `least` on (itself if it has one): the number `least` when it is free.
 private func numbered(_ fd: Int32, atLeast least: Int32) -> Int32 {
