@@ -43,7 +43,7 @@ public struct HCIPacket: Sendable, Equatable {
 /// Packet arrays that their last user let go, kept to carry the next packets: a transport's reader and a host's
 /// fragmenter each make one per packet, and give the arrays back once the packets are handled or written. A
 /// packet array from the pool costs no allocation and, given back, no free (together about 450 instructions a
-/// packet). An array that something else still holds when it is taken again is not overwritten: emptying it
+/// packet). An array that something else still holds when it is taken again is not overwritten: writing it
 /// makes a new one (copy on write), so sharing is always safe, only slower.
 public struct HCIPacketBufferPool: Sendable {
     private var spare: [[UInt8]] = []
@@ -81,10 +81,7 @@ public struct HCIPacketBufferPool: Sendable {
     /// Keeps the arrays of `packets` (up to the limits) for later packets.
     @inline(__always)
     public mutating func recycle(_ packets: [HCIPacket]) {
-        for p in packets {
-            guard spare.count < Self.limit else { return }
-            if p.bytes.capacity <= Self.maximumCapacity { spare.append(p.bytes) }
-        }
+        for p in packets where spare.count < Self.limit { recycle(p.bytes) }
     }
 
     /// Keeps one array for later packets.
@@ -200,10 +197,7 @@ public struct H4Framer: Sendable {
     /// reader, after the host handled a read's packets): the next packets are built in them. Small events that
     /// share their bytes with the last one are not taken back.
     public mutating func recycle(_ packets: [HCIPacket]) {
-        for p in packets where p.type != .event || p.bytes.count > Self.sharedEventLimit {
-            guard pool.count < HCIPacketBufferPool.limit else { return }
-            pool.recycle(p.bytes)
-        }
+        for p in packets where pool.count < HCIPacketBufferPool.limit { recycle(p) }
     }
 
     /// `recycle` for one packet.
