@@ -56,11 +56,28 @@ public struct HCIPacketBufferPool: Sendable {
     /// Arrays waiting to be used again.
     public var count: Int { spare.count }
 
-    /// An array of `count` octets, written by `fill`. An array given back with that many octets (a transport sees
-    /// packets of one size in a row) is written over in place: neither emptied nor appended to, which cost more
-    /// than the copy itself.
+    /// How many of the arrays given back last are looked through for one of the size asked.
+    static let sizeSearch = 4
+
+    /// An array of `count` octets, written by `fill`. An array given back with that many octets is written over in
+    /// place: neither emptied nor appended to, which cost more than the copy itself. A transport sees a few sizes in
+    /// turn (over the HCI socket with 1021-octet buffers, each 1024-octet K-frame is a packet of 1025 octets, then
+    /// one of 11, then a 10-octet one), so the last `sizeSearch` arrays given back are looked through for that size
+    /// first: resizing the last one instead grew a 10-octet array to 1025 octets and shrank the next, for every frame.
     public mutating func make(count: Int, _ fill: (UnsafeMutableRawBufferPointer) -> Void) -> [UInt8] {
-        if var b = spare.popLast() {
+        let last = spare.count - 1
+        if last >= 0 {
+            // (Through a buffer pointer: no retain of the arrays looked at, no bounds checks.)
+            spare.withUnsafeMutableBufferPointer { spare in
+                guard spare[last].count != count else { return }
+                var i = last - 1
+                let stop = max(0, last - Self.sizeSearch + 1)
+                while i >= stop {
+                    if spare[i].count == count { return spare.swapAt(i, last) }
+                    i -= 1
+                }
+            }
+            var b = spare.removeLast()
             if b.count != count {
                 if b.count > count {
                     b.removeLast(b.count - count)

@@ -1,7 +1,10 @@
 // `hci-socket:N`: the Linux HCI user channel (AF_BLUETOOTH, BTPROTO_HCI, HCI_CHANNEL_USER) for USB and
 // UART dongles the kernel knows as hciN. The user channel gives this process exclusive access to the
-// controller: the kernel's own Bluetooth stack (and bluetoothd) must not be using it. Each read returns one
-// packet with its H4 indicator; each write sends one.
+// controller: the kernel's own Bluetooth stack (and bluetoothd) must not be using it. Each message on the socket is
+// one packet with its H4 indicator. The reader takes all the socket holds (up to 16 packets) with one recvmmsg(2)
+// and hands them to the host at once, on its own thread (`PacketSocketBatch.swift`). Before, each packet coming in
+// cost a poll, a read and a hop from the reader thread onto the host's loop. Going out, each packet is still one
+// system call (the socket refuses sendmmsg's batches), gathered from its own array without a copy.
 //
 // An adapter that vanishes (a dongle pulled out, a driver that removed it) is followed: the host opens the
 // transport again every second, and each attempt tries hciN first; while hciN is absent, it also tries the
@@ -54,8 +57,10 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     /// The adapter this transport opens now: `requestedIndex`, or the adapter that replaced it (see above).
     public var index: Int { state.withLock { $0.follower.index } }
     public var name: String { "hci-socket:\(index)" }
-    /// Sent (from an array of its own) before `send` returns.
+    /// Sent before `send` returns.
     public var keepsSentPackets: Bool { false }
+    /// The reader thread hands each read's packets to the host, which runs them there (no thread hop).
+    public var deliversOnReaderThread: Bool { true }
     private let openSocket: (Int) throws -> Int32
     private let listAdapters: () -> [Int]
     private let state: Mutex<(fd: Int32, wake: Int32, closed: Bool, follower: AdapterFollower)>
@@ -63,6 +68,11 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     /// the socket: a send never reaches a number that was closed meanwhile and maybe given to another file. Not
     /// the state lock: a send the kernel holds back would then hold up `close`.
     private let sendLock = Mutex(())
+    private let sendStatistics = Mutex(TransportStatistics())
+    private let readStatistics = Mutex(ReadStatistics())
+    struct ReadStatistics {
+        var reads = 0, other = 0, packetsIn = 0, bytesIn = 0, dropped = 0
+    }
 
     static let AF_BLUETOOTH: Int32 = 31
     static let BTPROTO_HCI: Int32 = 1
@@ -175,27 +185,59 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             throw error
         }
         let thread = Thread { [self] in
-            var buffer = [UInt8](repeating: 0, count: 4096)
             var closeError: (any Error)?
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
+            let receiver = PacketSocketReceiver()
+            var pool = HCIPacketBufferPool()
+            var packets: [HCIPacket] = []
+            packets.reserveCapacity(receiver.slots)
+            // After a read that filled every slot, more is likely waiting: read again before sleeping in poll.
+            var full = false
             reading: while true {
-                if poll(&fds, 2, -1) < 0 {
-                    if errno == EINTR { continue }
-                    closeError = TransportError.io("poll: \(String(cString: strerror(errno)))")
-                    break
+                if full {
+                    if state.withLock({ $0.closed }) { break }
+                } else {
+                    let ready = poll(&fds, 2, -1)
+                    readStatistics.withLock { $0.other += 1 }
+                    if ready < 0 {
+                        if errno == EINTR { continue }
+                        closeError = TransportError.io("poll: \(String(cString: strerror(errno)))")
+                        break
+                    }
+                    if fds[1].revents != 0 { break }   // close()
+                    guard fds[0].revents != 0 else { continue }
                 }
-                if fds[1].revents != 0 { break }   // close()
-                guard fds[0].revents != 0 else { continue }
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if n < 0 {
-                    if errno == EINTR || errno == EAGAIN { continue }
-                    closeError = TransportError.io(String(cString: strerror(errno)))
+                let count: Int
+                switch receiver.receive(fd) {
+                case .nothing: full = false; continue
+                case .endOfFile: break reading
+                case let .failed(e):
+                    closeError = TransportError.io(String(cString: strerror(e)))
                     break reading
+                case let .messages(n): count = n
                 }
-                if n == 0 { break }
-                // One packet per read, H4 indicator first.
-                guard let type = HCIPacketType(rawValue: buffer[0]) else { continue }
-                sink.transport(didReceive: HCIPacket(type: type, bytes: Array(buffer[1..<n])))
+                full = count == receiver.slots
+                var octets = 0, dropped = 0
+                for i in 0..<count {
+                    // One packet per message, H4 indicator first. One cut short (larger than a slot) or of an
+                    // unknown type is dropped: the host would only fail to parse it.
+                    guard let m = receiver.message(i), m.count > 1, let type = HCIPacketType(rawValue: m[0]) else {
+                        dropped += 1
+                        continue
+                    }
+                    octets += m.count
+                    let body = UnsafeRawBufferPointer(rebasing: m[1...])
+                    packets.append(HCIPacket(type: type, bytes: pool.make(count: body.count) { $0.copyMemory(from: body) }))
+                }
+                readStatistics.withLock {
+                    $0.reads += 1; $0.packetsIn += packets.count; $0.bytesIn += octets; $0.dropped += dropped
+                }
+                if !packets.isEmpty {
+                    sink.transport(didReceivePackets: packets)
+                    // Handled (the host runs them on this thread): their arrays carry the next read's packets.
+                    pool.recycle(packets)
+                    packets.removeAll(keepingCapacity: true)
+                }
             }
             // Not closed by us: the adapter went away (the kernel ends the user channel with EPIPE). A socket we
             // closed is no news: the host may already have opened the next one, which must not read as lost.
@@ -231,14 +273,42 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     }
 
     public func send(_ packet: HCIPacket) {
-        let bytes = packet.h4Bytes
+        transmit(CollectionOfOne(packet))
+    }
+
+    /// Each packet is a send of its own (the HCI socket takes no batch: see `sendPacket`), under one lock.
+    public func send(batch packets: [HCIPacket]) {
+        transmit(packets)
+    }
+
+    private func transmit<C: Collection>(_ packets: C) where C.Element == HCIPacket {
         sendLock.withLock { _ in
             let fd = state.withLock { $0.closed ? -1 : $0.fd }
             guard fd >= 0 else { return }
-            // MSG_NOSIGNAL: a controller that went away (unplugged) is an error, never a SIGPIPE.
-            _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var calls = 0, sent = 0, octets = 0
+            for p in packets {
+                var n: Int
+                repeat {
+                    n = sendPacket(p, on: fd)
+                    calls += 1
+                } while n < 0 && errno == EINTR
+                // A packet the socket refuses is lost alone, as before; one the controller's end took is counted.
+                if n > 0 { sent += 1; octets += n }
+            }
+            sendStatistics.withLock { $0.writes += calls; $0.packetsOut += sent; $0.bytesOut += octets }
         }
     }
+
+    /// System calls and packets so far (the reader's poll(2) calls count as "other").
+    public var statistics: TransportStatistics? {
+        let r = readStatistics.withLock { $0 }
+        var s = sendStatistics.withLock { $0 }
+        s.reads = r.reads; s.other = r.other; s.packetsIn = r.packetsIn; s.bytesIn = r.bytesIn
+        return s
+    }
+
+    /// Messages the reader dropped: larger than its 4 KB slots, empty, or of no HCI packet type.
+    public var droppedMessages: Int { readStatistics.withLock { $0.dropped } }
 
     /// Stops reading and lets the adapter go: the reader thread closes the socket (at once: it is woken).
     public func close() {

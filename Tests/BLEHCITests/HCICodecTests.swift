@@ -310,6 +310,24 @@ let allEvents: [HCIEvent] = [
         }
     }
 
+    /// Sizes in turn (a full fragment, the end of a frame, a short one): each is built in the array given back with
+    /// its own size, in place, not in the last one given back grown or shrunk to it.
+    @Test func eachSizeIsBuiltInAnArrayOfItsOwnSize() throws {
+        var pool = HCIPacketBufferPool()
+        let sizes = [1025, 11, 10]
+        var bases: [Int: UnsafeRawPointer?] = [:]
+        for round in 0..<3 {
+            var made: [[UInt8]] = []
+            for n in sizes {
+                let b = pool.make(count: n) { $0.initializeMemory(as: UInt8.self, repeating: UInt8(truncatingIfNeeded: n + round)) }
+                #expect(b == [UInt8](repeating: UInt8(truncatingIfNeeded: n + round), count: n))
+                if round == 0 { bases[n] = base(b) } else { #expect(base(b) == bases[n]!, "size \(n), round \(round)") }
+                made.append(b)
+            }
+            for b in made { pool.recycle(b) }
+        }
+    }
+
     @Test func sharedSmallEventsAreNotTakenBackAndThePoolIsBounded() throws {
         var f = H4Framer()
         let nocp: [UInt8] = [0x04, 0x13, 0x05, 0x01, 0x40, 0x00, 0x01, 0x00]

@@ -55,13 +55,13 @@ private func pseudoTerminal() throws -> (Int32, String) {
     return (master, path.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
 }
 
-/// sendto (which send(2) calls) and futex (a lock waited for).
+/// sendmsg (which the HCI-socket transport sends with) and futex (a lock waited for).
 #if arch(x86_64)
-private let callNumbers: (sendto: Int, futex: Int)? = (44, 202)
+private let callNumbers: (sendmsg: Int, futex: Int)? = (46, 202)
 #elseif arch(arm64)
-private let callNumbers: (sendto: Int, futex: Int)? = (206, 98)
+private let callNumbers: (sendmsg: Int, futex: Int)? = (211, 98)
 #else
-private let callNumbers: (sendto: Int, futex: Int)? = nil
+private let callNumbers: (sendmsg: Int, futex: Int)? = nil
 #endif
 
 @Suite(.timeLimit(.minutes(2)))
@@ -105,7 +105,7 @@ struct DescriptorReuseTests {
 
     /// A send the kernel holds back (the socket's buffer is full) keeps the socket open: the reader closes it only
     /// once the send is over. Closed under the send, its number could go to another file before the next send.
-    @Test(.enabled(if: callNumbers != nil, "needs the sendto and futex numbers of this architecture"))
+    @Test(.enabled(if: callNumbers != nil, "needs the sendmsg and futex numbers of this architecture"))
     func aSendUnderWayKeepsTheHCISocketOpenUntilItEnds() throws {
         let calls = try #require(callNumbers)
         var pair: [Int32] = [-1, -1]
@@ -132,7 +132,7 @@ struct DescriptorReuseTests {
             transport.send(HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00]))
             sent.signal()
         }.start()
-        try waitSync("the send to block") { sender.withLock { $0 }.flatMap(systemCall) == calls.sendto }
+        try waitSync("the send to block") { sender.withLock { $0 }.flatMap(systemCall) == calls.sendmsg }
         transport.close()
         // The reader, woken, waits for the send before it closes the socket (or, as it once did, closes it at once).
         try waitSync("the reader to close the socket or wait") { FileIdentity(ours) != socket || systemCall(of: reader) == calls.futex }

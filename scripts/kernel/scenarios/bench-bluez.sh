@@ -13,28 +13,6 @@ hci0=$(address 0)
 pids=""
 trap 'kill $pids 2>/dev/null || true' EXIT
 
-# run_bench NAME PERIPHERAL_TRANSPORT PERIPHERAL_SCENARIO CENTRAL_TRANSPORT CENTRAL_SCENARIO PEER [ARGS…]
-run_bench() {
-    local name=$1 p_env=$2 p_sc=$3 c_env=$4 c_sc=$5 peer=$6 p c rc_p=0 rc_c=0 start=$SECONDS
-    shift 6
-    p="$OCB_OUT/$OCB_SCENARIO.$name.peripheral.log"
-    c="$OCB_OUT/$OCB_SCENARIO.$name.central.log"
-    env BLE_TRANSPORT="$p_env" "$OCB_BLE" bench peer peripheral --l2cap --scenario "$p_sc" --timeout 200 "$@" > "$p" 2>&1 &
-    local per=$!
-    pids="$pids $per"
-    wait_for "$p" "^advertising" 40 || { cat "$p"; fail "$name: the peripheral did not advertise"; }
-    env BLE_TRANSPORT="$c_env" "$OCB_BLE" bench peer central --l2cap --scenario "$c_sc" --peer "$peer" --timeout 200 "$@" > "$c" 2>&1 &
-    local cen=$!
-    pids="$pids $cen"
-    wait_exit $cen 220 || rc_c=$?
-    wait_exit $per 30 || rc_p=$?
-    log "$name: done in $((SECONDS - start)) s"
-    grep -av '^{' "$c" | tail -4 >&2
-    grep -av '^{' "$p" | tail -4 >&2
-    # A failed run is noted and the next one still runs (each figure is worth having); the scenario fails at the end.
-    [ $rc_c -eq 0 ] || { log "FAILED: $name: the central exited $rc_c"; failed="$failed $name"; }
-    [ $rc_p -eq 0 ] || { log "FAILED: $name: the peripheral exited $rc_p"; failed="$failed $name"; }
-}
 failed=""
 
 # bluez central sends to our peripheral (which takes bumble-bench's F1:F1:F1:F1:F1:F1), and pings it.
