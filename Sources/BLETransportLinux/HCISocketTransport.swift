@@ -295,7 +295,9 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                 // A packet the socket refuses is lost alone, as before; one the controller's end took is counted.
                 if n > 0 { sent += 1; octets += n }
             }
-            sendStatistics.withLock { $0.writes += calls; $0.packetsOut += sent; $0.bytesOut += octets }
+            sendStatistics.withLock {
+                $0.writes += calls; $0.packetsOut += sent; $0.bytesOut += octets
+            }
         }
     }
 

@@ -18,7 +18,8 @@ enum MultipleMessages {
     static let receive: Call = unsafeBitCast(dlsym(nil, "recvmmsg")!, to: Call.self)
 
     static let lengthOffset = MemoryLayout<msghdr>.size
-    static let stride = (MemoryLayout<msghdr>.size + MemoryLayout<UInt32>.size + MemoryLayout<msghdr>.alignment - 1)
+    static let stride =
+        (MemoryLayout<msghdr>.size + MemoryLayout<UInt32>.size + MemoryLayout<msghdr>.alignment - 1)
         / MemoryLayout<msghdr>.alignment * MemoryLayout<msghdr>.alignment
 
     static func header(_ base: UnsafeMutableRawPointer, _ i: Int) -> UnsafeMutablePointer<msghdr> {

@@ -47,6 +47,17 @@ private func controllerPackets(_ count: Int) -> [HCIPacket] {
     }
 }
 
+/// Reads the messages waiting at the kernel's end: one per packet, each that packet's H4 octets, and no more.
+private func expectMessages(_ packets: [HCIPacket], on kernel: Int32) throws {
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    for expected in packets {
+        let n = recv(kernel, &buffer, buffer.count, 0)
+        try #require(n > 0)
+        #expect(Array(buffer[0..<n]) == expected.h4Bytes)
+    }
+    #expect(recv(kernel, &buffer, buffer.count, Int32(MSG_DONTWAIT)) == -1, "a message too many")
+}
+
 @Suite(.timeLimit(.minutes(2)))
 struct HCISocketBatchTests {
     /// 40 packets waiting in the socket reach the host in order, whole, in at most 3 reads of up to 16 and all on
@@ -88,13 +99,7 @@ struct HCISocketBatchTests {
         let batch = controllerPackets(100).map { HCIPacket(type: $0.type == .event ? .command : .acl, bytes: $0.bytes) }
         transport.send(batch: batch)
         transport.send(HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00]))
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        for expected in batch + [HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])] {
-            let n = recv(kernel, &buffer, buffer.count, 0)
-            try #require(n > 0)
-            #expect(Array(buffer[0..<n]) == expected.h4Bytes)
-        }
-        #expect(recv(kernel, &buffer, buffer.count, Int32(MSG_DONTWAIT)) == -1, "a message too many")
+        try expectMessages(batch + [HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])], on: kernel)
         let stats = try #require(transport.statistics)
         #expect(stats.writes == 101)
         #expect(stats.packetsOut == 101)
@@ -113,12 +118,7 @@ struct HCISocketBatchTests {
         let huge = HCIPacket(type: .acl, bytes: [UInt8](repeating: 0xAA, count: 1 << 20))
         let last = HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])
         transport.send(batch: [first, huge, last])
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        for expected in [first, last] {
-            let n = recv(kernel, &buffer, buffer.count, 0)
-            try #require(n > 0)
-            #expect(Array(buffer[0..<n]) == expected.h4Bytes)
-        }
+        try expectMessages([first, last], on: kernel)
         #expect(transport.statistics?.packetsOut == 2)
     }
 

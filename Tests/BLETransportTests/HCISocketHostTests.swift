@@ -73,22 +73,25 @@ struct HCISocketHostTests {
         }
         let delegate = Central()
         pLoop.sync { peripheral.powerOn() }
-        cLoop.sync { central.centralDelegate = delegate; central.powerOn() }
+        cLoop.sync {
+            central.centralDelegate = delegate; central.powerOn()
+        }
         try waitSync("both hosts on") { pLoop.sync { peripheral.powerState == .on } && cLoop.sync { central.powerState == .on } }
 
         // bumble-bench's channel (`ble bench peer --l2cap`): 1024-octet SDUs and K-frames, two packets each.
         let parameters = L2CAPChannelParameters(mtu: 1024, mps: 1024, window: 128 * 1024)
         let received = Locked<[UInt8]>([])
         let accepted = Locked<HostL2CAPChannel?>(nil)
-        let psm = try #require(pLoop.sync {
-            peripheral.publishL2CAP(parameters: parameters) { ch in
-                accepted.withLock { $0 = ch }
-                ch.onReceive = { [unowned ch] sdu in
-                    received.withLock { $0 += sdu }
-                    ch.consumed(sdu.count)
+        let psm = try #require(
+            pLoop.sync {
+                peripheral.publishL2CAP(parameters: parameters) { ch in
+                    accepted.withLock { $0 = ch }
+                    ch.onReceive = { [unowned ch] sdu in
+                        received.withLock { $0 += sdu }
+                        ch.consumed(sdu.count)
+                    }
                 }
-            }
-        })
+            })
         pLoop.sync { peripheral.startAdvertising(AdvertisingConfiguration(data: [2, 1, 6], interval: 0x20)) }
         cLoop.sync { central.connect(to: peripheralAddress) }
         try waitSync("the connection") { cLoop.sync { delegate.connection != nil } }

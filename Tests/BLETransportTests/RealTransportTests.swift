@@ -72,29 +72,9 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
         let air = VirtualAir(loop: EventLoop(label: "hci-socket.air", clock: .real))
         let (_, address, handle) = try startPeripheral(on: air, value: [0x42, 0x43])
         // The "kernel" side: a SOCK_SEQPACKET pair, one H4 packet per message, bridged to a controller.
-        var fds: [Int32] = [0, 0]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0)
-        let controller = air.addController()
-        let kernel = fds[1]
-        final class Bridge: HCITransportSink, @unchecked Sendable {
-            let fd: Int32
-            init(fd: Int32) { self.fd = fd }
-            func transport(didReceive packet: HCIPacket) { let b = packet.h4Bytes; _ = b.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
-            func transportDidClose(error: (any Error)?) {}
-        }
-        try controller.open(sink: Bridge(fd: kernel))
-        let reader = Thread {
-            var buf = [UInt8](repeating: 0, count: 2048)
-            while true {
-                let n = buf.withUnsafeMutableBytes { read(kernel, $0.baseAddress, $0.count) }
-                if n <= 0 { break }
-                if let t = HCIPacketType(rawValue: buf[0]) { controller.send(HCIPacket(type: t, bytes: Array(buf[1..<n]))) }
-            }
-        }
-        reader.start()
-        let transport = HCISocketTransport(index: 0) { fds[0] }
+        let kernel = try PacketSocketController(air.addController())
+        let transport = HCISocketTransport(index: 0) { kernel.ours }
         #expect(try roundTrip(over: transport, to: address, read: handle) == [0x42, 0x43])
-        close(kernel)
     }
 
     /// A user channel's receive queue is widened past the system's default, so that a host that falls behind
