@@ -58,6 +58,16 @@ private func expectMessages(_ packets: [HCIPacket], on kernel: Int32) throws {
     #expect(recv(kernel, &buffer, buffer.count, Int32(MSG_DONTWAIT)) == -1, "a message too many")
 }
 
+/// An open transport on one end of a fresh pair, and the "kernel's" end; both closed after `body`.
+private func withOpenTransport(_ body: (HCISocketTransport, Int32) throws -> Void) throws {
+    let (ours, kernel) = try seqpacketPair()
+    defer { close(kernel) }
+    let transport = HCISocketTransport(index: 0) { ours }
+    try transport.open(sink: BatchSink())
+    defer { transport.close() }
+    try body(transport, kernel)
+}
+
 @Suite(.timeLimit(.minutes(2)))
 struct HCISocketBatchTests {
     /// 40 packets waiting in the socket reach the host in order, whole, in at most 3 reads of up to 16 and all on
@@ -91,35 +101,29 @@ struct HCISocketBatchTests {
     /// A batch leaves packet by packet, each a message of its own on the socket, byte for byte, and each its own
     /// system call (see the header: a sendmmsg would lose all but the last packet of each batch on a real adapter).
     @Test func aBatchLeavesAPacketAMessageEachItsOwnCall() throws {
-        let (ours, kernel) = try seqpacketPair()
-        defer { close(kernel) }
-        let transport = HCISocketTransport(index: 0) { ours }
-        try transport.open(sink: BatchSink())
-        defer { transport.close() }
-        let batch = controllerPackets(100).map { HCIPacket(type: $0.type == .event ? .command : .acl, bytes: $0.bytes) }
-        transport.send(batch: batch)
-        transport.send(HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00]))
-        try expectMessages(batch + [HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])], on: kernel)
-        let stats = try #require(transport.statistics)
-        #expect(stats.writes == 101)
-        #expect(stats.packetsOut == 101)
-        #expect(stats.bytesOut == batch.reduce(0) { $0 + $1.bytes.count + 1 } + 4)
+        try withOpenTransport { transport, kernel in
+            let batch = controllerPackets(100).map { HCIPacket(type: $0.type == .event ? .command : .acl, bytes: $0.bytes) }
+            transport.send(batch: batch)
+            transport.send(HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00]))
+            try expectMessages(batch + [HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])], on: kernel)
+            let stats = try #require(transport.statistics)
+            #expect(stats.writes == 101)
+            #expect(stats.packetsOut == 101)
+            #expect(stats.bytesOut == batch.reduce(0) { $0 + $1.bytes.count + 1 } + 4)
+        }
     }
 
     /// A packet the socket refuses (here larger than its send buffer) is lost alone: the packets after it in the
     /// batch still go.
     @Test func aRefusedPacketDoesNotTakeTheRestOfItsBatchWithIt() throws {
-        let (ours, kernel) = try seqpacketPair()
-        defer { close(kernel) }
-        let transport = HCISocketTransport(index: 0) { ours }
-        try transport.open(sink: BatchSink())
-        defer { transport.close() }
-        let first = HCIPacket(type: .command, bytes: [0x01, 0x0C, 0x00])
-        let huge = HCIPacket(type: .acl, bytes: [UInt8](repeating: 0xAA, count: 1 << 20))
-        let last = HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])
-        transport.send(batch: [first, huge, last])
-        try expectMessages([first, last], on: kernel)
-        #expect(transport.statistics?.packetsOut == 2)
+        try withOpenTransport { transport, kernel in
+            let first = HCIPacket(type: .command, bytes: [0x01, 0x0C, 0x00])
+            let huge = HCIPacket(type: .acl, bytes: [UInt8](repeating: 0xAA, count: 1 << 20))
+            let last = HCIPacket(type: .command, bytes: [0x03, 0x0C, 0x00])
+            transport.send(batch: [first, huge, last])
+            try expectMessages([first, last], on: kernel)
+            #expect(transport.statistics?.packetsOut == 2)
+        }
     }
 
     /// A message larger than the reader's 4 KB slots, an empty-bodied one and one of no HCI type are dropped and
