@@ -112,10 +112,17 @@ extension MCSession {
             return nil
         }
         let progress = Progress(totalUnitCount: Int64(size))
-        let id = lock.withLock { () -> UInt32 in
+        let started = lock.withLock { () -> UInt32? in
+            // The peer left since the look-up above (its transfers have been failed): nothing would complete this one.
+            guard !c.transfersEnded else { return nil }
             defer { c.nextResourceID &+= 1 }
             c.outgoingResources[c.nextResourceID] = PeerConnection.OutgoingResource(file: file, progress: progress, completion: done, sent: 0, size: size)
             return c.nextResourceID
+        }
+        guard let id = started else {
+            try? file.close()
+            done(MCError(.notConnected))
+            return nil
         }
         progress.cancellationHandler = { [weak self, weak c] in
             guard let self, let c, let r = self.takeOutgoingResource(id, of: c) else { return }
@@ -305,6 +312,7 @@ extension MCSession {
     func failTransfers(of c: PeerConnection) {
         let (outR, inR, outS, inS) = lock.withLock { () -> ([PeerConnection.OutgoingResource], [PeerConnection.IncomingResource], [PipeOutputStream], [PipeInputStream]) in
             defer { c.outgoingResources.removeAll(); c.incomingResources.removeAll(); c.outgoingStreams.removeAll(); c.incomingStreams.removeAll() }
+            c.transfersEnded = true
             c.filesToClose += c.outgoingResources.values.filter { !$0.finishedSending }.map(\.file)
             return (Array(c.outgoingResources.values), Array(c.incomingResources.values), c.outgoingStreams.values.map(\.output), Array(c.incomingStreams.values))
         }
@@ -326,11 +334,13 @@ extension MCSession {
     public func startStream(withName streamName: String, toPeer peerID: MCPeerID) throws -> OutputStream {
         guard let c = lock.withLock({ peers[peerID.token] }), lock.withLock({ c.connected }) else { throw MCError(.notConnected) }
         let output = PipeOutputStream(capacity: PeerConnection.streamWindow)
-        let id = lock.withLock { () -> UInt32 in
+        let started = lock.withLock { () -> UInt32? in
+            guard !c.transfersEnded else { return nil }   // (as for a resource, above)
             defer { c.nextStreamID &+= 1 }
             c.outgoingStreams[c.nextStreamID] = PeerConnection.OutgoingStream(output: output, credits: 0)
             return c.nextStreamID
         }
+        guard let id = started else { throw MCError(.notConnected) }
         output.onDataAvailable = { [weak self, weak c] in if let self, let c { self.pump(c) } }
         output.onClose = { [weak self, weak c] in if let self, let c { self.pump(c) } }
         c.link.send(.streamOpen(id: id, name: streamName))

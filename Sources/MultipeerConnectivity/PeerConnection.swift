@@ -17,6 +17,10 @@ final class PeerConnection: @unchecked Sendable {
     /// Where this peer accepts members over Bluetooth (from its hello).
     var bluetooth: PeerBluetoothEndpoint?
     var connected = false
+    /// Its link is gone and `failTransfers` has failed what was under way: a resource or stream the app starts on it
+    /// from now on fails at once (a send that looked this connection up just before the disconnect would otherwise
+    /// add one that nothing ever completes or ends).
+    var transfersEnded = false
     /// We joined this member's session and wait for its answer.
     var awaitingJoinReply = false
     var lastHeard = Date()

@@ -128,6 +128,43 @@ private func drainLoop(of link: PeerLink) {
 
 @Suite(.serialized, .timeLimit(.minutes(1)))
 struct ResourceFileTests {
+    /// A resource or a stream the app starts on a peer whose link has just gone (its transfers failed, the peer not yet
+    /// out of the session's list: the window between a send's look-up and its adding the transfer) fails at once with
+    /// notConnected, and the resource's file is closed. Before, the resource was added after the failing: its
+    /// completion never ran and its file stayed open as long as the connection object lived.
+    @Test func aTransferStartedOnAPeerWhoseTransfersFailedFailsAtOnce() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-file-\(UUID().uuidString)")
+            .resolvingSymlinksInPath()
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("late.bin")
+        try Data(repeating: 0x4C, count: 10_000).write(to: file)
+
+        let (link, peerLink) = try linkedPair()
+        defer { peerLink.close() }
+        let session = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: .none, transports: [])
+        defer { session.disconnect() }
+        let a = MCPeerID(displayName: "A")
+        let c = try #require(session.adopt(link, peer: a, memberPort: 0))
+        session.lock.withLock { c.connected = true }
+        session.failTransfers(of: c)
+
+        let results = Mutex<[(any Error)?]>([])
+        let progress = session.sendResource(at: file, withName: "late.bin", toPeer: a) { e in results.withLock { $0.append(e) } }
+        #expect(progress == nil)
+        try waitFor("the completion") { !results.withLock { $0.isEmpty } }
+        #expect((results.withLock { $0[0] } as? MCError)?.code == .notConnected)
+        #expect(descriptors(openOn: file.path).isEmpty, "the resource's file was left open")
+        #expect(session.lock.withLock { c.outgoingResources.isEmpty })
+        do {
+            _ = try session.startStream(withName: "late", toPeer: a)
+            Issue.record("a stream opened on a peer whose transfers had failed")
+        } catch {
+            #expect((error as? MCError)?.code == .notConnected)
+        }
+        #expect(session.lock.withLock { c.outgoingStreams.isEmpty })
+    }
+
     @Test func cancellingFromAnotherThreadMidReadLeavesTheFileToThePumpAndClosesItOnce() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-file-\(UUID().uuidString)")
             .resolvingSymlinksInPath()
