@@ -63,7 +63,20 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     public var deliversOnReaderThread: Bool { true }
     private let openSocket: (Int) throws -> Int32
     private let listAdapters: () -> [Int]
-    private let state: Mutex<(fd: Int32, wake: Int32, closed: Bool, follower: AdapterFollower)>
+    private let state: Mutex<SocketState>
+    struct SocketState {
+        var fd: Int32 = -1
+        var wake: Int32 = -1
+        var closed = false
+        var follower: AdapterFollower
+        /// Counts the sockets bound: a reader knows its own by this, not by its descriptor's number, which the next
+        /// socket may be given.
+        var generation = 0
+        /// The thread that reads the socket of `generation`, once it runs.
+        var reader: pthread_t?
+        /// The socket of this generation was closed by `close()` on its own reader thread (see there).
+        var closedByCaller = -1
+    }
     /// Held by a send from reading the descriptor until the kernel has the packet, and by the reader while it closes
     /// the socket: a send never reaches a number that was closed meanwhile and maybe given to another file. Not
     /// the state lock: a send the kernel holds back would then hold up `close`.
@@ -94,7 +107,7 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         self.requestedIndex = index
         self.openSocket = openAdapter
         self.listAdapters = listAdapters
-        self.state = Mutex((-1, -1, false, AdapterFollower(index: index)))
+        self.state = Mutex(SocketState(follower: AdapterFollower(index: index)))
     }
 
     /// The adapters the kernel lists now (`/sys/class/bluetooth/hciN`; connections there are `hciN:H`).
@@ -179,12 +192,15 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
         guard pipe(&pair) == 0 else { throw TransportError.io("pipe: \(String(cString: strerror(errno)))") }
         for d in pair { _ = fcntl(d, F_SETFD, FD_CLOEXEC) }
         let wake = pair
-        let fd: Int32
-        do { fd = try bindFollowedAdapter(wake: wake[1]) } catch {
+        let fd: Int32, generation: Int
+        do { (fd, generation) = try bindFollowedAdapter(wake: wake[1]) } catch {
             _ = Glibc.close(wake[0]); _ = Glibc.close(wake[1])
             throw error
         }
         let thread = Thread { [self] in
+            state.withLock { if $0.generation == generation { $0.reader = pthread_self() } }
+            /// This socket was closed, or closed and another bound (whose descriptor may have the same number).
+            func ended() -> Bool { state.withLock { $0.closed || $0.generation != generation } }
             var closeError: (any Error)?
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
             let receiver = PacketSocketReceiver()
@@ -195,20 +211,23 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             var full = false
             reading: while true {
                 if full {
-                    if state.withLock({ $0.closed }) { break }
+                    if ended() { break }
                 } else {
                     let ready = poll(&fds, 2, -1)
+                    let e = errno
                     readStatistics.withLock { $0.other += 1 }
                     if ready < 0 {
-                        if errno == EINTR { continue }
-                        closeError = TransportError.io("poll: \(String(cString: strerror(errno)))")
+                        if e == EINTR { continue }
+                        closeError = TransportError.io("poll: \(String(cString: strerror(e)))")
                         break
                     }
                     if fds[1].revents != 0 { break }   // close()
                     guard fds[0].revents != 0 else { continue }
                 }
                 let count: Int
-                switch receiver.receive(fd) {
+                let read = receiver.receive(fd)
+                readStatistics.withLock { $0.reads += 1 }
+                switch read {
                 case .nothing: full = false; continue
                 case .endOfFile: break reading
                 case let .failed(e):
@@ -230,23 +249,25 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                     packets.append(HCIPacket(type: type, bytes: pool.make(count: body.count) { $0.copyMemory(from: body) }))
                 }
                 readStatistics.withLock {
-                    $0.reads += 1; $0.packetsIn += packets.count; $0.bytesIn += octets; $0.dropped += dropped
+                    $0.packetsIn += packets.count; $0.bytesIn += octets; $0.dropped += dropped
                 }
                 if !packets.isEmpty {
                     sink.transport(didReceivePackets: packets)
                     // Handled (the host runs them on this thread): their arrays carry the next read's packets.
                     pool.recycle(packets)
                     packets.removeAll(keepingCapacity: true)
+                    // The host may have closed the transport meanwhile (and opened it again): this socket is done.
+                    if ended() { break }
                 }
             }
             // Not closed by us: the adapter went away (the kernel ends the user channel with EPIPE). A socket we
             // closed is no news: the host may already have opened the next one, which must not read as lost.
-            let vanished = state.withLock { !$0.closed && $0.fd == fd }
+            let vanished = state.withLock { !$0.closed && $0.generation == generation }
             if vanished {
                 let present = listAdapters()
                 state.withLock { $0.follower.lost(present: present) }
             }
-            finish(fd, wake: wake)
+            finish(fd, wake: wake, generation: generation)
             if vanished { sink.transportDidClose(error: closeError) }
         }
         thread.name = name
@@ -254,17 +275,20 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     }
 
     /// Binds the adapter followed now, or one that replaced it; the error is the followed adapter's.
-    private func bindFollowedAdapter(wake: Int32) throws -> Int32 {
+    private func bindFollowedAdapter(wake: Int32) throws -> (Int32, generation: Int) {
         let follower = state.withLock { $0.follower }
         let candidates = follower.presentAtLoss == nil ? [follower.index] : follower.candidates(present: listAdapters())
         var firstError: (any Error)?
         for candidate in candidates {
             do {
                 let fd = try openSocket(candidate)
-                state.withLock {
-                    $0.fd = fd; $0.wake = wake; $0.closed = false; $0.follower.bound(candidate)
+                let generation = state.withLock { s -> Int in
+                    s.fd = fd; s.wake = wake; s.closed = false; s.follower.bound(candidate)
+                    s.generation += 1
+                    s.reader = nil
+                    return s.generation
                 }
-                return fd
+                return (fd, generation)
             } catch {
                 if firstError == nil { firstError = error }
             }
@@ -313,26 +337,38 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     public var droppedMessages: Int { readStatistics.withLock { $0.dropped } }
 
     /// Stops reading and lets the adapter go: the reader thread closes the socket (at once: it is woken).
+    ///
+    /// Called on the reader thread itself, from within a batch it handed the host (the host reopens the controller
+    /// after a Hardware Error event, at once), the socket is closed here and now: the reader would close it only once
+    /// the batch returns, and until then the adapter could not be bound again (EBUSY). The reader touches it no more.
     public func close() {
-        state.withLock { s in
-            guard !s.closed else { return }
+        let now = state.withLock { s -> Int32? in
+            guard !s.closed else { return nil }
             s.closed = true
             // Under the lock: the reader closes the pipe under it too, so this never writes to a reused descriptor.
             if s.wake >= 0 {
                 var one: UInt8 = 1
                 _ = write(s.wake, &one, 1)
             }
+            guard let reader = s.reader, pthread_equal(reader, pthread_self()) != 0, s.fd >= 0 else { return nil }
+            let fd = s.fd
+            s.fd = -1
+            s.closedByCaller = s.generation
+            return fd
         }
+        // After a send that read the descriptor before it was marked closed above; a later one finds it gone.
+        if let now { sendLock.withLock { _ in _ = Glibc.close(now) } }
     }
 
     /// Ends one socket and its wake pipe: only its reader thread calls this, once it has stopped reading.
-    private func finish(_ fd: Int32, wake: [Int32]) {
-        state.withLock { s in
-            if s.fd == fd { s.closed = true; s.fd = -1; s.wake = -1 }
+    private func finish(_ fd: Int32, wake: [Int32], generation: Int) {
+        let closedAlready = state.withLock { s -> Bool in
+            if s.generation == generation { s.closed = true; s.fd = -1; s.wake = -1; s.reader = nil }
             _ = Glibc.close(wake[1])
+            return s.closedByCaller == generation
         }
         // After a send that read the descriptor before it was marked closed above; a later one finds it gone.
-        sendLock.withLock { _ in _ = Glibc.close(fd) }
+        if !closedAlready { sendLock.withLock { _ in _ = Glibc.close(fd) } }
         _ = Glibc.close(wake[0])
     }
 }

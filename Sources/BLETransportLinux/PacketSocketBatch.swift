@@ -15,7 +15,8 @@ import BLEHCI
 /// the `unsigned int` length the kernel fills in, padded to the `msghdr`'s alignment.
 enum MultipleMessages {
     typealias Call = @convention(c) (Int32, UnsafeMutableRawPointer?, UInt32, Int32, UnsafeMutableRawPointer?) -> Int32
-    static let receive: Call = unsafeBitCast(dlsym(nil, "recvmmsg")!, to: Call.self)
+    /// nil where the C library cannot be searched (a wholly static binary): one recvmsg per message then.
+    static let receive: Call? = dlsym(nil, "recvmmsg").map { unsafeBitCast($0, to: Call.self) }
 
     static let lengthOffset = MemoryLayout<msghdr>.size
     static let stride =
@@ -23,7 +24,7 @@ enum MultipleMessages {
         / MemoryLayout<msghdr>.alignment * MemoryLayout<msghdr>.alignment
 
     static func header(_ base: UnsafeMutableRawPointer, _ i: Int) -> UnsafeMutablePointer<msghdr> {
-        (base + i * stride).assumingMemoryBound(to: msghdr.self)
+        (base + i * stride).bindMemory(to: msghdr.self, capacity: 1)
     }
     static func length(_ base: UnsafeMutableRawPointer, _ i: Int) -> Int {
         Int(base.load(fromByteOffset: i * stride + lengthOffset, as: UInt32.self))
@@ -77,7 +78,14 @@ final class PacketSocketReceiver {
     /// Takes what `fd` holds now, without waiting.
     func receive(_ fd: Int32) -> PacketSocketRead {
         for i in 0..<slots { MultipleMessages.set(headers, i, vector: vectors + i) }
-        let n = MultipleMessages.receive(fd, headers, UInt32(slots), Int32(MSG_DONTWAIT), nil)
+        let n: Int32
+        if let call = MultipleMessages.receive {
+            n = call(fd, headers, UInt32(slots), Int32(MSG_DONTWAIT), nil)
+        } else {
+            let one = recvmsg(fd, MultipleMessages.header(headers, 0), Int32(MSG_DONTWAIT))
+            if one >= 0 { headers.storeBytes(of: UInt32(one), toByteOffset: MultipleMessages.lengthOffset, as: UInt32.self) }
+            n = one < 0 ? -1 : 1
+        }
         if n < 0 {
             let e = errno
             return e == EAGAIN || e == EWOULDBLOCK || e == EINTR ? .nothing : .failed(e)

@@ -33,6 +33,9 @@ private final class BatchSink: HCITransportSink, @unchecked Sendable {
 private func seqpacketPair() throws -> (ours: Int32, kernel: Int32) {
     var pair: [Int32] = [-1, -1]
     try #require(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+    // A message that never comes fails the test after 10 s instead of blocking its thread for ever.
+    var limit = timeval(tv_sec: 10, tv_usec: 0)
+    _ = setsockopt(pair[1], SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
     return (pair[0], pair[1])
 }
 
@@ -149,6 +152,68 @@ struct HCISocketBatchTests {
         #expect(send(kernel, later.h4Bytes, later.h4Bytes.count, 0) == later.h4Bytes.count)
         try waitSync("a packet after them") { sink.packets.count == 3 }
         #expect(sink.packets.last == later)
+    }
+
+    /// The host reopening the controller from within a batch (as it answers a Hardware Error event) finds the adapter
+    /// free: `close()` on the reader thread closes the socket at once. This fake kernel, like Linux, keeps an adapter
+    /// taken while a user channel on it is open; the reopen failed (EUSERS) while the reader held the old socket open
+    /// until the batch returned. The old reader then reads nothing more, even when the new socket gets its number.
+    @Test func closingAndReopeningFromWithinABatchFindsTheAdapterFree() throws {
+        final class Kernel: @unchecked Sendable {
+            let lock = NSLock()
+            var ends: [(ours: Int32, kernel: Int32, identity: FileIdentity)] = []
+            func bind() throws -> Int32 {
+                try lock.withLock {
+                    if let last = ends.last, FileIdentity(last.ours) == last.identity {
+                        throw TransportError.connectFailed(HCISocketTransport.explainBindFailure(index: 0, errno: EUSERS))
+                    }
+                    let (ours, kernel) = try seqpacketPair()
+                    ends.append((ours, kernel, try #require(FileIdentity(ours))))
+                    return ours
+                }
+            }
+            var kernelEnds: [Int32] { lock.withLock { ends.map(\.kernel) } }
+        }
+        final class Reopener: HCITransportSink, @unchecked Sendable {
+            let lock = NSLock()
+            var transport: HCISocketTransport?
+            var reopen: Result<Void, any Error>?
+            var received: [HCIPacket] = []
+            func transport(didReceive packet: HCIPacket) { transport(didReceivePackets: [packet]) }
+            func transport(didReceivePackets packets: [HCIPacket]) {
+                for p in packets {
+                    if p.type == .event && p.bytes.first == 0x10 && lock.withLock({ reopen == nil }) {
+                        guard let transport else { continue }
+                        transport.close()
+                        let r = Result { try transport.open(sink: self) }
+                        lock.withLock { reopen = r }
+                    } else {
+                        lock.withLock { received.append(p) }
+                    }
+                }
+            }
+            func transportDidClose(error: (any Error)?) {}
+        }
+        let kernel = Kernel()
+        defer { kernel.kernelEnds.forEach { close($0) } }
+        let transport = HCISocketTransport(index: 0) { try kernel.bind() }
+        let sink = Reopener()
+        sink.transport = transport
+        try transport.open(sink: sink)
+        defer { transport.close() }
+        let hardwareError = HCIPacket(type: .event, bytes: [0x10, 0x01, 0x00])
+        let first = try #require(kernel.kernelEnds.first)
+        #expect(send(first, hardwareError.h4Bytes, hardwareError.h4Bytes.count, 0) == hardwareError.h4Bytes.count)
+        try waitSync("the reopen") { sink.lock.withLock { sink.reopen != nil } }
+        let reopened = sink.lock.withLock { sink.reopen }
+        #expect(throws: Never.self) { try reopened?.get() }
+        let ends = kernel.kernelEnds
+        try #require(ends.count == 2, "the adapter was not bound again")
+        let later = HCIPacket(type: .event, bytes: [0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00])
+        #expect(send(ends[1], later.h4Bytes, later.h4Bytes.count, 0) == later.h4Bytes.count)
+        try waitSync("the packet on the new socket") { sink.lock.withLock { !sink.received.isEmpty } }
+        usleep(50_000)
+        #expect(sink.lock.withLock { sink.received } == [later], "read once, by the new socket's reader alone")
     }
 
     /// The other end closing ends the transport once the packets sent before it are delivered.

@@ -18,6 +18,8 @@ final class PacketSocketController: HCITransportSink, @unchecked Sendable {
     let ours: Int32
     private let kernel: Int32
     private let controller: VirtualController
+    /// The kernel's end is closed (once ours was): nothing more is written to its number, which may be reused.
+    private let closed = Locked(false)
 
     init(_ controller: VirtualController) throws {
         var fds: [Int32] = [-1, -1]
@@ -27,21 +29,27 @@ final class PacketSocketController: HCITransportSink, @unchecked Sendable {
         (ours, kernel) = (fds[0], fds[1])
         self.controller = controller
         try controller.open(sink: self)
-        let kernel = kernel
-        Thread {
+        Thread { [self] in
             var buf = [UInt8](repeating: 0, count: 4096)
             while true {
                 let n = buf.withUnsafeMutableBytes { read(kernel, $0.baseAddress, $0.count) }
                 if n <= 0 { break }
                 if let t = HCIPacketType(rawValue: buf[0]) { controller.send(HCIPacket(type: t, bytes: Array(buf[1..<n]))) }
             }
-            close(kernel)
+            controller.close()
+            closed.withLock {
+                $0 = true
+                _ = close(kernel)
+            }
         }.start()
     }
 
     func transport(didReceive packet: HCIPacket) {
         let b = packet.h4Bytes
-        _ = b.withUnsafeBytes { send(kernel, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        closed.withLock { isClosed in
+            guard !isClosed else { return }
+            _ = b.withUnsafeBytes { send(kernel, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
     }
     func transportDidClose(error: (any Error)?) {}
 }

@@ -126,6 +126,26 @@ private func drainLoop(of link: PeerLink) {
     }
 }
 
+/// A session ("B") in which peer "A" is connected over `link`.
+private func sessionConnected(over link: PeerLink) throws -> (MCSession, MCPeerID, PeerConnection) {
+    let session = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: .none, transports: [])
+    let a = MCPeerID(displayName: "A")
+    guard let c = session.adopt(link, peer: a, memberPort: 0) else {
+        session.disconnect()
+        throw TestFailure("the session did not adopt the link")
+    }
+    session.lock.withLock { c.connected = true }
+    return (session, a, c)
+}
+
+/// A new directory for one test's files (the test removes it).
+private func freshDirectory() throws -> URL {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-file-\(UUID().uuidString)")
+        .resolvingSymlinksInPath()
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    return dir
+}
+
 @Suite(.serialized, .timeLimit(.minutes(1)))
 struct ResourceFileTests {
     /// A resource or a stream the app starts on a peer whose link has just gone (its transfers failed, the peer not yet
@@ -133,20 +153,15 @@ struct ResourceFileTests {
     /// notConnected, and the resource's file is closed. Before, the resource was added after the failing: its
     /// completion never ran and its file stayed open as long as the connection object lived.
     @Test func aTransferStartedOnAPeerWhoseTransfersFailedFailsAtOnce() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-file-\(UUID().uuidString)")
-            .resolvingSymlinksInPath()
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try freshDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let file = dir.appendingPathComponent("late.bin")
         try Data(repeating: 0x4C, count: 10_000).write(to: file)
 
         let (link, peerLink) = try linkedPair()
         defer { peerLink.close() }
-        let session = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: .none, transports: [])
+        let (session, a, c) = try sessionConnected(over: link)
         defer { session.disconnect() }
-        let a = MCPeerID(displayName: "A")
-        let c = try #require(session.adopt(link, peer: a, memberPort: 0))
-        session.lock.withLock { c.connected = true }
         session.failTransfers(of: c)
 
         let results = Mutex<[(any Error)?]>([])
@@ -166,9 +181,7 @@ struct ResourceFileTests {
     }
 
     @Test func cancellingFromAnotherThreadMidReadLeavesTheFileToThePumpAndClosesItOnce() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mc-file-\(UUID().uuidString)")
-            .resolvingSymlinksInPath()
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try freshDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let file = dir.appendingPathComponent("big.bin")
         let content = (0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
@@ -177,11 +190,8 @@ struct ResourceFileTests {
         let (link, peerLink) = try linkedPair()
         let peer = PeerEnd(peerLink)
         defer { peerLink.close() }
-        let session = MCSession(peer: MCPeerID(displayName: "B"), securityIdentity: nil, encryptionPreference: .none, transports: [])
+        let (session, a, c) = try sessionConnected(over: link)
         defer { session.disconnect() }
-        let a = MCPeerID(displayName: "A")
-        let c = try #require(session.adopt(link, peer: a, memberPort: 0))
-        session.lock.withLock { c.connected = true }
         let gate = PumpGate { c.pumping }
         defer { gate.release() }
         try link.channel.pipeline.addHandler(gate).wait()
