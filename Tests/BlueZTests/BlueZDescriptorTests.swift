@@ -133,19 +133,7 @@ struct BlueZDescriptorTests {
 
     /// Closing a listener twice closes its socket once: a file given the number in between stays open.
     @Test func closingAListenerTwiceClosesItsSocketOnce() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        try #require(fd >= 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(fd, 1) == 0 else {
-            close(fd)
-            Issue.record("no listening socket on 127.0.0.1: \(String(cString: strerror(errno)))")
-            return
-        }
+        guard let fd = try listeningSocket() else { return }
         let listening = try #require(FileIdentity(fd))
         let listener = BlueZL2CAPListener(listening: fd, psm: 0x0080)
         listener.start { close($0) }
@@ -159,6 +147,39 @@ struct BlueZDescriptorTests {
         listener.close()
         listener.queue.sync {}
         #expect(FileIdentity(other) == file, "the second close closed descriptor \(other), another file's")
+    }
+}
+
+/// A TCP socket listening on 127.0.0.1 (nil, with the reason recorded, when there is none).
+private func listeningSocket() throws -> Int32? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    try #require(fd >= 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard bound == 0, listen(fd, 1) == 0 else {
+        close(fd)
+        Issue.record("no listening socket on 127.0.0.1: \(String(cString: strerror(errno)))")
+        return nil
+    }
+    return fd
+}
+
+extension BlueZDescriptorTests {
+    /// A listener let go without `close()` closes its socket, started or not: before, it stayed open (and a started
+    /// one went on accepting) for the life of the process.
+    @Test(arguments: [false, true]) func aListenerLetGoClosesItsSocket(started: Bool) throws {
+        guard let fd = try listeningSocket() else { return }
+        let listening = try #require(FileIdentity(fd))
+        do {
+            let listener = BlueZL2CAPListener(listening: fd, psm: 0x0080)
+            if started { listener.start { close($0) } }
+            listener.queue.sync {}
+        }
+        try waitUntil("the socket of the listener let go closed") { FileIdentity(fd) != listening }
     }
 }
 

@@ -114,6 +114,14 @@ final class BlueZL2CAPListener: @unchecked Sendable {
         }
     }
 
+    /// A listener let go without `close()` stops listening: its socket would otherwise stay open, and a started
+    /// source would go on accepting, for the life of the process. (No `close()` block is pending: it holds `self`.)
+    /// The channels opened on it are the app's and stay open.
+    deinit {
+        guard !closed else { return }
+        if let source { source.cancel() } else { Glibc.close(fd) }
+    }
+
     /// Stops accepting and closes the channels opened on this PSM. Once: a second call must not close the number
     /// again (by then it may be another file's).
     func close() {
