@@ -269,6 +269,9 @@ import BLEHCI
         let link = try await Self.loopbackConnection(label: "tcp")
         defer { link.close() }
         let (ours, peer) = (link.ours, link.peer)
+        // The partial read that follows the host's write below must wait (the rule this test pins); the one
+        // that comes just after a write is ACKed at once (next test).
+        ours.partialAckWindow = 0
         let deadline = Date().addingTimeInterval(120)
         let got = Batches()
         ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
@@ -315,6 +318,41 @@ import BLEHCI
         // That ACK covered the write: the whole packet that follows, unanswered, forces none.
         try await pause(nanoseconds: 20_000_000)
         #expect(ours.statistics.other == 4)
+    }
+
+    @Test func aPartialReadJustAfterOurWriteIsAckedAtOnceDespiteTheBacklog() async throws {
+        let link = try await Self.loopbackConnection(label: "tcp")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
+        // "Just after" whatever the machine's load: the rule, not the clock, is under test.
+        ours.partialAckWindow = 60_000_000_000
+        let deadline = Date().addingTimeInterval(120)
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        guard ours.leaveAcksToHostBacklog else { return }   // off with OCB_TCP_BACKLOG_ACKS=0
+        // The host waits for controller buffers and has just written; the controller's answer comes as an H4
+        // indicator alone (rootcanal's way), whose rest its Nagle holds until our ACK.
+        ours.hostBacklogChanged(true)
+        #expect(ours.write(packet: Self.event))
+        let next = Self.acl(5).h4Bytes
+        writeAll(peer, Array(next[0..<1]))
+        while ours.statistics.other < 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        // One call, the ACK, at once: no poll for the rest first (that would be two calls, 5 ms later).
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.reads == 1)
+        #expect(ours.statistics.other == 1)
+        writeAll(peer, Array(next[1...]))
+        while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all == [Self.acl(5)])
+        // That ACK covered the write: another partial read with no write between costs nothing.
+        let more = Self.acl(6).h4Bytes
+        writeAll(peer, Array(more[0..<1]))
+        while ours.statistics.reads < 3 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == 1)
+        writeAll(peer, Array(more[1...]))
+        while got.all.count < 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(6))
     }
 
     @Test func bulkReceptionDelaysAcksUntilAnAnswer() async throws {
