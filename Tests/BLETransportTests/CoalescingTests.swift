@@ -265,16 +265,22 @@ import BLEHCI
         return r == 0 ? UInt16(bigEndian: addr.sin_port) : 0
     }
 
+    /// A loopback TCP connection whose reader runs (`partialAckWindow` set before it starts), and what it delivers.
+    static func startedLoopback(partialAckWindow: UInt64) async throws -> (Loopback, Batches) {
+        let link = try await loopbackConnection(label: "tcp")
+        link.ours.partialAckWindow = partialAckWindow
+        let got = Batches()
+        link.ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        return (link, got)
+    }
+
     @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
-        let link = try await Self.loopbackConnection(label: "tcp")
-        defer { link.close() }
-        let (ours, peer) = (link.ours, link.peer)
         // The partial read that follows the host's write below must wait (the rule this test pins); the one
         // that comes just after a write is ACKed at once (next test).
-        ours.partialAckWindow = 0
+        let (link, got) = try await Self.startedLoopback(partialAckWindow: 0)
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
-        let got = Batches()
-        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         func receive(_ n: Int) async throws {
             let before = got.all.count
             for i in 0..<n {
@@ -321,14 +327,11 @@ import BLEHCI
     }
 
     @Test func aPartialReadJustAfterOurWriteIsAckedAtOnceDespiteTheBacklog() async throws {
-        let link = try await Self.loopbackConnection(label: "tcp")
+        // "Just after" whatever the machine's load: the rule, not the clock, is under test.
+        let (link, got) = try await Self.startedLoopback(partialAckWindow: 60_000_000_000)
         defer { link.close() }
         let (ours, peer) = (link.ours, link.peer)
-        // "Just after" whatever the machine's load: the rule, not the clock, is under test.
-        ours.partialAckWindow = 60_000_000_000
         let deadline = Date().addingTimeInterval(120)
-        let got = Batches()
-        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         guard ours.leaveAcksToHostBacklog else { return }   // off with OCB_TCP_BACKLOG_ACKS=0
         // The host waits for controller buffers and has just written; the controller's answer comes as an H4
         // indicator alone (rootcanal's way), whose rest its Nagle holds until our ACK.
