@@ -77,6 +77,14 @@ public struct TransportStatistics: Sendable, Equatable {
     public var systemCalls: Int { reads + writes + other }
     public var packets: Int { packetsIn + packetsOut }
 
+    public static func + (a: Self, b: Self) -> Self {
+        var d = a
+        d.reads += b.reads; d.writes += b.writes; d.other += b.other
+        d.packetsIn += b.packetsIn; d.packetsOut += b.packetsOut
+        d.bytesIn += b.bytesIn; d.bytesOut += b.bytesOut
+        return d
+    }
+
     public static func - (a: Self, b: Self) -> Self {
         var d = Self()
         d.reads = a.reads - b.reads; d.writes = a.writes - b.writes; d.other = a.other - b.other

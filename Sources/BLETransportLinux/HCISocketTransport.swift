@@ -82,9 +82,21 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     /// the state lock: a send the kernel holds back would then hold up `close`.
     private let sendLock = Mutex(())
     private let sendStatistics = Mutex(TransportStatistics())
-    private let readStatistics = Mutex(ReadStatistics())
-    struct ReadStatistics {
-        var reads = 0, other = 0, packetsIn = 0, bytesIn = 0, dropped = 0
+    /// The readers' counts (reads, polls as "other", packets and octets in) and the messages they dropped, over every
+    /// socket so far.
+    private let readStatistics = Mutex((counts: TransportStatistics(), dropped: 0))
+    /// What a reader counted since it last added it to `readStatistics` (once per read: one lock, not one per count).
+    struct ReadTally {
+        var counts = TransportStatistics(), dropped = 0
+    }
+
+    private func publish(_ tally: inout ReadTally) {
+        let t = tally
+        readStatistics.withLock {
+            $0.counts = $0.counts + t.counts
+            $0.dropped += t.dropped
+        }
+        tally = ReadTally()
     }
 
     static let AF_BLUETOOTH: Int32 = 31
@@ -209,13 +221,14 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             packets.reserveCapacity(receiver.slots)
             // After a read that filled every slot, more is likely waiting: read again before sleeping in poll.
             var full = false
+            var tally = ReadTally()
             reading: while true {
                 if full {
                     if ended() { break }
                 } else {
                     let ready = poll(&fds, 2, -1)
                     let e = errno
-                    readStatistics.withLock { $0.other += 1 }
+                    tally.counts.other += 1
                     if ready < 0 {
                         if e == EINTR { continue }
                         closeError = TransportError.io("poll: \(String(cString: strerror(e)))")
@@ -226,9 +239,12 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                 }
                 let count: Int
                 let read = receiver.receive(fd)
-                readStatistics.withLock { $0.reads += 1 }
+                tally.counts.reads += 1
                 switch read {
-                case .nothing: full = false; continue
+                case .nothing:
+                    full = false
+                    publish(&tally)
+                    continue
                 case .endOfFile: break reading
                 case let .failed(e):
                     closeError = TransportError.io(String(cString: strerror(e)))
@@ -236,21 +252,19 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                 case let .messages(n): count = n
                 }
                 full = count == receiver.slots
-                var octets = 0, dropped = 0
                 for i in 0..<count {
                     // One packet per message, H4 indicator first. One cut short (larger than a slot) or of an
                     // unknown type is dropped: the host would only fail to parse it.
                     guard let m = receiver.message(i), m.count > 1, let type = HCIPacketType(rawValue: m[0]) else {
-                        dropped += 1
+                        tally.dropped += 1
                         continue
                     }
-                    octets += m.count
+                    tally.counts.bytesIn += m.count
                     let body = UnsafeRawBufferPointer(rebasing: m[1...])
                     packets.append(HCIPacket(type: type, bytes: pool.make(count: body.count) { $0.copyMemory(from: body) }))
                 }
-                readStatistics.withLock {
-                    $0.packetsIn += packets.count; $0.bytesIn += octets; $0.dropped += dropped
-                }
+                tally.counts.packetsIn += packets.count
+                publish(&tally)
                 if !packets.isEmpty {
                     sink.transport(didReceivePackets: packets)
                     // Handled (the host runs them on this thread): their arrays carry the next read's packets.
@@ -260,6 +274,7 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                     if ended() { break }
                 }
             }
+            publish(&tally)
             // Not closed by us: the adapter went away (the kernel ends the user channel with EPIPE). A socket we
             // closed is no news: the host may already have opened the next one, which must not read as lost.
             let vanished = state.withLock { !$0.closed && $0.generation == generation }
@@ -327,10 +342,8 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
 
     /// System calls and packets so far (the reader's poll(2) calls count as "other").
     public var statistics: TransportStatistics? {
-        let r = readStatistics.withLock { $0 }
-        var s = sendStatistics.withLock { $0 }
-        s.reads = r.reads; s.other = r.other; s.packetsIn = r.packetsIn; s.bytesIn = r.bytesIn
-        return s
+        // The readers count only reads, polls and what comes in; the senders only writes and what goes out.
+        readStatistics.withLock { $0.counts } + sendStatistics.withLock { $0 }
     }
 
     /// Messages the reader dropped: larger than its 4 KB slots, empty, or of no HCI packet type.

@@ -214,6 +214,11 @@ struct HCISocketBatchTests {
         try waitSync("the packet on the new socket") { sink.lock.withLock { !sink.received.isEmpty } }
         usleep(50_000)
         #expect(sink.lock.withLock { sink.received } == [later], "read once, by the new socket's reader alone")
+        // The counts are the transport's, over both sockets: the old reader's read is not lost or overwritten.
+        let stats = try #require(transport.statistics)
+        #expect(stats.packetsIn == 2)
+        #expect(stats.bytesIn == hardwareError.h4Bytes.count + later.h4Bytes.count)
+        #expect(stats.reads >= 2)
     }
 
     /// The other end closing ends the transport once the packets sent before it are delivered.
