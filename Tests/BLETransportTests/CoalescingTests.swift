@@ -274,6 +274,16 @@ import BLEHCI
         return (link, got)
     }
 
+    /// The host, waiting for controller buffers, writes; the controller then sends packet `n`'s H4 indicator alone.
+    /// Returns the rest of that packet.
+    func indicatorAloneAfterOurWrite(_ ours: StreamConnection, _ peer: Int32, packet n: Int) -> [UInt8] {
+        ours.hostBacklogChanged(true)
+        #expect(ours.write(packet: Self.event))
+        let bytes = Self.acl(n).h4Bytes
+        writeAll(peer, Array(bytes[0..<1]))
+        return Array(bytes[1...])
+    }
+
     @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
         // The partial read that follows the host's write below must wait (the rule this test pins); the one
         // that comes just after a write is ACKed at once (next test).
@@ -311,14 +321,11 @@ import BLEHCI
         // While the host holds packets waiting for controller buffers, its next write should carry the ACK:
         // after a partial read the reader only waits for the rest (poll, 5 ms), and ACKs if it does not come.
         guard ours.leaveAcksToHostBacklog else { return }   // off with OCB_TCP_BACKLOG_ACKS=0
-        ours.hostBacklogChanged(true)
-        #expect(ours.write(packet: Self.event))
-        let more = Self.acl(8).h4Bytes
-        writeAll(peer, Array(more[0..<1]))
+        let rest = indicatorAloneAfterOurWrite(ours, peer, packet: 8)
         while ours.statistics.other < 4 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         #expect(ours.statistics.reads == 11)
         #expect(ours.statistics.other == 4)   // the poll that timed out, and the quick ACK
-        writeAll(peer, Array(more[1...]))
+        writeAll(peer, rest)
         while got.all.count < 10 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         #expect(got.all.last == Self.acl(8))
         // That ACK covered the write: the whole packet that follows, unanswered, forces none.
@@ -333,18 +340,15 @@ import BLEHCI
         let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
         guard ours.leaveAcksToHostBacklog else { return }   // off with OCB_TCP_BACKLOG_ACKS=0
-        // The host waits for controller buffers and has just written; the controller's answer comes as an H4
-        // indicator alone (rootcanal's way), whose rest its Nagle holds until our ACK.
-        ours.hostBacklogChanged(true)
-        #expect(ours.write(packet: Self.event))
-        let next = Self.acl(5).h4Bytes
-        writeAll(peer, Array(next[0..<1]))
+        // The controller's answer comes as an H4 indicator alone (rootcanal's way), whose rest its Nagle holds
+        // until our ACK.
+        let rest = indicatorAloneAfterOurWrite(ours, peer, packet: 5)
         while ours.statistics.other < 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         // One call, the ACK, at once: no poll for the rest first (that would be two calls, 5 ms later).
         try await pause(nanoseconds: 20_000_000)
         #expect(ours.statistics.reads == 1)
         #expect(ours.statistics.other == 1)
-        writeAll(peer, Array(next[1...]))
+        writeAll(peer, rest)
         while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         #expect(got.all == [Self.acl(5)])
         // That ACK covered the write: another partial read with no write between costs nothing.
