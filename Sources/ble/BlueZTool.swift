@@ -260,9 +260,7 @@ extension BlueZTool {
                 }
                 connected = p
                 try await manager.connectAndWait(p)
-                var characteristics: [CBCharacteristic] = []
-                for s in try await p.services() { characteristics += try await p.characteristics(for: s) }
-                result = .success(try await body(p, characteristics))
+                result = .success(try await lookingAgain(p, body))
             } catch {
                 result = .failure(error)
             }
@@ -294,8 +292,39 @@ extension BlueZTool {
             case let .uuid(u): list.first { $0.uuid.bluetoothUUID == u }
             case let .handle(h): list.first { $0.valueHandle == h }
             }
-        guard let found else { throw ToolError("no characteristic \(spec) (on bluez, characteristics only: bluetoothd keeps descriptors' handles)") }
+        guard let found else { throw MissingCharacteristic(spec: "\(spec)") }
         return found
+    }
+
+    /// A characteristic the device's database, as bluetoothd shows it, does not have (yet: see `lookingAgain`).
+    struct MissingCharacteristic: Error, CustomStringConvertible {
+        let spec: String
+        var description: String { "no characteristic \(spec) (on bluez, characteristics only: bluetoothd keeps descriptors' handles)" }
+    }
+
+    /// How often, and how far apart, `lookingAgain` looks at the database again for a missing characteristic.
+    static let lookAgain = (times: 6, nanoseconds: UInt64(500_000_000))
+
+    /// Runs `body` with the characteristics of `p`'s services as bluetoothd shows them. A characteristic it does not
+    /// find is looked for again, every half second for 3 s: on reconnection to a bonded device bluetoothd says the
+    /// services are resolved from its cache, then finds the device's database changed (another hash, as after its
+    /// GATT server was restarted), and removes the old objects before it exports the new ones; a look in between
+    /// finds neither (the kernel row cb-pair-bluez-bluez failed that way).
+    static func lookingAgain<T>(
+        _ p: CBPeripheral, _ body: (CBPeripheral, [CBCharacteristic]) async throws -> T
+    ) async throws -> T {
+        var attempt = 0
+        while true {
+            var characteristics: [CBCharacteristic] = []
+            for s in try await p.services() { characteristics += try await p.characteristics(for: s) }
+            do {
+                return try await body(p, characteristics)
+            } catch let missing as MissingCharacteristic {
+                attempt += 1
+                guard attempt <= lookAgain.times else { throw ToolError(missing.description) }
+                try await Task.sleep(nanoseconds: lookAgain.nanoseconds)
+            }
+        }
     }
 
     static func label(_ c: CBCharacteristic) -> String {
@@ -367,8 +396,9 @@ extension BlueZTool {
         let attributes = c.attributes
         let failure = try withPeripheral(o, c.connect) { p, list -> String? in
             var streams: [(CBCharacteristic, AsyncStream<Data>)] = []
-            for spec in attributes {
-                let ch = try characteristic(spec, in: list)
+            // All looked up before any is subscribed to: a missing one makes `lookingAgain` run this again.
+            let found = try attributes.map { try characteristic($0, in: list) }
+            for ch in found {
                 guard ch.properties.contains(.notify) || ch.properties.contains(.indicate) else {
                     throw ToolError("\(BlueZTool.label(ch)) neither notifies nor indicates")
                 }

@@ -226,6 +226,24 @@ struct BlueZToolTests {
         ]
     }
 
+    /// bluetoothd may say a bonded device's services are resolved before it exports its changed database: `ble read`
+    /// looks again for a characteristic it did not find, for 3 s, before it says there is none.
+    @Test func bleReadWaitsForADatabaseExportedLate() async throws {
+        let bus = try await PrivateBus()
+        let fake = try await FakeBlueZ(address: bus.address)
+        fake.addAdapter()
+        fake.database = Self.heartRateDatabase()
+        fake.exportsDatabaseAfter = 1.2
+        fake.addDevice(address: "C0:FF:EE:00:00:0E", random: true, ["Name": .string("HRM")])
+        let read = try await BLE.run(["read", "HRM", "2A38"], bus: bus.address)
+        #expect(read.status == 0 && read.stdout.contains("Chest"), "\(read.stdout) \(read.stderr)")
+        // One that never comes is still an error, once the 3 s are over.
+        let began = Date()
+        let unknown = try await BLE.run(["read", "HRM", "2A99"], bus: bus.address)
+        #expect(unknown.status != 0 && unknown.stderr.contains("no characteristic 2A99"), "\(unknown.stderr)")
+        #expect(Date().timeIntervalSince(began) >= 3)
+    }
+
     @Test func bleGattDumpsWhatBluetoothdExports() async throws {
         let bus = try await PrivateBus()
         let fake = try await FakeBlueZ(address: bus.address)

@@ -97,6 +97,9 @@ final class FakeBlueZ: @unchecked Sendable {
     }
     /// The GATT database every device shows once connected.
     var database: [FakeService] = []
+    /// Seconds after Connect (and ServicesResolved) the database is exported, as bluetoothd does on reconnection to
+    /// a bonded device whose database changed: resolved from its cache, then the new objects. 0: at once.
+    var exportsDatabaseAfter: Double = 0
 
     /// Async: the bus's answers arrive on the connection's queue, which needs a Dispatch worker; waiting for them with
     /// callBlocking held the test task's worker meanwhile (on a saturated machine the suite's tasks then queued behind
@@ -432,7 +435,11 @@ final class FakeBlueZ: @unchecked Sendable {
             } else {
                 change(path, "org.bluez.Device1", ["Connected": .boolean(true)])
             }
-            addDatabase(under: path)
+            if exportsDatabaseAfter > 0 {
+                DispatchQueue.global().asyncAfter(deadline: .now() + exportsDatabaseAfter) { [weak self] in self?.addDatabase(under: path) }
+            } else {
+                addDatabase(under: path)
+            }
             _ = try? connection.send(call.reply())
             change(path, "org.bluez.Device1", ["ServicesResolved": .boolean(true)])
             return nil
