@@ -110,10 +110,6 @@ public final class StreamConnection: @unchecked Sendable {
     /// are ACKed at once too); 2 sends them now and stays in it (later ACKs are delayed again); 0 enters it.
     enum AckMode: Int32 { case delayed = 0, quick = 1, now = 2 }
 
-    static func setQuickAck(_ fd: Int32, on: Bool = true) {
-        setAcks(fd, on ? .quick : .delayed)
-    }
-
     static func setAcks(_ fd: Int32, _ mode: AckMode) {
         var value = mode.rawValue
         _ = setsockopt(fd, Int32(IPPROTO_TCP), 12 /* TCP_QUICKACK */, &value, socklen_t(MemoryLayout<Int32>.size))
@@ -216,7 +212,7 @@ public final class StreamConnection: @unchecked Sendable {
                         // Nothing came (or poll failed, e.g. EINTR): ACK now rather than leave the rest to
                         // the kernel's delayed-ACK timer (40 ms or more).
                         if ready <= 0 {
-                            Self.setQuickAck(fd)
+                            Self.setAcks(fd, .quick)
                             writeLock.withLock { $0.wroteSinceQuickAck = false }
                             calls += 1
                         }
@@ -312,7 +308,7 @@ public final class StreamConnection: @unchecked Sendable {
             }
             guard delaying else { return false }
             if now &- lastEnter > Self.reenter {
-                StreamConnection.setQuickAck(fd, on: false)
+                StreamConnection.setAcks(fd, .delayed)
                 lastEnter = now
                 setsockopts += 1
             }
@@ -327,11 +323,12 @@ public final class StreamConnection: @unchecked Sendable {
     @discardableResult
     private func afterHandlingRead(wrote: Bool, partial: Bool = false) -> QuickAckDecision {
         if wrote { return .notNeeded }
+        var decision = QuickAckDecision.quickAcked
         switch quickAck {
         case .never: return .notNeeded
         case .always: break
         case .afterAnswerlessReads:
-            let due = writeLock.withLock { w -> QuickAckDecision in
+            decision = writeLock.withLock { w -> QuickAckDecision in
                 guard w.wroteSinceQuickAck else { return .notNeeded }
                 // A partial read while the host holds a backlog: the write that answers the next buffer
                 // completion carries the ACK (forcing one here splits the controller's stream into more
@@ -339,27 +336,21 @@ public final class StreamConnection: @unchecked Sendable {
                 // Unless our last write has only just left: it ACKed all the peer had sent, so this fragment
                 // left on its own and the peer's Nagle holds the rest of the packet until our next ACK (and
                 // the host's next write waits for that rest). ACK it now, staying in ping-pong mode.
-                if partial && w.hostBacklog && leaveAcksToHostBacklog {
+                let heldForTheHost = partial && w.hostBacklog && leaveAcksToHostBacklog
+                if heldForTheHost {
                     let window = partialAckWindow
                     guard window > 0, DispatchTime.now().uptimeNanoseconds &- w.lastWrite <= window else {
                         return .leftToTheHost
                     }
-                    w.wroteSinceQuickAck = false
-                    return .ackedNow
                 }
                 w.wroteSinceQuickAck = false
-                return .quickAcked
+                return heldForTheHost ? .ackedNow : .quickAcked
             }
-            if due == .ackedNow {
-                Self.setAcks(fd, .now)
-                readStatistics.withLock { $0.other += 1 }
-                return .ackedNow
-            }
-            if due != .quickAcked { return due }
+            guard decision == .quickAcked || decision == .ackedNow else { return decision }
         }
-        Self.setQuickAck(fd)
+        Self.setAcks(fd, decision == .ackedNow ? .now : .quick)
         readStatistics.withLock { $0.other += 1 }
-        return .quickAcked
+        return decision
     }
 
     /// The exemption for partial reads while the host holds a backlog: on unless OCB_TCP_BACKLOG_ACKS=0.

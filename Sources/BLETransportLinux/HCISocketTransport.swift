@@ -84,8 +84,9 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
     private let sendStatistics = Mutex(TransportStatistics())
     /// The readers' counts (reads, polls as "other", packets and octets in) and the messages they dropped, over every
     /// socket so far.
-    private let readStatistics = Mutex((counts: TransportStatistics(), dropped: 0))
-    /// What a reader counted since it last added it to `readStatistics` (once per read: one lock, not one per count).
+    private let readStatistics = Mutex(ReadTally())
+    /// Reads' counts: the transport's totals, or what a reader counted since it last added it to them (once per read:
+    /// one lock, not one per count).
     struct ReadTally {
         var counts = TransportStatistics(), dropped = 0
     }

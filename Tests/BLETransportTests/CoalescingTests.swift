@@ -284,6 +284,23 @@ import BLEHCI
         return Array(bytes[1...])
     }
 
+    /// The peer sends packet `n` in two writes, its H4 indicator first. Once ours has made `readsByThen` reads (the
+    /// indicator's the last) and 20 ms more, its quick-ACK calls are `other`; then the rest comes, and the packet is
+    /// delivered whole, the `delivered`th.
+    func sendSplit(
+        _ n: Int, from peer: Int32, to ours: StreamConnection, _ got: Batches, readsByThen reads: Int, other: Int, delivered: Int,
+        deadline: Date
+    ) async throws {
+        let bytes = Self.acl(n).h4Bytes
+        writeAll(peer, Array(bytes[0..<1]))
+        while ours.statistics.reads < reads && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        try await pause(nanoseconds: 20_000_000)
+        #expect(ours.statistics.other == other)
+        writeAll(peer, Array(bytes[1...]))
+        while got.all.count < delivered && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(n))
+    }
+
     @Test func tcpQuickAckIsReArmedOnlyAfterAnAnswerlessReadThatFollowsAWrite() async throws {
         // The partial read that follows the host's write below must wait (the rule this test pins); the one
         // that comes just after a write is ACKed at once (next test).
@@ -309,14 +326,7 @@ import BLEHCI
         // A read that holds only part of a packet counts too: rootcanal writes an H4 indicator on its own,
         // and with Nagle on its side the rest waits for our ACK of it.
         #expect(ours.write(packet: Self.event))
-        let next = Self.acl(7).h4Bytes
-        writeAll(peer, Array(next[0..<1]))
-        while ours.statistics.reads < 9 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
-        try await pause(nanoseconds: 20_000_000)
-        #expect(ours.statistics.other == 2)
-        writeAll(peer, Array(next[1...]))
-        while got.all.count < 9 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
-        #expect(got.all.last == Self.acl(7))
+        try await sendSplit(7, from: peer, to: ours, got, readsByThen: 9, other: 2, delivered: 9, deadline: deadline)
         #expect(ours.statistics.other == 2)
         // While the host holds packets waiting for controller buffers, its next write should carry the ACK:
         // after a partial read the reader only waits for the rest (poll, 5 ms), and ACKs if it does not come.
@@ -352,14 +362,7 @@ import BLEHCI
         while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         #expect(got.all == [Self.acl(5)])
         // That ACK covered the write: another partial read with no write between costs nothing.
-        let more = Self.acl(6).h4Bytes
-        writeAll(peer, Array(more[0..<1]))
-        while ours.statistics.reads < 3 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
-        try await pause(nanoseconds: 20_000_000)
-        #expect(ours.statistics.other == 1)
-        writeAll(peer, Array(more[1...]))
-        while got.all.count < 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
-        #expect(got.all.last == Self.acl(6))
+        try await sendSplit(6, from: peer, to: ours, got, readsByThen: 3, other: 1, delivered: 2, deadline: deadline)
     }
 
     @Test func bulkReceptionDelaysAcksUntilAnAnswer() async throws {
