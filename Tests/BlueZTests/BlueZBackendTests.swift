@@ -11,6 +11,9 @@ private let heartRate = "0000180d-0000-1000-8000-00805f9b34fb"
 private let measurement = "00002a37-0000-1000-8000-00805f9b34fb"
 private let control = "00002a39-0000-1000-8000-00805f9b34fb"
 private let userDescription = "00002901-0000-1000-8000-00805f9b34fb"
+private let battery = FakeService(
+    uuid: "0000180f-0000-1000-8000-00805f9b34fb",
+    characteristics: [FakeCharacteristic(uuid: "00002a19-0000-1000-8000-00805f9b34fb", flags: ["read"], value: [90])])
 
 /// Records what the app hears, in order, on the delegate queue.
 final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, EventLog, @unchecked Sendable {
@@ -19,7 +22,10 @@ final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, 
     private var found: [CBPeripheral] = []
     private var adverts: [[String: Any]] = []
     private var errors: [String: any Error] = [:]
+    private var invalidations: [[CBService]] = []
     var events: [String] { lock.withLock { log } }
+    /// The services each didModifyServices listed, in order.
+    var modifications: [[CBService]] { lock.withLock { invalidations } }
     var discovered: [CBPeripheral] { lock.withLock { found } }
     var advertisements: [[String: Any]] { lock.withLock { adverts } }
     func error(_ key: String) -> (any Error)? { lock.withLock { errors[key] } }
@@ -64,6 +70,10 @@ final class Recorder: NSObject, CBCentralManagerDelegate, CBPeripheralDelegate, 
     }
 
     func peripheral(_ peripheral: CBPeripheral, didReadRSSI RSSI: NSNumber, error: (any Error)?) { note("rssi \(RSSI)", error) }
+    func peripheral(_ peripheral: CBPeripheral, didModifyServices invalidatedServices: [CBService]) {
+        lock.withLock { invalidations.append(invalidatedServices) }
+        note("modified \(invalidatedServices.count)")
+    }
 
     func count(_ event: String) -> Int { events.filter { $0 == event }.count }
 }
@@ -107,8 +117,9 @@ private struct Rig {
         return recorder.discovered[0]
     }
 
-    /// Powered on, a heart-rate sensor discovered and connected, its one service and characteristics discovered.
-    func connected() async throws -> (CBPeripheral, CBService, device: String) {
+    /// Powered on, a heart-rate sensor discovered and connected, its services discovered (those in `uuids`; `count`
+    /// of them), the first one's characteristics too.
+    func connected(discovering uuids: [CBUUID]? = nil, count: Int = 1) async throws -> (CBPeripheral, CBService, device: String) {
         try await recorder.wait(for: "state \(CBManagerState.poweredOn.rawValue)")
         manager.scanForPeripherals(withServices: nil)
         let device = fake.addDevice(address: "C0:FF:EE:00:00:01", random: true, ["Name": .string("HRM"), "RSSI": .int16(-50), "UUIDs": .array(.string, [.string(heartRate)])])
@@ -118,8 +129,8 @@ private struct Rig {
         p.delegate = recorder
         manager.connect(p)
         try await recorder.wait(for: "connect")
-        p.discoverServices(nil)
-        try await recorder.wait(for: "services 1")
+        p.discoverServices(uuids)
+        try await recorder.wait(for: "services \(count)")
         let s = p.services![0]
         p.discoverCharacteristics(nil, for: s)
         try await recorder.wait(for: "characteristics 2")
@@ -389,6 +400,78 @@ struct BlueZBackendTests {
     /// README's readRSSI row: BlueZ gives a connected device's RSSI only as Device1.RSSI, which it sets from
     /// advertisements while discovering and drops (invalidates) when discovery ends; then the read fails as
     /// operationNotSupported with the reason, through the delegate and the async call alike.
+    /// bluetoothd found the peer's database changed: it removes a service's objects (descriptors, characteristics,
+    /// the service, one signal each) and exports it again at new handles. As on iOS: one didModifyServices listing
+    /// the service, gone from `services`; a new discovery makes a new object that works; the old objects are no
+    /// target any more (the async call says so at once, the delegate call warns), and nothing hangs.
+    @Test func aChangedDatabaseIsOneDidModifyServicesWithTheServiceRemoved() async throws {
+        let rig = try await Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        fake.database.append(battery)
+        let (p, s, device) = try await rig.connected(count: 2)
+        let kept = try #require(p.services?.last)
+        #expect(kept.uuid == CBUUID(string: "180F"))
+        let old = try #require(s.characteristics)
+        p.setNotifyValue(true, for: old[0])
+        try await r.wait(for: "notifying true")
+
+        fake.removeService(device + "/service0001")
+        fake.addService(fake.database[0], under: device, handle: 0x10)
+        try await r.wait("didModifyServices") { _ in !r.modifications.isEmpty }
+        try await pause(nanoseconds: 600_000_000)   // past the settling: no second call
+        #expect(r.modifications.count == 1)
+        #expect(r.modifications.first?.count == 1 && r.modifications.first?.first === s)
+        #expect(p.services?.count == 1 && p.services?.first === kept)
+
+        // The removed characteristic is not one of the peripheral's any more.
+        await #expect(throws: CBError(.invalidParameters)) { try await p.value(for: old[0]) }
+        await #expect(throws: CBError(.invalidParameters)) { try await p.write(Data([1]), to: old[1]) }
+        p.readValue(for: old[0])
+        fake.notify(device + "/service0001/char0002", [0x06, 99])   // a late value of the old object is no news
+
+        // Discovered again: a new object at the new path, which reads; the service that stayed is the same object.
+        p.discoverServices(nil)
+        try await r.wait("rediscovered") { $0.filter { $0 == "services 2" }.count == 2 }
+        let fresh = try #require(p.services?.first { $0.uuid == CBUUID(string: "180D") })
+        #expect(fresh !== s)
+        #expect(p.services?.first { $0.uuid == CBUUID(string: "180F") } === kept)
+        let chars = try await p.characteristics(for: fresh)
+        #expect(chars.map(\.uuid) == [CBUUID(string: "2A37"), CBUUID(string: "2A39")])
+        #expect(try await p.value(for: chars[0]) == Data([0x06, 72]))
+        #expect(fake.calls.contains("org.bluez.GattCharacteristic1.ReadValue \(device)/service0010/char0011"))
+        #expect(!fake.calls.contains("org.bluez.GattCharacteristic1.ReadValue \(device)/service0001/char0002"))
+        #expect(!r.events.contains { $0.hasPrefix("value") })
+        #expect(p.state == .connected)
+    }
+
+    /// A service the app never discovered that goes is no news; one that comes is (with nothing invalidated, as our
+    /// own host reports a Service Changed indication that invalidates nothing). Objects removed as the link goes are
+    /// the disconnection alone.
+    @Test func onlyDiscoveredServicesAreReportedAndALostLinkIsNoModification() async throws {
+        let rig = try await Rig()
+        let (fake, r) = (rig.fake, rig.recorder)
+        fake.database.append(battery)
+        let (p, s, device) = try await rig.connected(discovering: [CBUUID(string: "180D")])
+
+        fake.removeService(device + "/service0007")
+        try await pause(nanoseconds: 600_000_000)
+        #expect(r.modifications.isEmpty)
+        #expect(p.services?.count == 1 && p.services?.first === s)
+
+        fake.addService(battery, under: device, handle: 0x20)
+        try await r.wait("didModifyServices") { _ in !r.modifications.isEmpty }
+        #expect(r.modifications.first?.isEmpty == true)
+        #expect(p.services?.count == 1 && p.services?.first === s)
+
+        // bluetoothd removes the objects as the link goes: didDisconnect, and no didModifyServices.
+        fake.removeService(device + "/service0001")
+        fake.dropLink(device)
+        try await r.wait(for: "disconnect error")
+        try await pause(nanoseconds: 600_000_000)
+        #expect(r.modifications.count == 1)
+        #expect(p.state == .disconnected)
+    }
+
     @Test func readRSSIIsDevice1sRSSIWhileBlueZHasOne() async throws {
         let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)

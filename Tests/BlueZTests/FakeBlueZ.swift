@@ -9,7 +9,8 @@
 // What it does on a call, where BlueZ's order matters: Connect sets Connected, adds the GATT objects, answers, then
 // sets ServicesResolved; a ReadValue answers, then announces the value it read as a change of Value (BlueZ caches
 // what it reads). Tests can make the next call of a method fail with a given D-Bus error, hold a Connect unanswered
-// (a Disconnect then fails it, as BlueZ cancels a pending connection), and drive adapters and devices.
+// (a Disconnect then fails it, as BlueZ cancels a pending connection), drive adapters and devices, and change a
+// connected device's database as bluetoothd does on a Service Changed indication (removeService, addService).
 import Foundation
 import DBus
 
@@ -292,11 +293,7 @@ final class FakeBlueZ: @unchecked Sendable {
     /// Removes an object and everything under it, children first, as bluetoothd does when an adapter goes.
     func remove(_ path: String) {
         let doomed = lock.withLock { objects.keys.filter { $0 == path || $0.hasPrefix(path + "/") }.sorted { $0.count > $1.count } }
-        for p in doomed {
-            let names = lock.withLock { objects.removeValue(forKey: p).map { Array($0.keys) } ?? [] }
-            connection.unexport(path: p)
-            emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", [.objectPath(p), .array(.string, names.map { .string($0) })])
-        }
+        for p in doomed { removeObject(p) }
     }
 
     /// A device bluetoothd has seen advertising.
@@ -783,29 +780,62 @@ final class FakeBlueZ: @unchecked Sendable {
         }
         var handle = 1
         for (i, service) in database.enumerated() {
-            let sp = paths[i]
+            export(service, under: device, handle: &handle, includes: service.includes.map { paths[$0] })
+        }
+    }
+
+    /// A service's objects under a device, at `handle` (…/serviceXXXX): the service first, then each characteristic
+    /// and its descriptors; `handle` moves past the service. The service's path.
+    @discardableResult
+    private func export(_ service: FakeService, under device: String, handle: inout Int, includes: [String]) -> String {
+        let sp = device + "/service" + hex(handle)
+        add(
+            sp, "org.bluez.GattService1",
+            [
+                "UUID": .string(service.uuid), "Primary": .boolean(service.primary), "Device": .objectPath(device),
+                "Includes": .array(.objectPath, includes.map { .objectPath($0) }),
+            ])
+        handle += 1
+        for c in service.characteristics {
+            let cp = sp + "/char" + hex(handle)
             add(
-                sp, "org.bluez.GattService1",
+                cp, "org.bluez.GattCharacteristic1",
                 [
-                    "UUID": .string(service.uuid), "Primary": .boolean(service.primary), "Device": .objectPath(device),
-                    "Includes": .array(.objectPath, service.includes.map { .objectPath(paths[$0]) }),
-                ])
-            handle += 1
-            for c in service.characteristics {
-                let cp = sp + "/char" + hex(handle)
-                add(
-                    cp, "org.bluez.GattCharacteristic1",
-                    [
-                        "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
-                        "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
-                    ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a }
-                        .merging(offersAcquireNotify && c.flags.contains("notify") ? ["NotifyAcquired": .boolean(false)] : [:]) { a, _ in a })
-                handle += 2
-                for d in c.descriptors {
-                    add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])
-                    handle += 1
-                }
+                    "UUID": .string(c.uuid), "Service": .objectPath(sp), "Value": .bytes(c.value), "Notifying": .boolean(false),
+                    "Flags": .array(.string, c.flags.map { .string($0) }), "MTU": .uint16(mtu),
+                ].merging(offersAcquireWrite && c.flags.contains("write-without-response") ? ["WriteAcquired": .boolean(false)] : [:]) { a, _ in a }
+                    .merging(offersAcquireNotify && c.flags.contains("notify") ? ["NotifyAcquired": .boolean(false)] : [:]) { a, _ in a })
+            handle += 2
+            for d in c.descriptors {
+                add(cp + "/desc" + hex(handle), "org.bluez.GattDescriptor1", ["UUID": .string(d.uuid), "Characteristic": .objectPath(cp), "Value": .bytes(d.value)])
+                handle += 1
             }
         }
+        return sp
+    }
+
+    /// The peer's database changed and bluetoothd removes a service (src/gatt-client.c, unregister_service): each
+    /// characteristic's descriptors, then the characteristic, then the service, one InterfacesRemoved each.
+    func removeService(_ path: String) {
+        let chars = lock.withLock { objects.keys.filter { $0.hasPrefix(path + "/") && !$0.contains("/desc") }.sorted() }
+        for c in chars {
+            for d in lock.withLock({ objects.keys.filter { $0.hasPrefix(c + "/") }.sorted() }) { removeObject(d) }
+            removeObject(c)
+        }
+        removeObject(path)
+    }
+
+    /// A service bluetoothd found on rediscovery, exported under the device at `handle` (InterfacesAdded for the
+    /// service, then its characteristics and descriptors); its path.
+    @discardableResult
+    func addService(_ service: FakeService, under device: String, handle: Int) -> String {
+        var h = handle
+        return export(service, under: device, handle: &h, includes: [])
+    }
+
+    private func removeObject(_ p: String) {
+        let names = lock.withLock { objects.removeValue(forKey: p).map { Array($0.keys) } ?? [] }
+        connection.unexport(path: p)
+        emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", [.objectPath(p), .array(.string, names.map { .string($0) })])
     }
 }

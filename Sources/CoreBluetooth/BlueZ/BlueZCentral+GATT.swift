@@ -1,8 +1,9 @@
 // The GATT client of the BlueZ backend's central (BlueZCentral): the GattService1 / GattCharacteristic1 /
 // GattDescriptor1 objects under a connected device become the façade's CBService / CBCharacteristic / CBDescriptor,
-// made once per object path and kept while the link lasts; reads and writes are ReadValue / WriteValue, writes without
-// response go through AcquireWrite's socket where BlueZ offers it, notifications through AcquireNotify's socket or
-// StartNotify and PropertiesChanged Value. Everything here runs on the session's `queue`, as the rest of BlueZCentral.
+// made once per object path and kept while the link lasts (or until bluetoothd removes the object: didModifyServices);
+// reads and writes are ReadValue / WriteValue, writes without response go through AcquireWrite's socket where BlueZ
+// offers it, notifications through AcquireNotify's socket or StartNotify and PropertiesChanged Value. Everything here
+// runs on the session's `queue`, as the rest of BlueZCentral.
 import Foundation
 import DBus
 
@@ -42,7 +43,9 @@ extension BlueZCentral {
         }
         guard let attribute else { return (device, device) }
         guard let found = path(of: attribute, on: p) else {
-            done?(.failure(CBError(.invalidParameters, userInfo: [NSLocalizedDescriptionKey: "\(what): the attribute is not one of this peripheral's"])))
+            // Never discovered on this link, or removed with its service (a changed database, didModifyServices).
+            let why = "\(what): the attribute is not one of this peripheral's (not discovered, or its service was removed)"
+            if let done { done(.failure(CBError(.invalidParameters, userInfo: [NSLocalizedDescriptionKey: why]))) } else { CBLog.warning(why) }
             return nil
         }
         return found
@@ -447,6 +450,66 @@ extension BlueZCentral {
             }
         }
     }
+
+    // MARK: Service Changed
+
+    /// A GATT object added (InterfacesAdded) or removed (InterfacesRemoved) with these interfaces. Under a connected
+    /// device, bluetoothd does so when it finds the peer's database changed (a Service Changed indication; a bonded
+    /// device's cache found out of date): it removes the objects of the services in the range, one signal per
+    /// descriptor, characteristic and service, rediscovers the range and exports what it finds at new paths. The app
+    /// hears of it as the native host tells it of one indication (CBPeripheral+ServiceChanged): one
+    /// peripheral(_:didModifyServices:) once the signals have settled (`serviceChangeSettle` without another), the
+    /// services it had that went listed and removed from `services`. Where BlueZ's signals say less than an
+    /// indication's range: a service it never had that went is not reported, alone (nothing to invalidate); a service
+    /// that came is, with the invalidated ones or with none, as the native host reports an indication that
+    /// invalidates nothing, so the app discovers again (it also hears of services exported after a burst that
+    /// invalidated its own, when bluetoothd's rediscovery outlasted the settling). The link lost or the device removed
+    /// within the settling ends the burst unheard (linkLost, as before); so does a cancel.
+    func gattObjectsChanged(_ path: String, interfaces: [String], added: Bool) {
+        let gattInterfaces = [BlueZObjectTree.serviceInterface, BlueZObjectTree.characteristicInterface, BlueZObjectTree.descriptorInterface]
+        guard interfaces.contains(where: gattInterfaces.contains),
+            let device = links.first(where: { path.hasPrefix($0.key + "/") && $0.value.phase == .connected && $0.value.peripheral != nil })?.key
+        else { return }
+        var changes = links[device]!.serviceChanges ?? ServiceChanges()
+        if added {
+            if interfaces.contains(BlueZObjectTree.serviceInterface) { changes.added = true }
+        } else if let gone = gatt[device]?.forget(at: path) {
+            // An object made for this path is at most once in the burst: forget dropped it.
+            changes.invalidated += gone
+        }
+        serviceChangeSignals += 1
+        changes.token = serviceChangeSignals
+        links[device]!.serviceChanges = changes
+        let token = changes.token
+        queue.asyncAfter(deadline: .now() + Self.serviceChangeSettle) { [self] in serviceChangesSettled(device, token) }
+    }
+
+    /// How long a burst of database signals lasts past its last signal.
+    static let serviceChangeSettle = 0.3
+
+    /// The burst whose last signal was `token` has settled: didModifyServices on the delegate queue, where the
+    /// services the peripheral lists are the ones it reports (an included service it never listed is not).
+    private func serviceChangesSettled(_ device: String, _ token: Int) {
+        guard let link = links[device], link.phase == .connected, let p = link.peripheral, let changes = link.serviceChanges,
+            changes.token == token
+        else { return }
+        links[device]!.serviceChanges = nil
+        guard !changes.invalidated.isEmpty || changes.added else { return }
+        let (gone, added) = (changes.invalidated, changes.added)
+        let invalid = InvalidatedServices()
+        p.deliver(
+            { d in if !invalid.services.isEmpty || added { d.peripheral(p, didModifyServices: invalid.services) } },
+            prepare: {
+                let all = p.services ?? []
+                invalid.services = all.filter { s in gone.contains { $0 === s } }
+                if !invalid.services.isEmpty { p.setServices(all.filter { s in !gone.contains { $0 === s } }) }
+            })
+    }
+}
+
+/// The services a didModifyServices reports, found on the delegate queue as the model changes and read there next.
+private final class InvalidatedServices: @unchecked Sendable {
+    var services: [CBService] = []
 }
 
 /// Merges found services into a peripheral's list (delegate queue), keeping the objects it has.

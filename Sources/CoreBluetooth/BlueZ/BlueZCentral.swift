@@ -13,6 +13,8 @@
 //   connect / cancel           Device1.Connect / Disconnect; didConnect once ServicesResolved, as the native path
 //                              announces it once the primary services are known
 //   discover…                  the GattService1 / GattCharacteristic1 / GattDescriptor1 objects under the device
+//   didModifyServices          those objects removed or added under the connected device (bluetoothd found the
+//                              peer's database changed), one call per burst of signals (gattObjectsChanged)
 //   readValue / writeValue     ReadValue / WriteValue {type: request | command} (BlueZ does long reads and writes)
 //   setNotifyValue             AcquireNotify's socket where BlueZ offers it (NotifyAcquired, 5.46+, notify only):
 //                              each packet a value → didUpdateValueFor; closing it stops them. Else (indications,
@@ -114,8 +116,20 @@ final class BlueZCentral: @unchecked Sendable {
         var phase: Phase
         var replied = false
         var disconnectReason: String?
+        /// The device's database changes bluetoothd has signalled and the app has not yet heard of (gattObjectsChanged).
+        var serviceChanges: ServiceChanges?
         enum Phase { case connecting, connected }
     }
+
+    /// One burst of bluetoothd's signals for a connected device's database: the services the app had that went, and
+    /// whether a service came; `token` names the burst's last signal (its settling is for that one only).
+    struct ServiceChanges {
+        var invalidated: [CBService] = []
+        var added = false
+        var token = 0
+    }
+    /// Counts the database signals that start or prolong a burst (ServiceChanges.token).
+    var serviceChangeSignals = 0
 
     /// The CB objects made for a device's GATT objects, by path and back.
     struct GATTObjects {
@@ -141,6 +155,33 @@ final class BlueZCentral: @unchecked Sendable {
             self[keyPath: cache][path] = made
             paths[ObjectIdentifier(made)] = path
             return made
+        }
+
+        /// Forgets what was made for the GATT object at `path` and the objects under it (bluetoothd removed them), with
+        /// their state; returns the services among them. A later discovery makes new objects for the new paths, and an
+        /// old object is no target any more.
+        mutating func forget(at path: String) -> [CBService] {
+            let gone = { (p: String) in p == path || p.hasPrefix(path + "/") }
+            let services = drop(\.services, gone)
+            _ = drop(\.characteristics, gone)
+            _ = drop(\.descriptors, gone)
+            notifying = notifying.filter { !gone($0) }
+            readsInFlight = readsInFlight.filter { !gone($0.key) }
+            heldDuringRead = heldDuringRead.filter { !gone($0.key) }
+            readEcho = readEcho.filter { !gone($0.key) }
+            // Their sockets close as they go (deinit).
+            writeChannels = writeChannels.filter { !gone($0.key) }
+            notifySockets = notifySockets.filter { !gone($0.key) }
+            return services
+        }
+
+        private mutating func drop<A: AnyObject>(_ cache: WritableKeyPath<Self, [String: A]>, _ gone: (String) -> Bool) -> [A] {
+            let dropped = self[keyPath: cache].filter { gone($0.key) }
+            for (path, made) in dropped {
+                self[keyPath: cache][path] = nil
+                paths[ObjectIdentifier(made)] = nil
+            }
+            return dropped.sorted { $0.key < $1.key }.map(\.value)
         }
     }
 
@@ -280,6 +321,7 @@ final class BlueZCentral: @unchecked Sendable {
             {
                 deviceSeen(path, keys: Set(tree[path, BlueZObjectTree.deviceInterface]!.keys))
             }
+            gattObjectsChanged(path, interfaces: Array((m.body[1].stringDictionary ?? [:]).keys), added: true)
         case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
             // Before bluetoothd's objects are loaded, a change is no news: the answer to GetManagedObjects, on its way,
             // has the state as it is. (An adapter's PropertiesChanged taken then made the first state .unsupported:
@@ -289,6 +331,8 @@ final class BlueZCentral: @unchecked Sendable {
             if names.contains(BlueZObjectTree.deviceInterface) {
                 linkLost(path)
                 forget(device: path)
+            } else {
+                gattObjectsChanged(path, interfaces: names, added: false)
             }
             tree.remove(path: path, interfaces: names)
             if names.contains(BlueZObjectTree.adapterInterface) { updateState() }
