@@ -397,9 +397,6 @@ struct BlueZBackendTests {
         try await r.wait(for: "value [6, 101]")
     }
 
-    /// README's readRSSI row: BlueZ gives a connected device's RSSI only as Device1.RSSI, which it sets from
-    /// advertisements while discovering and drops (invalidates) when discovery ends; then the read fails as
-    /// operationNotSupported with the reason, through the delegate and the async call alike.
     /// bluetoothd found the peer's database changed: it removes a service's objects (descriptors, characteristics,
     /// the service, one signal each) and exports it again at new handles. As on iOS: one didModifyServices listing
     /// the service, gone from `services`; a new discovery makes a new object that works; the old objects are no
@@ -418,9 +415,11 @@ struct BlueZBackendTests {
         fake.removeService(device + "/service0001")
         fake.addService(fake.database[0], under: device, handle: 0x10)
         try await r.wait("didModifyServices") { _ in !r.modifications.isEmpty }
-        try await pause(nanoseconds: 600_000_000)   // past the settling: no second call
-        #expect(r.modifications.count == 1)
+        try await pause(nanoseconds: 600_000_000)   // past the settling
+        // One call lists the service. (The re-export comes within the settling, so it is normally that same call; on
+        // a machine that stalled the queue between the two, a second call lists nothing, as after a late export.)
         #expect(r.modifications.first?.count == 1 && r.modifications.first?.first === s)
+        #expect(r.modifications.dropFirst().allSatisfy { $0.isEmpty })
         #expect(p.services?.count == 1 && p.services?.first === kept)
 
         // The removed characteristic is not one of the peripheral's any more.
@@ -472,6 +471,9 @@ struct BlueZBackendTests {
         #expect(p.state == .disconnected)
     }
 
+    /// README's readRSSI row: BlueZ gives a connected device's RSSI only as Device1.RSSI, which it sets from
+    /// advertisements while discovering and drops (invalidates) when discovery ends; then the read fails as
+    /// operationNotSupported with the reason, through the delegate and the async call alike.
     @Test func readRSSIIsDevice1sRSSIWhileBlueZHasOne() async throws {
         let rig = try await Rig()
         let (fake, r) = (rig.fake, rig.recorder)
