@@ -206,6 +206,50 @@ import BLEHCI
         #expect(s.packetsOut == 8)
     }
 
+    /// While the host waits for controller buffers, the reader holds the answer to a read until it has read what
+    /// else the socket holds (a controller's next completions, often released by the ACK of that read): the answers
+    /// to both leave in one write. A peer that never pauses holds answers back for at most `drainLimit` reads; a
+    /// host with no backlog answers at once; `drainsBeforeAnswering` off, each read's answer leaves by itself.
+    @Test func anAnswerWaitsForWhatTheSocketAlreadyHolds() async throws {
+        func run(packets count: Int, backlog: Bool, drains: Bool = true) -> TransportStatistics {
+            let (ours, peer) = pair()
+            defer { ours.close(); Glibc.close(peer) }
+            ours.drainsBeforeAnswering = drains
+            ours.hostBacklogChanged(backlog)
+            let loop = EventLoop(label: "drain")
+            let next = Locked(2)
+            ours.start(
+                onPackets: { ps in
+                    loop.runWaiting { for p in ps { ours.write(packet: p) } }
+                    // The peer's next packet arrives while this one is handled.
+                    let n = next.withLock { n in
+                        defer { n += 1 }
+                        return n
+                    }
+                    if n <= count { writeAll(peer, Self.acl(n).h4Bytes) }
+                }, onClose: { _ in })
+            writeAll(peer, Self.acl(1).h4Bytes)
+            let echoed = (1...count).flatMap { Self.acl($0).h4Bytes }
+            #expect(readExactly(peer, echoed.count) == echoed)
+            return ours.statistics
+        }
+        // Two packets, the second there before the first is answered: one write; three reads (the second and a
+        // third that finds nothing made without waiting).
+        let two = run(packets: 2, backlog: true)
+        #expect(two.writes == 1)
+        #expect(two.reads == 3)
+        #expect(two.packetsOut == 2)
+        // Without the drain, or with no backlog, each answer leaves after its own read.
+        #expect(run(packets: 2, backlog: true, drains: false).writes == 2)
+        let noBacklog = run(packets: 2, backlog: false)
+        #expect(noBacklog.writes == 2)
+        #expect(noBacklog.reads == 2)
+        // A peer that always has more: 8 answers held at most, then they leave (8 + 8 + 4).
+        let flood = run(packets: 20, backlog: true)
+        #expect(flood.writes == 3)
+        #expect(flood.packetsOut == 20)
+    }
+
     @Test func aWriteAfterCloseFailsAndNothingIsLeftPending() throws {
         let (ours, peer) = pair()
         defer { Glibc.close(peer) }
