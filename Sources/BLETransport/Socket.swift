@@ -214,18 +214,17 @@ public final class StreamConnection: @unchecked Sendable {
                 n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
                 stats.reads += 1
                 if n <= 0 || draining >= Self.drainLimit {
-                    // Nothing more (or enough): the held answer leaves, and the reader waits as usual.
+                    // Nothing more (or enough): the held answer leaves, and the reader waits as usual. (A read
+                    // that found nothing is counted first: once the answer is out, the counts include it.)
                     draining = 0
+                    let reads = stats.reads
+                    if n <= 0 { readStatistics.withLock { $0.reads = reads } }
                     writeLock.withLock { w in
                         w.heldForReader = false
                         _ = flushLocked(&w)
                     }
-                    if n <= 0 {
-                        let reads = stats.reads
-                        readStatistics.withLock { $0.reads = reads }
-                        if n == 0 { return nil }
-                        continue
-                    }
+                    if n == 0 { return nil }
+                    if n < 0 { continue }
                 }
             } else {
                 n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
