@@ -50,9 +50,16 @@ final class SessionRecorder: NSObject, MCSessionDelegate, @unchecked Sendable {
         let data = localURL.flatMap { try? Data(contentsOf: $0) }
         lock.withLock { resourcesFinished.append((resourceName, data, error)) }
     }
+    /// How long the app takes over a certificate (0: it answers at once, on the delegate queue).
+    var certificateDelay: Double = 0
     func session(_ session: MCSession, didReceiveCertificate certificate: [Any]?, fromPeer peerID: MCPeerID, certificateHandler: @escaping (Bool) -> Void) {
-        lock.withLock { certificates.append(certificate) }
-        certificateHandler(lock.withLock { acceptCertificates })
+        let (accept, delay) = lock.withLock { () -> (Bool, Double) in
+            certificates.append(certificate)
+            return (acceptCertificates, certificateDelay)
+        }
+        guard delay > 0 else { return certificateHandler(accept) }
+        let answer = Unchecked(certificateHandler)
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { answer.value(accept) }
     }
     func connected(_ name: String) -> Bool { lock.withLock { states.last { $0.0 == name }?.1 == .connected } }
     func lastState(_ name: String) -> MCSessionState? { lock.withLock { states.last { $0.0 == name }?.1 } }
