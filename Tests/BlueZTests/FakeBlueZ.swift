@@ -546,11 +546,8 @@ final class FakeBlueZ: @unchecked Sendable {
         guard property(device, "org.bluez.Device1", "Connected")?.bool == true else { return }
         change(device, "org.bluez.Device1", ["Connected": .boolean(false), "ServicesResolved": .boolean(false)])
         let gattObjects = lock.withLock { objects.keys.filter { $0.hasPrefix(device + "/") } }
-        for p in gattObjects.sorted(by: { $0.count > $1.count }) {
-            lock.withLock { _ = objects.removeValue(forKey: p) }
-            connection.unexport(path: p)
-            emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", [.objectPath(p), .array(.string, [])])
-        }
+        // As bluetoothd does, each InterfacesRemoved names the interfaces the object had.
+        for p in gattObjects.sorted(by: { $0.count > $1.count }) { removeObject(p) }
     }
 
     /// Device1.Pair as bluetoothd runs it: connect, ask the agent (the caller's, else the default) what the pairing
