@@ -219,10 +219,7 @@ public final class StreamConnection: @unchecked Sendable {
                     draining = 0
                     let reads = stats.reads
                     if n <= 0 { readStatistics.withLock { $0.reads = reads } }
-                    writeLock.withLock { w in
-                        w.heldForReader = false
-                        _ = flushLocked(&w)
-                    }
+                    writeLock.withLock { _ = flushLocked(&$0) }
                     if n == 0 { return nil }
                     if n < 0 { continue }
                 }
@@ -263,10 +260,7 @@ public final class StreamConnection: @unchecked Sendable {
                 w.readerHandling = false
                 // Only a host waiting for controller buffers expects more to answer soon (completions); else the
                 // answer leaves now, as it did at the end of the turn.
-                if w.heldForReader && !w.hostBacklog {
-                    w.heldForReader = false
-                    _ = flushLocked(&w)
-                }
+                if w.heldForReader && !w.hostBacklog { _ = flushLocked(&w) }
                 return (w.generation, w.hostBacklog, w.heldForReader)
             }
             // An answer is held: read on without waiting, so that what the peer sent meanwhile (a controller's
@@ -497,6 +491,8 @@ public final class StreamConnection: @unchecked Sendable {
 
     private func flushLocked(_ w: inout WriteState) -> Bool {
         w.flushScheduled = false
+        // Whoever writes, a held answer leaves with the rest: the reader has nothing left to hold.
+        w.heldForReader = false
         guard !w.pending.isEmpty else { return !w.failed }
         let ok = !w.failed && writeAll(w.pending, &w.statistics)
         w.pending.removeAll(keepingCapacity: true)
