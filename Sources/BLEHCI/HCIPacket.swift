@@ -136,6 +136,14 @@ public struct H4Framer: Sendable {
     private var lastSmallEvent: [UInt8] = []
     /// Events of at most this many octets (header included) are compared with the last one.
     static let sharedEventLimit = 16
+    /// Whether a run of Number Of Completed Packets events for one connection handle, each with one entry and all
+    /// whole in the buffer, comes out as one event whose count is their sum (Vol 4 Part E §7.7.19). A controller
+    /// that reports every packet in an event of its own (rootcanal: 20 in a connection event) otherwise costs
+    /// its host a packet to frame, hand over and handle for each. Off by default: a capture or a relay must see
+    /// the events as they were sent. `framedCount` still counts every event.
+    public var mergesCompletedPackets = false
+    /// Packets taken from the stream so far (each merged event counts as the events it stands for).
+    public private(set) var framedCount = 0
     /// True until the Reset answer was found (only with `synchronizesOnReset`).
     public private(set) var awaitingSynchronization: Bool
     /// Bytes thrown away while synchronising.
@@ -259,6 +267,9 @@ public struct H4Framer: Sendable {
         let total = headerSize + length
         guard total <= maxPacketSize else { throw H4Error.packetTooLarge(total) }
         guard available >= 1 + total else { return nil }
+        if mergesCompletedPackets && type == .event, let merged = mergedCompletions(at: h, total: total) {
+            return merged
+        }
         let packet: HCIPacket
         if type == .event && total <= Self.sharedEventLimit {
             // Controllers repeat small events byte for byte: rootcanal reports every packet the air carried in a
@@ -276,7 +287,14 @@ public struct H4Framer: Sendable {
             }
             packet = HCIPacket(type: type, bytes: b)
         }
-        start = h + total
+        consumed(upTo: h + total, packets: 1)
+        return packet
+    }
+
+    /// The packets before `end` have been taken.
+    private mutating func consumed(upTo end: Int, packets: Int) {
+        framedCount += packets
+        start = end
         if start == buffer.count {
             buffer.removeAll(keepingCapacity: true)
             start = 0
@@ -284,7 +302,34 @@ public struct H4Framer: Sendable {
             buffer.removeFirst(start)
             start = 0
         }
-        return packet
+    }
+
+    /// The event at `h` (its code) and the Number Of Completed Packets events right after it, as one event, when
+    /// it is one and at least one follows: each with one entry (parameter length 5, Num_Handles 1), for the same
+    /// handle, whole in the buffer, and their counts adding up to at most 0xFFFF. Nil otherwise (the event goes
+    /// out as it is, and the host judges it).
+    private mutating func mergedCompletions(at h: Int, total: Int) -> HCIPacket? {
+        guard total == 7, buffer[h] == 0x13, buffer[h + 1] == 5, buffer[h + 2] == 1 else { return nil }
+        let low = buffer[h + 3], high = buffer[h + 4]
+        var count = Int(buffer[h + 5]) | Int(buffer[h + 6]) << 8
+        var next = h + total
+        var events = 1
+        buffer.withUnsafeBufferPointer { b in
+            // 04 13 05 01 handle(2) count(2): the H4 indicator and the next event, whole.
+            while next + 8 <= b.count, b[next] == 0x04, b[next + 1] == 0x13, b[next + 2] == 5, b[next + 3] == 1,
+                b[next + 4] == low, b[next + 5] == high
+            {
+                let c = Int(b[next + 6]) | Int(b[next + 7]) << 8
+                guard count + c <= 0xFFFF else { break }
+                count += c
+                next += 8
+                events += 1
+            }
+        }
+        guard events > 1 else { return nil }
+        let bytes: [UInt8] = [0x13, 5, 1, low, high, UInt8(count & 0xFF), UInt8(count >> 8)]
+        consumed(upTo: next, packets: events)
+        return HCIPacket(type: .event, bytes: bytes)
     }
 }
 

@@ -39,7 +39,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     /// Room enough for `onWritable`: `canSend`, and `writableRoom` octets free (or as many as the queue has).
     var isWritable: Bool {
         guard canSend else { return false }
-        guard writableRoom > 0, let s = state else { return true }
+        guard writableRoom > 0, let s = counters else { return true }
         return sendQueueRoom >= min(writableRoom, max(sendQueueLimit, Int(s.remoteMTU) + 2))
     }
 
@@ -51,24 +51,27 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
 
     var state: L2CAPCreditChannel? { connection?.signaling.credit.channels[localCID] }
 
+    /// The channel's counters (what the send path checks), without copying its queues as `state` does.
+    var counters: L2CAPCreditChannel.Counters? { connection?.signaling.credit.counters(of: localCID) }
+
     /// The largest SDU the peer accepts (what one `send` may carry).
-    public var peerMTU: Int { Int(state?.remoteMTU ?? 0) }
-    public var peerMPS: Int { Int(state?.remoteMPS ?? 0) }
-    public var localMTU: Int { Int(state?.localMTU ?? 0) }
-    public var localMPS: Int { Int(state?.localMPS ?? 0) }
-    public var remoteCID: UInt16 { state?.remoteCID ?? 0 }
+    public var peerMTU: Int { Int(counters?.remoteMTU ?? 0) }
+    public var peerMPS: Int { Int(counters?.remoteMPS ?? 0) }
+    public var localMTU: Int { Int(counters?.localMTU ?? 0) }
+    public var localMPS: Int { Int(counters?.localMPS ?? 0) }
+    public var remoteCID: UInt16 { counters?.remoteCID ?? 0 }
     /// Credits the peer has given us that we have not used.
-    public var sendCredits: Int { state?.sendCredits ?? 0 }
+    public var sendCredits: Int { counters?.sendCredits ?? 0 }
 
     /// True while `send` would accept an SDU.
     public var canSend: Bool {
-        guard isOpen, let s = state else { return false }
+        guard isOpen, let s = counters else { return false }
         return s.queuedOctets < max(sendQueueLimit, Int(s.remoteMTU) + 2)
     }
 
     /// SDU octets `send` still accepts before the queue is full (each SDU also counts its 2-octet length).
     public var sendQueueRoom: Int {
-        guard isOpen, let s = state else { return 0 }
+        guard isOpen, let s = counters else { return 0 }
         return max(0, max(sendQueueLimit, Int(s.remoteMTU) + 2) - s.queuedOctets)
     }
 
@@ -76,8 +79,8 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     /// `onWritable` later) when the queue is full; nothing is queued then.
     @discardableResult
     public func send(_ data: [UInt8]) -> Bool {
-        guard isOpen, !closing, let c = connection, let host = c.host, let s = state else { return false }
-        guard canSend else {
+        guard isOpen, !closing, let c = connection, let host = c.host, let s = c.signaling.credit.counters(of: localCID) else { return false }
+        guard s.queuedOctets < max(sendQueueLimit, Int(s.remoteMTU) + 2) else {
             wantsWritable = true
             return false
         }
@@ -106,7 +109,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     /// `discardingQueued`; `onClose` follows. Nothing more may be sent after `close`.
     public func close(discardingQueued: Bool = false) {
         guard isOpen, let c = connection, let host = c.host else { return }
-        if !discardingQueued, let s = state, s.queuedFrames > 0 {
+        if !discardingQueued, let s = counters, s.queuedFrames > 0 {
             closing = true
             return
         }

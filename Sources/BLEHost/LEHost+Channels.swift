@@ -154,13 +154,13 @@ extension LEHost {
         }
         sendBatch(batch)
         if recyclesSentPackets { fragmentPool.recycle(batch) }
-        if !hasRoomForUnacknowledgedData, let s = ch.state, s.queuedFrames > 0, s.sendCredits > 0,
+        if !hasRoomForUnacknowledgedData, let s = ch.counters, s.queuedFrames > 0, s.sendCredits > 0,
             !channelsWaitingForBuffers.contains(where: { $0 === ch })
         {
             channelsWaitingForBuffers.append(ch)
         }
         if ch.closing {
-            if ch.state?.queuedFrames == 0 { perform(c.signaling.disconnectChannel(ch.localCID), on: c) }
+            if ch.counters?.queuedFrames == 0 { perform(c.signaling.disconnectChannel(ch.localCID), on: c) }
             return
         }
         if ch.wantsWritable, ch.isWritable {

@@ -410,6 +410,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         if loop.isInLoop { handle(packet) } else if transport.deliversOnReaderThread { loop.runWaiting { handle(packet) } } else { loop.execute { [self] in handle(packet) } }
     }
 
+    /// A host counts the buffers Number Of Completed Packets events free, so a run of them can come as one
+    /// (`HCITransportSink.acceptsMergedCompletions`); not while it traces HCI packets, whose log shows each
+    /// event as the controller sent it.
+    public var acceptsMergedCompletions: Bool { !loggers.hciTraces }
+
     public func transportDidClose(error: (any Error)?) {
         loop.execute { [self] in
             guard powerState != .off else { return }

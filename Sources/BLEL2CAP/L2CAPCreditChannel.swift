@@ -163,6 +163,25 @@ public struct L2CAPCreditChannel: Sendable {
     /// K-frames waiting for credits.
     public var queuedFrames: Int { outgoing.count }
 
+    /// The counters a sender checks for every SDU and K-frame, without the queues (copying the channel retains
+    /// and releases each of them).
+    public struct Counters: Sendable, Equatable {
+        public var remoteMTU: UInt16
+        public var remoteMPS: UInt16
+        public var localMTU: UInt16
+        public var localMPS: UInt16
+        public var remoteCID: UInt16
+        public var sendCredits: Int
+        public var queuedOctets: Int
+        public var queuedFrames: Int
+    }
+
+    public var counters: Counters {
+        Counters(
+            remoteMTU: remoteMTU, remoteMPS: remoteMPS, localMTU: localMTU, localMPS: localMPS, remoteCID: remoteCID,
+            sendCredits: sendCredits, queuedOctets: queuedOctets, queuedFrames: outgoing.count)
+    }
+
     /// Takes the next K-frame if a credit allows it.
     public mutating func nextFrame() -> [UInt8]? {
         guard sendCredits > 0, let f = outgoing.popFirst() else { return nil }

@@ -179,6 +179,12 @@ public struct L2CAPCreditChannels: Sendable {
 
     // MARK: Data path
 
+    /// A channel's counters, read in place: `channels[cid]` copies the channel, queues and all.
+    public func counters(of localCID: UInt16) -> L2CAPCreditChannel.Counters? {
+        guard let i = channels.index(forKey: localCID) else { return nil }
+        return channels.values[i].counters
+    }
+
     /// Queues an SDU (at most the peer's MTU) on a channel. False when the channel is unknown.
     @discardableResult
     public mutating func enqueue(_ sdu: [UInt8], on localCID: UInt16) -> Bool {

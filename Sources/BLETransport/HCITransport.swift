@@ -14,6 +14,10 @@ public protocol HCITransportSink: AnyObject, Sendable {
     func transport(didReceivePackets packets: [HCIPacket])
     /// The controller is gone (socket closed, device unplugged, radio removed).
     func transportDidClose(error: (any Error)?)
+    /// True when the sink takes a run of Number Of Completed Packets events for one connection handle, read in
+    /// one go, as one event with their counts added up (a host that only counts freed buffers). False (the
+    /// default) for a sink that must see each event as the controller sent it: a capture, a relay.
+    var acceptsMergedCompletions: Bool { get }
 }
 
 public protocol HCITransport: AnyObject, Sendable {
@@ -56,6 +60,8 @@ extension HCITransportSink {
     public func transport(didReceivePackets packets: [HCIPacket]) {
         for p in packets { transport(didReceive: p) }
     }
+
+    public var acceptsMergedCompletions: Bool { false }
 }
 
 /// Counts kept by a transport that talks to its controller through a file descriptor: the system calls it

@@ -125,6 +125,11 @@ public final class StreamConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether runs of Number Of Completed Packets events for one handle reach the callback as one event
+    /// (`H4Framer.mergesCompletedPackets`; the sink asks for it, see `HCITransportSink.acceptsMergedCompletions`).
+    /// Set before `start`. The packet counts are those the controller sent.
+    public var mergesCompletedPackets = false
+
     /// Whether the reader, having handled a read whose answer it holds, reads again without waiting before it
     /// writes: on unless OCB_STREAM_DRAIN=0. Set before `start`.
     var drainsBeforeAnswering = ProcessInfo.processInfo.environment["OCB_STREAM_DRAIN"] != "0"
@@ -197,6 +202,7 @@ public final class StreamConnection: @unchecked Sendable {
     /// Reads until end of file, an error or `close`; returns the error to report, if any.
     private func readLoop(_ onPackets: ([HCIPacket]) -> Void) -> (any Error)? {
         var framer = H4Framer()
+        framer.mergesCompletedPackets = mergesCompletedPackets
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var packets: [HCIPacket] = []
         var stats = TransportStatistics()
@@ -235,12 +241,13 @@ public final class StreamConnection: @unchecked Sendable {
             buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             packets.removeAll(keepingCapacity: true)
             var framingError: (any Error)?
+            let framedBefore = framer.framedCount
             do {
                 while let p = try framer.nextPacket() { packets.append(p) }
             } catch {
                 framingError = error
             }
-            stats.packetsIn += packets.count
+            stats.packetsIn += framer.framedCount - framedBefore
             stats.bytesIn += n
             let published = stats
             readStatistics.withLock {

@@ -25,16 +25,31 @@ enum SpeedProtocol {
         case ack(last: Bool, sequence: UInt32)
 
         func encode() -> [UInt8] {
-            var w = ByteWriter()
+            var b: [UInt8] = []
+            encode(into: &b)
+            return b
+        }
+
+        /// Octets of the encoded packet.
+        var encodedCount: Int {
             switch self {
-            case .reset: w.write(UInt8(0))
-            case let .sequence(last, seq, ts, size):
-                w.write(UInt8(1)); w.write(UInt8(last ? 1 : 0)); w.write(seq); w.write(ts)
-                w.write(contentsOf: [UInt8](repeating: 0, count: size))
-            case let .ack(last, seq):
-                w.write(UInt8(2)); w.write(UInt8(last ? 1 : 0)); w.write(seq)
+            case .reset: return 1
+            case let .sequence(_, _, _, size): return 10 + size
+            case .ack: return 6
             }
-            return w.bytes
+        }
+
+        /// Appends the packet to `b`: a sender builds its stream in place (no array per packet).
+        func encode(into b: inout [UInt8]) {
+            func put(_ v: UInt32) { b.append(UInt8(v & 0xFF)); b.append(UInt8(v >> 8 & 0xFF)); b.append(UInt8(v >> 16 & 0xFF)); b.append(UInt8(v >> 24)) }
+            switch self {
+            case .reset: b.append(0)
+            case let .sequence(last, seq, ts, size):
+                b.append(1); b.append(last ? 1 : 0); put(seq); put(ts)
+                b.append(contentsOf: repeatElement(0, count: size))
+            case let .ack(last, seq):
+                b.append(2); b.append(last ? 1 : 0); put(seq)
+            }
         }
 
         static func decode(_ b: [UInt8]) -> Packet? {

@@ -48,6 +48,13 @@ enum SpeedL2CAP {
     static func frame(_ packet: [UInt8]) -> [UInt8] {
         [UInt8(packet.count >> 8), UInt8(packet.count & 0xFF)] + packet
     }
+
+    /// Appends `packet`, framed, to a stream.
+    static func append(_ packet: SpeedProtocol.Packet, to stream: inout [UInt8]) {
+        let n = packet.encodedCount
+        stream.append(UInt8(n >> 8)); stream.append(UInt8(n & 0xFF))
+        packet.encode(into: &stream)
+    }
 }
 
 final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, MeteredSpeedPeer, @unchecked Sendable {
@@ -62,8 +69,9 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, Metered
     let done = DispatchSemaphore(value: 0)
     var channel: HostL2CAPChannel?
     var deframer = SpeedL2CAP.Deframer()
-    /// Framed packets not yet handed to the channel.
+    /// Framed packets not yet handed to the channel: from `outgoingHead` on.
     var outgoing: [UInt8] = []
+    var outgoingHead = 0
     /// The protocol's state (BenchSpeedSession.swift), on the loop.
     var session: SpeedSession
     var failure: String?
@@ -173,7 +181,7 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, Metered
 
     /// Queues a packet; it leaves as the channel takes it.
     func send(_ p: SpeedProtocol.Packet) {
-        outgoing += SpeedL2CAP.frame(p.encode())
+        SpeedL2CAP.append(p, to: &outgoing)
         flush()
     }
 
@@ -184,15 +192,24 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, Metered
         let mtu = max(1, ch.peerMTU)
         while true {
             if scenario == .send {
-                while outgoing.count < mtu, let next = session.takeSequence(at: now()) {
-                    outgoing += SpeedL2CAP.frame(next.packet.encode())
+                while outgoing.count - outgoingHead < mtu, let next = session.takeSequence(at: now()) {
+                    SpeedL2CAP.append(next.packet, to: &outgoing)
                     if let note = next.note { say(note) }
                 }
             }
-            if outgoing.isEmpty { return }
-            let n = min(mtu, outgoing.count)
-            guard ch.send(Array(outgoing[0..<n])) else { return }
-            outgoing.removeFirst(n)
+            if outgoingHead == outgoing.count {
+                outgoing.removeAll(keepingCapacity: true)
+                outgoingHead = 0
+                return
+            }
+            let n = min(mtu, outgoing.count - outgoingHead)
+            guard ch.send(Array(outgoing[outgoingHead..<outgoingHead + n])) else { return }
+            outgoingHead += n
+            // What was sent goes once it is most of the buffer (not a move of the rest for every SDU).
+            if outgoingHead >= 4096, outgoingHead * 2 >= outgoing.count {
+                outgoing.removeFirst(outgoingHead)
+                outgoingHead = 0
+            }
         }
     }
 

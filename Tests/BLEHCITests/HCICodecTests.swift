@@ -228,6 +228,50 @@ let allEvents: [HCIEvent] = [
         }
     }
 
+    /// With `mergesCompletedPackets`, a run of one-entry Number Of Completed Packets events for one handle, whole in
+    /// the buffer, is one event with the counts added up; anything else ends the run and comes out as it was sent.
+    /// `framedCount` counts the events the controller sent. Off (the default), every event comes out alone.
+    @Test func aRunOfCompletionsForOneHandleIsOneEventWhenAsked() throws {
+        func done(_ handle: UInt16, _ count: UInt16) -> HCIPacket {
+            HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: handle, count: count)]).encode()
+        }
+        let two = HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 1), CompletedPackets(handle: 0x41, count: 1)]).encode()
+        let data = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [1, 2, 3]).encode()
+        let sent = [done(0x40, 1), done(0x40, 1), done(0x40, 3), data, done(0x40, 2), done(0x41, 1), done(0x41, 1), two, done(0x40, 1), done(0x40, 0xFFFF), done(0x40, 1)]
+        var f = H4Framer()
+        f.mergesCompletedPackets = true
+        f.append(sent.flatMap(\.h4Bytes))
+        var got: [HCIPacket] = []
+        while let p = try f.nextPacket() { got.append(p) }
+        // Merged: the first three (5 packets), the two for 0x41. The one before the data stays alone, as does an
+        // event with two entries, and a count that would pass 0xFFFF starts a new event.
+        #expect(got == [done(0x40, 5), data, done(0x40, 2), done(0x41, 2), two, done(0x40, 1), done(0x40, 0xFFFF), done(0x40, 1)])
+        #expect(f.framedCount == sent.count)
+        // A merged event decodes as the controller's events would: the same handle, the same total.
+        #expect(try HCIEvent.decode(got[0]) == .numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 5)]))
+
+        // An event not yet whole ends the run; it merges with what follows it once it has come.
+        var g = H4Framer()
+        g.mergesCompletedPackets = true
+        let bytes = [done(0x40, 1), done(0x40, 1), done(0x40, 1)].flatMap(\.h4Bytes)
+        g.append(bytes[..<20])
+        var h: [HCIPacket] = []
+        while let p = try g.nextPacket() { h.append(p) }
+        #expect(h == [done(0x40, 2)])
+        g.append(bytes[20...] + done(0x40, 4).h4Bytes)
+        while let p = try g.nextPacket() { h.append(p) }
+        #expect(h == [done(0x40, 2), done(0x40, 5)])
+        #expect(g.framedCount == 4)
+
+        // Off: each event as it was sent.
+        var off = H4Framer()
+        off.append(sent.flatMap(\.h4Bytes))
+        var all: [HCIPacket] = []
+        while let p = try off.nextPacket() { all.append(p) }
+        #expect(all == sent)
+        #expect(off.framedCount == sent.count)
+    }
+
     /// A small event equal to the last one shares its bytes (rootcanal sends 20 identical completion events a
     /// connection event): the same storage, no allocation; any other packet gets bytes of its own, and every
     /// packet still reads as what the controller sent.

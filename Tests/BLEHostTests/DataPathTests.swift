@@ -52,4 +52,11 @@ import BLEVirtualRadio
         #expect(!LEHost(transport: air.addController(), loop: loop).recyclesSentPackets)
         #expect(!LEHost(transport: ScriptedController(label: "s", loop: loop), loop: loop).recyclesSentPackets)
     }
+
+    /// A host takes a run of completion events as one (it only counts the buffers they free); the transport
+    /// merges them only for a sink that asks (BLETransportTests.StreamCoalescingTests).
+    @Test func aHostTakesMergedCompletions() {
+        let loop = EventLoop(label: "merge.test", clock: .virtual)
+        #expect(LEHost(transport: StreamTransport.tcpClient(host: "127.0.0.1", port: 9), loop: loop).acceptsMergedCompletions)
+    }
 }

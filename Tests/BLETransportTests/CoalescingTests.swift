@@ -113,6 +113,58 @@ import BLEHCI
     static let event = HCIEvent.commandComplete(numHCICommandPackets: 1, opcode: .reset, returnParameters: [0]).encode()
     static func acl(_ n: Int) -> HCIPacket { ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: Array(repeating: UInt8(n), count: 20 + n)).encode() }
 
+    /// A sink that may ask for merged completion events, and keeps what it gets.
+    final class CompletionSink: HCITransportSink, @unchecked Sendable {
+        let accepts: Bool
+        let got = Batches()
+        init(accepts: Bool) { self.accepts = accepts }
+        var acceptsMergedCompletions: Bool { accepts }
+        func transport(didReceive packet: HCIPacket) { got.lock.withLock { got.batches.append([packet]) } }
+        func transport(didReceivePackets packets: [HCIPacket]) { got.lock.withLock { got.batches.append(packets) } }
+        func transportDidClose(error: (any Error)?) {}
+    }
+
+    /// A stream transport merges a run of completion events for one handle only for a sink that asks for it (a
+    /// host); a capture in between sees, and records, every event as the controller sent it. Either way the
+    /// statistics count the packets the controller sent.
+    @Test func completionsAreMergedOnlyForASinkThatAsks() async throws {
+        func done(_ count: UInt16, _ handle: UInt16 = 0x40) -> HCIPacket {
+            HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: handle, count: count)]).encode()
+        }
+        let sent = Array(repeating: done(1), count: 20) + [Self.acl(1)] + Array(repeating: done(1), count: 3) + [done(1, 0x41)]
+        let capture = NSTemporaryDirectory() + "ocb-merge-\(UUID().uuidString).btsnoop"
+        defer { try? FileManager.default.removeItem(atPath: capture) }
+        for snooped in [false, true] {
+            var fds: [Int32] = [0, 0]
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+            defer { Glibc.close(fds[1]) }
+            // Written before the transport reads: its first read takes everything.
+            writeAll(fds[1], sent.flatMap(\.h4Bytes))
+            let ours = fds[0]
+            let stream = StreamTransport(name: "pair") { (ours, false) }
+            let transport: any HCITransport = snooped ? SnoopingTransport(stream, writer: try BTSnoopWriter(path: capture)) : stream
+            let sink = CompletionSink(accepts: true)
+            try transport.open(sink: sink)
+            defer { transport.close() }
+            let expected = snooped ? sent : [done(20), Self.acl(1), done(3), done(1, 0x41)]
+            let deadline = Date().addingTimeInterval(120)
+            while sink.got.all.count < expected.count && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+            #expect(sink.got.all == expected, "snooped: \(snooped)")
+            #expect(stream.statistics?.packetsIn == sent.count)
+            if snooped {
+                (transport as? SnoopingTransport)?.writer.close()
+                #expect(try BTSnoopReader.read(path: capture).map(\.packet) == sent)
+            }
+        }
+        // The sink that does not ask (the default) gets every event too.
+        #expect(!StreamCoalescingTests.NullSink().acceptsMergedCompletions)
+    }
+
+    final class NullSink: HCITransportSink, @unchecked Sendable {
+        func transport(didReceive packet: HCIPacket) {}
+        func transportDidClose(error: (any Error)?) {}
+    }
+
     @Test func oneReadDeliversEveryPacketItHoldsInOneBatch() async throws {
         let (ours, peer) = pair()
         defer { ours.close(); Glibc.close(peer) }
