@@ -40,6 +40,22 @@ public struct HCIPacket: Sendable, Equatable {
     }
 }
 
+extension HCIPacket {
+    /// Adds the Number Of Completed Packets event `next` (parameters as received) to this one, when both have one
+    /// entry, for the same handle, and the counts add up to at most 0xFFFF (see `H4Framer.mergesCompletedPackets`):
+    /// a transport whose packets come one to a message merges them this way. False (nothing changed) otherwise.
+    public mutating func addCompletions(of next: UnsafeRawBufferPointer) -> Bool {
+        guard type == .event, bytes.count == 7, next.count == 7, bytes[0] == 0x13, bytes[1] == 5, bytes[2] == 1,
+            next[0] == 0x13, next[1] == 5, next[2] == 1, next[3] == bytes[3], next[4] == bytes[4]
+        else { return false }
+        let sum = (Int(bytes[5]) | Int(bytes[6]) << 8) + (Int(next[5]) | Int(next[6]) << 8)
+        guard sum <= 0xFFFF else { return false }
+        bytes[5] = UInt8(sum & 0xFF)
+        bytes[6] = UInt8(sum >> 8)
+        return true
+    }
+}
+
 /// Packet arrays that their last user let go, kept to carry the next packets: a transport's reader and a host's
 /// fragmenter each make one per packet, and give the arrays back once the packets are handled or written. A
 /// packet array from the pool costs no allocation and, given back, no free (together about 450 instructions a

@@ -220,6 +220,9 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
             var pool = HCIPacketBufferPool()
             var packets: [HCIPacket] = []
             packets.reserveCapacity(receiver.slots)
+            // Completion events for one handle in a row, one to a message, reach a host as one (see
+            // `HCITransportSink.acceptsMergedCompletions`).
+            let mergesCompletions = sink.acceptsMergedCompletions
             // After a read that filled every slot, more is likely waiting: read again before sleeping in poll.
             var full = false
             var tally = ReadTally()
@@ -261,10 +264,13 @@ public final class HCISocketTransport: HCITransport, @unchecked Sendable {
                         continue
                     }
                     tally.counts.bytesIn += m.count
+                    tally.counts.packetsIn += 1
                     let body = UnsafeRawBufferPointer(rebasing: m[1...])
+                    if mergesCompletions, type == .event, !packets.isEmpty, packets[packets.count - 1].addCompletions(of: body) {
+                        continue
+                    }
                     packets.append(HCIPacket(type: type, bytes: pool.make(count: body.count) { $0.copyMemory(from: body) }))
                 }
-                tally.counts.packetsIn += packets.count
                 publish(&tally)
                 if !packets.isEmpty {
                     sink.transport(didReceivePackets: packets)

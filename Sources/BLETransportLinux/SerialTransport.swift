@@ -133,7 +133,10 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
 
     private func readLoop(fd: Int32, generation: Int, sink: any HCITransportSink) {
         var framer = H4Framer(synchronizesOnReset: true)
+        framer.mergesCompletedPackets = sink.acceptsMergedCompletions
         var buffer = [UInt8](repeating: 0, count: 4096)
+        // The packets of one read, handed over together (a host handles them in one hop onto its loop).
+        var packets: [HCIPacket] = []
         var closeError: (any Error)?
         func current() -> Bool { state.withLock { $0.generation == generation && $0.fd == fd } }
         loop: while current() {
@@ -155,14 +158,22 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
                 break
             }
             framer.append(buffer[0..<n])
+            packets.removeAll(keepingCapacity: true)
+            var framingError: (any Error)?
             do {
-                while let p = try framer.nextPacket() {
-                    guard current() else { break loop }
-                    sink.transport(didReceive: p)
-                    framer.recycle(p)
-                }
+                while let p = try framer.nextPacket() { packets.append(p) }
             } catch {
-                closeError = TransportError.io("serial \(path): \(error); the port is opened again to resynchronise")
+                framingError = error
+            }
+            // What came before a framing error is delivered first, as it arrived.
+            if !packets.isEmpty {
+                guard current() else { break loop }
+                sink.transport(didReceivePackets: packets)
+                framer.recycle(packets)
+                packets.removeAll(keepingCapacity: true)
+            }
+            if let framingError {
+                closeError = TransportError.io("serial \(path): \(framingError); the port is opened again to resynchronise")
                 break
             }
             if !framer.awaitingSynchronization || framer.discardedCount > 0 {

@@ -40,7 +40,7 @@ private func numbered(_ fd: Int32, atLeast least: Int32) -> Int32 {
 
 /// A new pseudo-terminal: the master's descriptor and the terminal's path. (Swift's Glibc module declares neither
 /// unlockpt nor ptsname_r: they are looked up in the C library.)
-private func pseudoTerminal() throws -> (Int32, String) {
+func pseudoTerminal() throws -> (Int32, String) {
     typealias Unlock = @convention(c) (Int32) -> Int32
     typealias Name = @convention(c) (Int32, UnsafeMutablePointer<CChar>, Int) -> Int32
     let unlock = unsafeBitCast(try #require(dlsym(nil, "unlockpt")), to: Unlock.self)

@@ -101,6 +101,28 @@ struct HCISocketBatchTests {
         #expect(stats.other == 1)
     }
 
+    /// Completion events for one handle, one to a message, reach a host (a sink that asks) as one event per run
+    /// within a read, counts added up; any other packet, or another handle, ends the run. The statistics count the
+    /// controller's packets. A sink that does not ask gets every event as it came (`whatTheSocketHoldsArrivesInBatchesInOrder`).
+    @Test func aRunOfCompletionsReachesAHostAsOneEvent() throws {
+        let (ours, kernel) = try seqpacketPair()
+        defer { close(kernel) }
+        func done(_ handle: UInt8, _ count: UInt8) -> HCIPacket { HCIPacket(type: .event, bytes: [0x13, 0x05, 0x01, handle, 0x00, count, 0x00]) }
+        let data = HCIPacket(type: .acl, bytes: [0x40, 0x20, 0x02, 0x00, 0x01, 0x02])
+        let sent = [done(0x40, 1), done(0x40, 2), done(0x40, 1), data, done(0x40, 1), done(0x41, 1), done(0x41, 3)]
+        for p in sent {
+            let b = p.h4Bytes
+            #expect(send(kernel, b, b.count, 0) == b.count)
+        }
+        let sink = StreamCoalescingTests.CompletionSink(accepts: true)
+        let transport = HCISocketTransport(index: 0) { ours }
+        try transport.open(sink: sink)
+        defer { transport.close() }
+        try waitSync("the packets") { sink.got.all.last == done(0x41, 4) }
+        #expect(sink.got.all == [done(0x40, 4), data, done(0x40, 1), done(0x41, 4)])
+        #expect(transport.statistics?.packetsIn == sent.count)
+    }
+
     /// A batch leaves packet by packet, each a message of its own on the socket, byte for byte, and each its own
     /// system call (see the header: a sendmmsg would lose all but the last packet of each batch on a real adapter).
     @Test func aBatchLeavesAPacketAMessageEachItsOwnCall() throws {

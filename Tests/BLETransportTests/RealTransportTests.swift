@@ -122,6 +122,41 @@ func roundTrip(over transport: any HCITransport, to address: BluetoothAddress, r
         #expect(try roundTrip(over: StreamTransport.serial(path: link, baud: 1_000_000), to: address, read: handle) == [0x01, 0x02, 0x03])
     }
 
+    /// A serial port hands over everything one read held in one batch, with a run of completion events merged for a
+    /// sink that asks (a host) and kept apart for one that does not (a capture), as a stream socket does.
+    @Test func serialDeliversAReadAsOneBatchAndMergesCompletionsOnlyWhenAsked() throws {
+        let reset = HCIEvent.commandComplete(numHCICommandPackets: 1, opcode: .reset, returnParameters: [0]).encode()
+        let done = HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 1)]).encode()
+        let data = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [1, 2, 3]).encode()
+        let sent = [reset] + Array(repeating: done, count: 20) + [data]
+        for accepts in [true, false] {
+            let (master, path) = try pseudoTerminal()
+            defer { close(master) }
+            let sink = StreamCoalescingTests.CompletionSink(accepts: accepts)
+            let serial = StreamTransport.serial(path: path, baud: 115_200)
+            try serial.open(sink: sink)
+            defer { serial.close() }
+            let bytes = sent.flatMap(\.h4Bytes)
+            #expect(bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) } == bytes.count)
+            try waitSync("packets", seconds: 60) { sink.got.all.last == data }
+            let got = sink.got.all
+            let batches = sink.got.lock.withLock { sink.got.batches.count }
+            // A pseudo-terminal passes the write on in one piece or a few: a batch per read, not per packet.
+            #expect(batches < sent.count, "accepts: \(accepts)")
+            if accepts {
+                // Every completion counted once, in as many events as reads carried them (one, most often).
+                let counts = got.compactMap { p -> Int? in
+                    guard case let .numberOfCompletedPackets(entries)? = try? HCIEvent.decode(p) else { return nil }
+                    return entries.reduce(0) { $0 + Int($1.count) }
+                }
+                #expect(counts.reduce(0, +) == 20 && counts.count <= batches)
+                #expect(got.first == reset && got.count == counts.count + 2)
+            } else {
+                #expect(got == sent)
+            }
+        }
+    }
+
     @Test func serialRejectsWhatIsNotATerminal() {
         #expect(throws: TransportError.self) { try SerialPort.open(path: "/dev/null", baud: 115200) }
         #expect(throws: TransportError.self) { try SerialPort.open(path: "/nonexistent/tty", baud: 115200) }
