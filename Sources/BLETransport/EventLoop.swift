@@ -21,6 +21,9 @@ import Synchronization
 
 /// What runs at the end of the loop turn in progress on this thread.
 public final class LoopTurn {
+    /// The turn's first hook (most turns have at most one: a transport's flush), then the others in order. The
+    /// first apart: an array of closures emptied every turn cost more than the write it schedules.
+    fileprivate var firstHook: (() -> Void)?
     fileprivate var hooks: [() -> Void] = []
 
     private static let key: pthread_key_t = {
@@ -40,7 +43,7 @@ public final class LoopTurn {
     /// loop turn: the caller then does the work at once.
     public static func atEnd(_ hook: @escaping () -> Void) -> Bool {
         guard let turn = current else { return false }
-        turn.hooks.append(hook)
+        if turn.firstHook == nil && turn.hooks.isEmpty { turn.firstHook = hook } else { turn.hooks.append(hook) }
         return true
     }
 
@@ -53,9 +56,16 @@ public final class LoopTurn {
 
     private var spareHooks: [() -> Void] = []
 
-    /// Runs the hooks, and those they add, reusing two arrays (no allocation per turn).
+    /// Runs the hooks in the order they were added, and those they add after them, reusing two arrays (no
+    /// allocation per turn). `firstHook` is set only while `hooks` is empty, so it is never younger than a hook
+    /// waiting there.
     private func runHooks() {
-        while !hooks.isEmpty {
+        while !hooks.isEmpty || firstHook != nil {
+            if let first = firstHook {
+                firstHook = nil
+                first()
+                continue
+            }
             var batch = spareHooks
             spareHooks = []
             swap(&batch, &hooks)
@@ -72,7 +82,7 @@ public final class LoopTurn {
         if outer == me { return try body() }
         pthread_setspecific(Self.key, me)
         defer {
-            if !hooks.isEmpty { runHooks() }
+            if firstHook != nil || !hooks.isEmpty { runHooks() }
             pthread_setspecific(Self.key, outer)
         }
         return try body()

@@ -239,7 +239,6 @@ public final class StreamConnection: @unchecked Sendable {
                 if n == 0 { return nil }
             }
             buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            packets.removeAll(keepingCapacity: true)
             var framingError: (any Error)?
             let framedBefore = framer.framedCount
             do {

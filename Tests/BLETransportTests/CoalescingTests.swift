@@ -28,6 +28,21 @@ import BLEHCI
         }
         #expect(log.items == ["work", "end 1", "end 2", "third added", "end 3"])
         #expect(!LoopTurn.inProgress)
+        // Hooks run in the order they were added; those a hook adds run after every hook added before them.
+        log.lock.withLock { log.items.removeAll() }
+        loop.sync {
+            _ = LoopTurn.atEnd {
+                note("a")
+                _ = LoopTurn.atEnd { note("a1") }
+                _ = LoopTurn.atEnd { note("a2") }
+            }
+            _ = LoopTurn.atEnd {
+                note("b")
+                _ = LoopTurn.atEnd { note("b1") }
+            }
+        }
+        loop.sync { _ = LoopTurn.atEnd { note("alone") } }
+        #expect(log.items == ["a", "b", "a1", "a2", "b1", "alone"])
 
         // Work submitted with execute, timers and runWaiting are turns too.
         let done = DispatchSemaphore(value: 0)
