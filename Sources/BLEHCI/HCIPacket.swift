@@ -158,6 +158,12 @@ public struct H4Framer: Sendable {
     /// its host a packet to frame, hand over and handle for each. Off by default: a capture or a relay must see
     /// the events as they were sent. `framedCount` still counts every event.
     public var mergesCompletedPackets = false
+    /// Whether the ACL continuation fragments (Packet_Boundary_Flag 01, Vol 4 Part E §5.4.2) that follow an ACL packet
+    /// for the same handle, each whole in the buffer, come out as part of it: one packet with its header, the Data_Total_Length
+    /// covering them all (at most 0xFFFF octets). The L2CAP frame a controller cuts into 27-octet fragments (39 for a
+    /// 1 KB K-frame) then costs its host one packet instead of one each. Off by default: only a host that
+    /// recombines, and does not count ACL packets for controller-to-host flow control, may ask for it.
+    public var mergesACLContinuations = false
     /// Packets taken from the stream so far (each merged event counts as the events it stands for).
     public private(set) var framedCount = 0
     /// True until the Reset answer was found (only with `synchronizesOnReset`).
@@ -286,6 +292,9 @@ public struct H4Framer: Sendable {
         if mergesCompletedPackets && type == .event, let merged = mergedCompletions(at: h, total: total) {
             return merged
         }
+        if mergesACLContinuations && type == .acl, let merged = mergedContinuations(at: h, total: total) {
+            return merged
+        }
         let packet: HCIPacket
         if type == .event && total <= Self.sharedEventLimit {
             // Controllers repeat small events byte for byte: rootcanal reports every packet the air carried in a
@@ -318,6 +327,50 @@ public struct H4Framer: Sendable {
             buffer.removeFirst(start)
             start = 0
         }
+    }
+
+    /// The ACL packet at `h` (its header) and the continuations right after it (see `mergesACLContinuations`) as
+    /// one packet; nil when no continuation follows whole.
+    private mutating func mergedContinuations(at h: Int, total: Int) -> HCIPacket? {
+        let handleLow = buffer[h]
+        // The high four bits of the handle and the Broadcast_Flag must match; the Packet_Boundary_Flag must be 01.
+        let expected = buffer[h + 1] & 0xCF | 0x10
+        var length = total - 4
+        var next = h + total
+        var packets = 1
+        let limit = min(0xFFFF, maxPacketSize - 4)
+        buffer.withUnsafeBufferPointer { b in
+            // 02 handle(2) length(2) data: the H4 indicator and the next packet, whole.
+            while next + 5 <= b.count, b[next] == 0x02, b[next + 1] == handleLow, b[next + 2] == expected {
+                let n = Int(b[next + 3]) | Int(b[next + 4]) << 8
+                guard next + 5 + n <= b.count, length + n <= limit else { break }
+                length += n
+                next += 5 + n
+                packets += 1
+            }
+        }
+        guard packets > 1 else { return nil }
+        let end = next
+        let bytes = buffer.withUnsafeBytes { src in
+            pool.make(count: 4 + length) { out in
+                out[0] = src[h]
+                out[1] = src[h + 1]
+                out[2] = UInt8(length & 0xFF)
+                out[3] = UInt8(length >> 8)
+                var o = 4
+                var from = h + 4, to = h + total
+                while true {
+                    let n = to - from
+                    UnsafeMutableRawBufferPointer(rebasing: out[o..<o + n]).copyMemory(from: UnsafeRawBufferPointer(rebasing: src[from..<to]))
+                    o += n
+                    guard to < end else { break }
+                    from = to + 5
+                    to = from + (Int(src[to + 3]) | Int(src[to + 4]) << 8)
+                }
+            }
+        }
+        consumed(upTo: end, packets: packets)
+        return HCIPacket(type: .acl, bytes: bytes)
     }
 
     /// The event at `h` (its code) and the Number Of Completed Packets events right after it, as one event, when

@@ -117,7 +117,14 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     }()
     /// The controller holds ACL data for us beyond `hostBuffers.totalNumACLDataPackets` unacknowledged
     /// packets, and the host acknowledges each packet it has finished with (LEHost+FlowControl.swift).
-    @exclusivity(unchecked) public internal(set) var controllerToHostFlowControl = false
+    @exclusivity(unchecked) public internal(set) var controllerToHostFlowControl = false {
+        didSet { updateACLMergeability() }
+    }
+    /// `acceptsMergedACLContinuations`, kept where the transport's reader thread can read it.
+    let aclContinuationsMergeable = Atomic<Bool>(false)
+    func updateACLMergeability() {
+        aclContinuationsMergeable.store(!loggers.hciTraces && !controllerToHostFlowControl, ordering: .relaxed)
+    }
     /// The buffers announced with Host Buffer Size (`LEHost.hostACLBuffers` unless a test wants fewer or smaller).
     public var announcedHostBuffers = LEHost.hostACLBuffers
     /// The links with finished ACL packets not yet reported with Host Number Of Completed Packets (loop only).
@@ -307,6 +314,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         loop.cancel(reconnectTimer)
         reconnectTimer = nil
         setPowerState(.starting)
+        updateACLMergeability()
         do {
             try transport.open(sink: self)
             controllerAccessDenied = false
@@ -414,6 +422,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// (`HCITransportSink.acceptsMergedCompletions`); not while it traces HCI packets, whose log shows each
     /// event as the controller sent it.
     public var acceptsMergedCompletions: Bool { !loggers.hciTraces }
+
+    /// A host recombines L2CAP frames from ACL fragments as they come, so the continuations of a packet can come in
+    /// it (`HCITransportSink.acceptsMergedACLContinuations`); not while it reports each ACL packet back to the
+    /// controller (controller-to-host flow control counts packets), nor while it traces HCI packets.
+    public var acceptsMergedACLContinuations: Bool { aclContinuationsMergeable.load(ordering: .relaxed) }
 
     public func transportDidClose(error: (any Error)?) {
         loop.execute { [self] in

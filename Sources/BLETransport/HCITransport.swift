@@ -18,6 +18,12 @@ public protocol HCITransportSink: AnyObject, Sendable {
     /// one go, as one event with their counts added up (a host that only counts freed buffers). False (the
     /// default) for a sink that must see each event as the controller sent it: a capture, a relay.
     var acceptsMergedCompletions: Bool { get }
+    /// True when the sink takes ACL continuation fragments for one handle that follow a packet in the same read as
+    /// part of that packet (its header, the length covering them all): a host that recombines L2CAP frames and
+    /// does not report each ACL packet back to the controller (controller-to-host flow control). Asked before each
+    /// read, from the transport's reader thread. False (the default) for a sink that must see each packet as the
+    /// controller sent it.
+    var acceptsMergedACLContinuations: Bool { get }
 }
 
 public protocol HCITransport: AnyObject, Sendable {
@@ -62,6 +68,7 @@ extension HCITransportSink {
     }
 
     public var acceptsMergedCompletions: Bool { false }
+    public var acceptsMergedACLContinuations: Bool { false }
 }
 
 /// Counts kept by a transport that talks to its controller through a file descriptor: the system calls it

@@ -129,6 +129,9 @@ public final class StreamConnection: @unchecked Sendable {
     /// (`H4Framer.mergesCompletedPackets`; the sink asks for it, see `HCITransportSink.acceptsMergedCompletions`).
     /// Set before `start`. The packet counts are those the controller sent.
     public var mergesCompletedPackets = false
+    /// Asked before each read: whether ACL continuations may reach the callback in the packet before them
+    /// (`H4Framer.mergesACLContinuations`; see `HCITransportSink.acceptsMergedACLContinuations`). Set before `start`.
+    public var mergesACLContinuations: (@Sendable () -> Bool)?
 
     /// Whether the reader, having handled a read whose answer it holds, reads again without waiting before it
     /// writes: on unless OCB_STREAM_DRAIN=0. Set before `start`.
@@ -239,6 +242,7 @@ public final class StreamConnection: @unchecked Sendable {
                 if n == 0 { return nil }
             }
             buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            if let mergesACL = mergesACLContinuations { framer.mergesACLContinuations = mergesACL() }
             var framingError: (any Error)?
             let framedBefore = framer.framedCount
             do {

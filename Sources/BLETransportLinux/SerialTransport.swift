@@ -158,6 +158,7 @@ public final class SerialTransport: HCITransport, @unchecked Sendable {
                 break
             }
             framer.append(buffer[0..<n])
+            framer.mergesACLContinuations = sink.acceptsMergedACLContinuations
             packets.removeAll(keepingCapacity: true)
             var framingError: (any Error)?
             do {

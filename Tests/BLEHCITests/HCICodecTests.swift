@@ -272,6 +272,53 @@ let allEvents: [HCIEvent] = [
         #expect(off.framedCount == sent.count)
     }
 
+    /// With `mergesACLContinuations`, the continuation fragments (boundary 01) that follow an ACL packet for the same
+    /// handle, whole in the buffer, come out in it: its header, the length of all their data. A start fragment,
+    /// another handle, another packet type or a fragment not yet whole ends the run; `framedCount` counts every
+    /// fragment. Recombined, the frames are those the fragments carry.
+    @Test func continuationsComeInThePacketBeforeThemWhenAsked() throws {
+        func fragment(_ handle: UInt16, _ boundary: ACLPacketBoundary, _ data: [UInt8]) -> HCIPacket {
+            ACLPacket(handle: handle, boundary: boundary, data: data).encode()
+        }
+        // An L2CAP basic frame (length, channel 0x0040, payload) cut into 27-octet fragments, as rootcanal does.
+        let frame: [UInt8] = [100, 0, 0x40, 0] + (0..<100).map { UInt8($0) }
+        let pieces = stride(from: 0, to: frame.count, by: 27).map { Array(frame[$0..<min(frame.count, $0 + 27)]) }
+        let first = fragment(0x40, .firstNonFlushable, pieces[0])
+        let rest = pieces.dropFirst().map { fragment(0x40, .continuing, $0) }
+        let other = fragment(0x41, .continuing, [9, 9])
+        let done = HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 1)]).encode()
+        let sent = [first] + rest + [other, fragment(0x40, .continuing, [7]), done, fragment(0x40, .continuing, [8]), fragment(0x40, .firstNonFlushable, [1, 2, 3, 4]), fragment(0x40, .continuing, [5])]
+        var f = H4Framer()
+        f.mergesACLContinuations = true
+        f.append(sent.flatMap(\.h4Bytes))
+        var got: [HCIPacket] = []
+        while let p = try f.nextPacket() { got.append(p) }
+        #expect(got == [fragment(0x40, .firstNonFlushable, frame), other, fragment(0x40, .continuing, [7]), done, fragment(0x40, .continuing, [8]), fragment(0x40, .firstNonFlushable, [1, 2, 3, 4, 5])])
+        #expect(f.framedCount == sent.count)
+
+        // A fragment not yet whole ends the run; it and what follows it make the next packet.
+        var g = H4Framer()
+        g.mergesACLContinuations = true
+        let bytes = ([first] + rest).flatMap(\.h4Bytes)
+        let cut = first.h4Bytes.count + rest[0].h4Bytes.count + 3
+        g.append(bytes[..<cut])
+        var h: [HCIPacket] = []
+        while let p = try g.nextPacket() { h.append(p) }
+        #expect(h == [fragment(0x40, .firstNonFlushable, pieces[0] + pieces[1])])
+        g.append(bytes[cut...])
+        while let p = try g.nextPacket() { h.append(p) }
+        #expect(h == [fragment(0x40, .firstNonFlushable, pieces[0] + pieces[1]), fragment(0x40, .continuing, Array(pieces[2...].joined()))])
+        // Their data, in order, is the frame.
+        #expect(try h.flatMap { try ACLPacket.decode($0).data } == frame)
+
+        // Off (the default): every fragment as it was sent.
+        var off = H4Framer()
+        off.append(sent.flatMap(\.h4Bytes))
+        var all: [HCIPacket] = []
+        while let p = try off.nextPacket() { all.append(p) }
+        #expect(all == sent)
+    }
+
     /// A small event equal to the last one shares its bytes (rootcanal sends 20 identical completion events a
     /// connection event): the same storage, no allocation; any other packet gets bytes of its own, and every
     /// packet still reads as what the controller sent.

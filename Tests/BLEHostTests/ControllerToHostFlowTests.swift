@@ -152,6 +152,8 @@ final class GatedPair: @unchecked Sendable {
         #expect(hbs < on)
         #expect(t.air.loop.sync { t.peripheral.controllerToHostFlowControl && t.peripheral.controllerInfo?.controllerToHostFlowControl == true })
         #expect(t.air.loop.sync { t.peripheralController.hostFlowStatus.enabled && t.peripheralController.hostFlowStatus.hostBuffers == 64 })
+        // Each ACL packet is reported back: a transport must hand them over as the controller sent them.
+        #expect(!t.peripheral.acceptsMergedACLContinuations)
     }
 
     /// The motivating case (issue 27, run 2): a peer floods a peripheral whose host has fallen behind.
@@ -249,6 +251,8 @@ final class GatedPair: @unchecked Sendable {
         let t = try GatedPair(peripheralSupportsFlowControl: false)
         #expect(!t.gate.commands.contains { [.hostBufferSize, .setControllerToHostFlowControl, .hostNumberOfCompletedPackets].contains($0.opcode) })
         #expect(t.air.loop.sync { !t.peripheral.controllerToHostFlowControl })
+        // Without flow control the host only recombines: continuations may come in the packet before them.
+        #expect(t.peripheral.acceptsMergedACLContinuations)
         #expect(t.flood(from: 0, to: 500) == 500)
         t.air.loop.advance(by: .milliseconds(100))
         #expect(t.received == Array(0..<500))

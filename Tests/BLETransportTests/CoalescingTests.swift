@@ -134,19 +134,21 @@ import BLEHCI
         let got = Batches()
         init(accepts: Bool) { self.accepts = accepts }
         var acceptsMergedCompletions: Bool { accepts }
+        var acceptsMergedACLContinuations: Bool { accepts }
         func transport(didReceive packet: HCIPacket) { got.lock.withLock { got.batches.append([packet]) } }
         func transport(didReceivePackets packets: [HCIPacket]) { got.lock.withLock { got.batches.append(packets) } }
         func transportDidClose(error: (any Error)?) {}
     }
 
-    /// A stream transport merges a run of completion events for one handle only for a sink that asks for it (a
-    /// host); a capture in between sees, and records, every event as the controller sent it. Either way the
-    /// statistics count the packets the controller sent.
+    /// A stream transport merges a run of completion events for one handle, and the ACL continuations that follow a
+    /// packet, only for a sink that asks for it (a host); a capture in between sees, and records, every packet as the
+    /// controller sent it. Either way the statistics count the packets the controller sent.
     @Test func completionsAreMergedOnlyForASinkThatAsks() async throws {
         func done(_ count: UInt16, _ handle: UInt16 = 0x40) -> HCIPacket {
             HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: handle, count: count)]).encode()
         }
-        let sent = Array(repeating: done(1), count: 20) + [Self.acl(1)] + Array(repeating: done(1), count: 3) + [done(1, 0x41)]
+        let continuation = ACLPacket(handle: 0x40, boundary: .continuing, data: [0xC0, 0xC1]).encode()
+        let sent = Array(repeating: done(1), count: 20) + [Self.acl(1), continuation, continuation] + Array(repeating: done(1), count: 3) + [done(1, 0x41)]
         let capture = NSTemporaryDirectory() + "ocb-merge-\(UUID().uuidString).btsnoop"
         defer { try? FileManager.default.removeItem(atPath: capture) }
         for snooped in [false, true] {
@@ -161,7 +163,8 @@ import BLEHCI
             let sink = CompletionSink(accepts: true)
             try transport.open(sink: sink)
             defer { transport.close() }
-            let expected = snooped ? sent : [done(20), Self.acl(1), done(3), done(1, 0x41)]
+            let merged = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: Array(repeating: 1, count: 21) + [0xC0, 0xC1, 0xC0, 0xC1]).encode()
+            let expected = snooped ? sent : [done(20), merged, done(3), done(1, 0x41)]
             let deadline = Date().addingTimeInterval(120)
             while sink.got.all.count < expected.count && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
             #expect(sink.got.all == expected, "snooped: \(snooped)")
@@ -171,8 +174,8 @@ import BLEHCI
                 #expect(try BTSnoopReader.read(path: capture).map(\.packet) == sent)
             }
         }
-        // The sink that does not ask (the default) gets every event too.
-        #expect(!StreamCoalescingTests.NullSink().acceptsMergedCompletions)
+        // A sink that does not say (the default) asks for neither.
+        #expect(!StreamCoalescingTests.NullSink().acceptsMergedCompletions && !StreamCoalescingTests.NullSink().acceptsMergedACLContinuations)
     }
 
     final class NullSink: HCITransportSink, @unchecked Sendable {
