@@ -287,13 +287,20 @@ let allEvents: [HCIEvent] = [
         let rest = pieces.dropFirst().map { fragment(0x40, .continuing, $0) }
         let other = fragment(0x41, .continuing, [9, 9])
         let done = HCIEvent.numberOfCompletedPackets([CompletedPackets(handle: 0x40, count: 1)]).encode()
-        let sent = [first] + rest + [other, fragment(0x40, .continuing, [7]), done, fragment(0x40, .continuing, [8]), fragment(0x40, .firstNonFlushable, [1, 2, 3, 4]), fragment(0x40, .continuing, [5])]
+        let sent =
+            [first] + rest + [
+                other, fragment(0x40, .continuing, [7]), done, fragment(0x40, .continuing, [8]), fragment(0x40, .firstNonFlushable, [1, 2, 3, 4]), fragment(0x40, .continuing, [5]),
+            ]
         var f = H4Framer()
         f.mergesACLContinuations = true
         f.append(sent.flatMap(\.h4Bytes))
         var got: [HCIPacket] = []
         while let p = try f.nextPacket() { got.append(p) }
-        #expect(got == [fragment(0x40, .firstNonFlushable, frame), other, fragment(0x40, .continuing, [7]), done, fragment(0x40, .continuing, [8]), fragment(0x40, .firstNonFlushable, [1, 2, 3, 4, 5])])
+        #expect(
+            got == [
+                fragment(0x40, .firstNonFlushable, frame), other, fragment(0x40, .continuing, [7]), done, fragment(0x40, .continuing, [8]),
+                fragment(0x40, .firstNonFlushable, [1, 2, 3, 4, 5]),
+            ])
         #expect(f.framedCount == sent.count)
 
         // A fragment not yet whole ends the run; it and what follows it make the next packet.
