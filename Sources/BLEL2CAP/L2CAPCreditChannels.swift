@@ -195,8 +195,14 @@ public struct L2CAPCreditChannels: Sendable {
 
     /// The next K-frame a credit lets go, with the peer's CID to send it to.
     public mutating func nextFrame(on localCID: UInt16) -> (remoteCID: UInt16, payload: [UInt8])? {
-        guard let remote = channels[localCID]?.remoteCID, let f = channels[localCID]!.nextFrame() else { return nil }
-        return (remote, f)
+        // One lookup, and the channel taken from in place (`channels[cid]?.remoteCID` copied it, queues and all).
+        guard let i = channels.index(forKey: localCID) else { return nil }
+        return Self.nextFrame(of: &channels.values[i])
+    }
+
+    private static func nextFrame(of channel: inout L2CAPCreditChannel) -> (remoteCID: UInt16, payload: [UInt8])? {
+        guard let f = channel.nextFrame() else { return nil }
+        return (channel.remoteCID, f)
     }
 
     /// A K-frame arrived for one of our CIDs. Frames for unknown CIDs are ignored (§10.1: the CID is not
