@@ -148,12 +148,19 @@ extension LEHost {
     /// full buffers resumes when they free.
     func pump(_ ch: HostL2CAPChannel, on c: HostConnection) {
         guard c.isOpen, ch.isOpen else { return }
-        var batch: [HCIPacket] = []
-        while hasRoomForUnacknowledgedData, let (remote, frame) = c.signaling.credit.nextFrame(on: ch.localCID) {
-            appendL2CAP(frame, cid: L2CAPChannelID(rawValue: remote), on: c, into: &batch)
+        if cutsFramesLate && !loggers.hciTraces && aclBufferSize >= 4 {
+            // Each K-frame waits whole and is cut as credits free up (`queueFrame`).
+            while hasRoomForUnacknowledgedData, let (remote, frame) = c.signaling.credit.nextFrame(on: ch.localCID) {
+                queueFrame(frame, cid: remote, handle: c.handle)
+            }
+        } else {
+            var batch: [HCIPacket] = []
+            while hasRoomForUnacknowledgedData, let (remote, frame) = c.signaling.credit.nextFrame(on: ch.localCID) {
+                appendL2CAP(frame, cid: L2CAPChannelID(rawValue: remote), on: c, into: &batch)
+            }
+            sendBatch(batch)
+            if recyclesSentPackets { fragmentPool.recycle(batch) }
         }
-        sendBatch(batch)
-        if recyclesSentPackets { fragmentPool.recycle(batch) }
         if !hasRoomForUnacknowledgedData, let s = ch.counters, s.queuedFrames > 0, s.sendCredits > 0,
             !channelsWaitingForBuffers.contains(where: { $0 === ch })
         {

@@ -15,7 +15,7 @@ extension LEHost {
     var unacknowledgedQueueLimit: Int { max(4, aclBufferCount) }
 
     /// Room for a Write Command or a notification without overrunning the host's queue.
-    var hasRoomForUnacknowledgedData: Bool { aclWaiting.count < unacknowledgedQueueLimit }
+    var hasRoomForUnacknowledgedData: Bool { aclWaitingPackets < unacknowledgedQueueLimit }
 
     // MARK: Inbound
 
@@ -308,7 +308,8 @@ extension LEHost {
             if recyclesSentPackets { fragmentPool.recycle(packet.bytes) }
         } else {
             if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
-            aclWaiting.append((handle, packet))
+            aclWaiting.append((handle, .packet(packet)))
+            aclWaitingPackets += 1
         }
     }
 
@@ -381,8 +382,89 @@ extension LEHost {
             batch.append(packet)
         } else {
             if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
-            aclWaiting.append((handle, packet))
+            aclWaiting.append((handle, .packet(packet)))
+            aclWaitingPackets += 1
         }
+    }
+
+    /// Queues `payload` as one L2CAP basic frame to `cid` on `handle`, to be cut into fragments as credits free up
+    /// (`cutsFramesLate`), and sends what credits let go now.
+    func queueFrame(_ payload: [UInt8], cid: UInt16, handle: UInt16) {
+        precondition(payload.count <= 0xFFFF, "an L2CAP frame carries at most 65535 octets")
+        let frame = WaitingACL.Frame(payload: payload, cid: cid, fragmentSize: aclBufferSize)
+        let wasEmpty = aclWaiting.isEmpty
+        aclWaiting.append((handle, .frame(frame)))
+        aclWaitingPackets += frame.fragmentsLeft
+        sendWaitingACL()
+        if wasEmpty && !aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
+    }
+
+    /// Sends what waits while credits last: packets as they are, frames cut into fragments. Over a transport that
+    /// takes H4 bytes, every fragment is written straight into one buffer: no packet, no array per fragment.
+    func sendWaitingACL() {
+        guard aclCredits > 0, !aclWaiting.isEmpty else { return }
+        if cutsFramesLate && !loggers.hciTraces {
+            var bytes = h4Scratch
+            h4Scratch = []
+            var packets = 0
+            while aclCredits > 0, !aclWaiting.isEmpty {
+                let handle = aclWaiting.front.handle
+                switch aclWaiting.front.item {
+                case .packet(let p):
+                    _ = aclWaiting.popFirst()
+                    aclCredits -= 1
+                    aclWaitingPackets -= 1
+                    aclInFlight.sent(on: handle)
+                    bytes.append(p.type.rawValue)
+                    bytes.append(contentsOf: p.bytes)
+                    packets += 1
+                    if recyclesSentPackets { fragmentPool.recycle(p.bytes) }
+                case .frame:
+                    let n = min(aclCredits, aclWaiting.front.item.fragmentsLeft)
+                    let done = aclWaiting.front.item.cut(n, handle: handle, into: &bytes)
+                    aclCredits -= n
+                    aclWaitingPackets -= n
+                    packets += n
+                    for _ in 0..<n { aclInFlight.sent(on: handle) }
+                    if done { _ = aclWaiting.popFirst() }
+                }
+            }
+            bytes.withUnsafeBytes { transport.send(h4: $0, packets: packets) }
+            bytes.removeAll(keepingCapacity: true)
+            h4Scratch = bytes
+            return
+        }
+        // The array of the last batch is reused: no allocation for every Number Of Completed Packets.
+        var batch = spareCreditBatch
+        spareCreditBatch = []
+        while aclCredits > 0, !aclWaiting.isEmpty {
+            let handle = aclWaiting.front.handle
+            switch aclWaiting.front.item {
+            case .packet(let p):
+                _ = aclWaiting.popFirst()
+                aclCredits -= 1
+                aclWaitingPackets -= 1
+                aclInFlight.sent(on: handle)
+                batch.append(p)
+            case .frame:
+                // Frames wait whole only over a transport that takes bytes; traced (or queued before tracing began),
+                // they are cut into packets here.
+                let n = min(aclCredits, aclWaiting.front.item.fragmentsLeft)
+                var cut: [UInt8] = []
+                let done = aclWaiting.front.item.cut(n, handle: handle, into: &cut)
+                var framer = H4Framer()
+                framer.append(cut)
+                while let p = try? framer.nextPacket() { batch.append(p) }
+                aclCredits -= n
+                aclWaitingPackets -= n
+                for _ in 0..<n { aclInFlight.sent(on: handle) }
+                if done { _ = aclWaiting.popFirst() }
+            }
+        }
+        sendBatch(batch)
+        if recyclesSentPackets { fragmentPool.recycle(batch) }
+        batch.removeAll(keepingCapacity: true)
+        spareCreditBatch = batch
     }
 
     /// The fragments of one PDU (or the packets freed credits let go) go to the transport together; a
@@ -403,20 +485,7 @@ extension LEHost {
             return
         }
         let hadBacklog = !aclWaiting.isEmpty
-        if hadBacklog && aclCredits > 0 {
-            // The array of the last batch is reused: no allocation for every Number Of Completed Packets.
-            var batch = spareCreditBatch
-            spareCreditBatch = []
-            while aclCredits > 0, let next = aclWaiting.popFirst() {
-                aclCredits -= 1
-                aclInFlight.sent(on: next.handle)
-                batch.append(next.packet)
-            }
-            sendBatch(batch)
-            if recyclesSentPackets { fragmentPool.recycle(batch) }
-            batch.removeAll(keepingCapacity: true)
-            spareCreditBatch = batch
-        }
+        if hadBacklog { sendWaitingACL() }
         if hadBacklog && aclWaiting.isEmpty { transport.hostBacklogChanged(false) }
         mirrorWaitingPackets()
         guard hasRoomForUnacknowledgedData else { return }
@@ -434,6 +503,71 @@ extension LEHost {
     func removeWaitingACL(for handle: UInt16) {
         let hadBacklog = !aclWaiting.isEmpty
         aclWaiting.removeAll { $0.handle == handle }
+        aclWaitingPackets = aclWaiting.reduce(0) { $0 + $1.item.fragmentsLeft }
         if hadBacklog && aclWaiting.isEmpty { transport.hostBacklogChanged(false) }
+    }
+}
+
+/// What waits for a controller buffer: an ACL packet, or an L2CAP basic frame (Vol 3 Part A §3.1) cut into
+/// fragments only as buffers free up (over a transport that takes H4 bytes, see `LEHost.cutsFramesLate`).
+enum WaitingACL {
+    case packet(HCIPacket)
+    case frame(Frame)
+
+    struct Frame {
+        /// The frame's information payload, and the channel it goes to.
+        let payload: [UInt8]
+        let cid: UInt16
+        /// The controller's buffer size: the largest fragment.
+        let fragmentSize: Int
+        /// Octets of the frame (its 4-octet header included) already cut.
+        var cut = 0
+
+        init(payload: [UInt8], cid: UInt16, fragmentSize: Int) {
+            self.payload = payload
+            self.cid = cid
+            self.fragmentSize = fragmentSize
+        }
+
+        var fragmentsLeft: Int { (payload.count + 4 - cut + fragmentSize - 1) / fragmentSize }
+    }
+
+    /// ACL packets it still makes.
+    var fragmentsLeft: Int {
+        switch self {
+        case .packet: return 1
+        case .frame(let f): return f.fragmentsLeft
+        }
+    }
+
+    /// Appends the next `count` fragments of a frame to `out` as H4 ACL packets (Vol 4 Part E §5.4.2: first
+    /// non-flushable, then continuing); returns true once the frame is all cut. Only for `.frame`.
+    mutating func cut(_ count: Int, handle: UInt16, into out: inout [UInt8]) -> Bool {
+        guard case .frame(var f) = self else { preconditionFailure("only a frame is cut") }
+        // (The frame is taken out while it is cut, so that its payload is not copied on write.)
+        self = .packet(HCIPacket(type: .acl, bytes: []))
+        let frameLength = f.payload.count + 4
+        f.payload.withUnsafeBytes { payload in
+            for _ in 0..<count where f.cut < frameLength {
+                let n = min(f.fragmentSize, frameLength - f.cut)
+                let flags = f.cut == 0 ? ACLPacketBoundary.firstNonFlushable.rawValue : ACLPacketBoundary.continuing.rawValue
+                let first = (handle & 0x0FFF) | UInt16(flags) << 12
+                out.append(HCIPacketType.acl.rawValue)
+                out.append(UInt8(first & 0xFF)); out.append(UInt8(first >> 8))
+                out.append(UInt8(n & 0xFF)); out.append(UInt8(n >> 8))
+                var from = f.cut - 4
+                if f.cut == 0 {
+                    out.append(UInt8(f.payload.count & 0xFF)); out.append(UInt8(f.payload.count >> 8))
+                    out.append(UInt8(f.cid & 0xFF)); out.append(UInt8(f.cid >> 8))
+                    from = 0
+                }
+                let to = f.cut + n - 4
+                if to > from { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: payload[from..<to])) }
+                f.cut += n
+            }
+        }
+        let done = f.cut >= frameLength
+        self = .frame(f)
+        return done
     }
 }

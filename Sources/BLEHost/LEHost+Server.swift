@@ -100,7 +100,7 @@ extension LEHost {
     /// nothing a submitter sees has changed, and the lock is not taken (this runs for every Number Of Completed
     /// Packets event).
     func mirrorWaitingPackets(submittedChanged: Bool = false) {
-        let waiting = aclWaiting.count
+        let waiting = aclWaitingPackets
         guard submittedChanged || waiting != mirroredWaitingPackets else { return }
         mirroredWaitingPackets = waiting
         let limit = transmitQueueLimit

@@ -153,8 +153,14 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
 
     // ACL data flow (Vol 4 Part E §4.1.1): one credit per controller buffer.
     @exclusivity(unchecked) var aclCredits = 1
-    /// Packets waiting for a controller buffer, oldest first.
-    @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, packet: HCIPacket)>()
+    /// What waits for controller buffers, oldest first: packets, and L2CAP frames still to be cut (`WaitingACL`).
+    @exclusivity(unchecked) var aclWaiting = FIFO<(handle: UInt16, item: WaitingACL)>()
+    /// ACL packets waiting: a frame counts the fragments it still makes.
+    @exclusivity(unchecked) var aclWaitingPackets = 0
+    /// The transport takes H4 bytes as cheaply as packets (`HCITransport.takesH4Bytes`): L2CAP frames wait whole and
+    /// are cut as credits free up, straight into `h4Scratch`.
+    let cutsFramesLate: Bool
+    @exclusivity(unchecked) var h4Scratch: [UInt8] = []
     /// The emptied array of the last batch that freed credits let go (`aclCreditsFreed`), kept for the next.
     @exclusivity(unchecked) var spareCreditBatch: [HCIPacket] = []
     /// Arrays of ACL packets the transport has written, for the next fragments (loop-confined), when it is done
@@ -271,6 +277,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     ) {
         self.transport = transport
         recyclesSentPackets = !transport.keepsSentPackets
+        cutsFramesLate = transport.takesH4Bytes
         self.loop = loop
         self.name = name
         self.loggers = HostLoggers(hostName: name)
@@ -386,6 +393,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         // A new controller starts with one command credit and reports its buffers again.
         commandCredits = 1
         aclWaiting.removeAll()
+        aclWaitingPackets = 0
         aclInFlight.removeAll()
         controllerToHostFlowControl = false
         hostCompletions.removeAll()

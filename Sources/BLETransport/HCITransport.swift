@@ -40,6 +40,13 @@ public protocol HCITransport: AnyObject, Sendable {
     /// gathers): the host then builds later packets in the same arrays. True (the default) when the transport may
     /// keep them (the virtual controller queues the packet itself): reusing such an array would cost a copy.
     var keepsSentPackets: Bool { get }
+    /// True when `send(h4:packets:)` costs no more than the packets themselves would: a byte stream, which writes
+    /// the bytes as they are. A host then cuts L2CAP frames into ACL fragments straight into such bytes, as
+    /// controller buffers free up, instead of making a packet of each fragment ahead. False (the default) otherwise.
+    var takesH4Bytes: Bool { get }
+    /// Sends `packets` packets given as their H4 bytes (each its indicator, then the packet), in order with the rest.
+    /// The default frames them and calls `send(batch:)`.
+    func send(h4 bytes: UnsafeRawBufferPointer, packets: Int)
     /// Stops the transport; no more packets are delivered after it returns.
     func close()
     /// A short human description, e.g. "tcp-client:127.0.0.1:6402".
@@ -58,6 +65,15 @@ extension HCITransport {
     }
     public var deliversOnReaderThread: Bool { false }
     public var keepsSentPackets: Bool { true }
+    public var takesH4Bytes: Bool { false }
+    public func send(h4 bytes: UnsafeRawBufferPointer, packets: Int) {
+        var framer = H4Framer()
+        framer.append(bytes)
+        var batch: [HCIPacket] = []
+        batch.reserveCapacity(packets)
+        while let p = try? framer.nextPacket() { batch.append(p) }
+        send(batch: batch)
+    }
     public var statistics: TransportStatistics? { nil }
     public func hostBacklogChanged(_ hasBacklog: Bool) {}
 }

@@ -464,6 +464,12 @@ public final class StreamConnection: @unchecked Sendable {
         }
     }
 
+    /// Writes `packets` packets given as H4 bytes (each its indicator, then the packet).
+    @discardableResult
+    public func write(h4 bytes: UnsafeRawBufferPointer, packets: Int) -> Bool {
+        submit(packets: packets) { $0.append(contentsOf: bytes) }
+    }
+
     /// Writes several packets in order.
     @discardableResult
     public func write(packets: [HCIPacket]) -> Bool {

@@ -43,6 +43,13 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         _ = connection.withLock { $0 }?.write(packets: packets)
     }
 
+    /// Bytes go into the connection's write as they are (see `HCITransport.takesH4Bytes`).
+    public var takesH4Bytes: Bool { true }
+
+    public func send(h4 bytes: UnsafeRawBufferPointer, packets: Int) {
+        _ = connection.withLock { $0 }?.write(h4: bytes, packets: packets)
+    }
+
     public var statistics: TransportStatistics? { connection.withLock { $0 }?.statistics }
 
     public func hostBacklogChanged(_ hasBacklog: Bool) { connection.withLock { $0 }?.hostBacklogChanged(hasBacklog) }

@@ -33,6 +33,12 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
     func open(sink: any HCITransportSink) throws { self.sink = sink }
     func close() {}
 
+    /// Whether the host may hand ACL fragments over as H4 bytes (`HCITransport.takesH4Bytes`; the default framing
+    /// of `send(h4:packets:)` turns them back into packets here).
+    var takesH4Bytes = false
+    /// The ACL packets the host has sent, when `keepsACL` (in order).
+    var keepsACL = false
+    var acl: [HCIPacket] = []
     /// ACL packets the host has sent.
     var aclSent = 0
     /// Calls to `send` and `send(batch:)` that carried ACL packets (a stream transport writes each call's packets
@@ -51,6 +57,7 @@ final class ScriptedController: HCITransport, @unchecked Sendable {
 
     private func deliver(_ packet: HCIPacket) {
         if packet.type == .acl { aclSent += 1 }
+        if packet.type == .acl && keepsACL { acl.append(packet) }
         guard packet.type == .command, let c = try? HCICommand.decode(packet) else { return }
         sent.append(c)
         let op = c.opcode

@@ -35,6 +35,34 @@ import BLEVirtualRadio
             }
         }
     }
+
+    /// A frame that waits whole (over a transport that takes H4 bytes) is cut, a few fragments at a time as credits
+    /// come, into exactly the packets the reference fragmenter makes, and counts down the fragments it still makes.
+    @Test func aWaitingFrameIsCutIntoTheSamePacketsWhateverTheCredits() {
+        for fragmentSize in [4, 5, 27, 251, 1021] {
+            for length in [0, 1, 19, 23, 27, 244, 1000, 1026, 4096] {
+                let payload = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+                let expected = reference(payload, cid: L2CAPChannelID(rawValue: 0x0041), handle: 0x0ABC, fragmentSize: fragmentSize).flatMap(\.h4Bytes)
+                let total = WaitingACL.frame(.init(payload: payload, cid: 0x0041, fragmentSize: fragmentSize)).fragmentsLeft
+                for credits in [1, 3, total] {
+                    var item = WaitingACL.frame(.init(payload: payload, cid: 0x0041, fragmentSize: fragmentSize))
+                    var bytes: [UInt8] = []
+                    var cuts = 0
+                    while true {
+                        let left = item.fragmentsLeft
+                        let n = min(credits, left)
+                        let done = item.cut(n, handle: 0x0ABC, into: &bytes)
+                        cuts += 1
+                        #expect(item.fragmentsLeft == left - n)
+                        if done { break }
+                        if cuts > total { Issue.record("never done: fragment \(fragmentSize), payload \(length)"); break }
+                    }
+                    #expect(bytes == expected, "fragment \(fragmentSize), payload \(length), \(credits) at a time")
+                    #expect(item.fragmentsLeft == 0)
+                }
+            }
+        }
+    }
 }
 
 /// The host builds fragments in the arrays of packets it sent only over a transport that is done with them once

@@ -6,6 +6,7 @@ import Testing
 import BLEWire
 import BLEHCI
 import BLETransport
+import BLEL2CAP
 @testable import BLEHost
 
 @Suite struct WaitingPacketsTests {
@@ -52,6 +53,64 @@ import BLETransport
 
     /// rootcanal reports every packet the air carried in a Number Of Completed Packets event of its own, 17 or 20
     /// of them in one read: the credits they free are spent once, after the read's last packet, in one send.
+    /// Over a transport that takes H4 bytes, an L2CAP frame waits whole and is cut as credits free up: the controller
+    /// gets the fragments a fragmenter makes, in order with the packets queued around them, as many at a time as
+    /// credits allow and in one send per batch of credits; the host counts the fragments still to make.
+    @Test func framesWaitWholeAndAreCutAsCreditsCome() throws {
+        let loop = EventLoop(label: "late", clock: .virtual)
+        let c = ScriptedController(label: "late", loop: loop)
+        c.commands = ControllerStartupTests.v40
+        c.leBuffer = (27, 20)
+        c.takesH4Bytes = true
+        c.keepsACL = true
+        let host = LEHost(transport: c, loop: loop, name: "late")
+        loop.sync { host.powerOn() }
+        loop.advance(by: .seconds(1))
+        c.connect(handle: 0x40)
+        loop.advance(by: .milliseconds(10))
+        #expect(host.cutsFramesLate)
+        let frames = (0..<3).map { k in (0..<1026).map { UInt8(truncatingIfNeeded: $0 &+ k) } }
+        let between = ACLPacket(handle: 0x40, boundary: .firstNonFlushable, data: [1, 2, 3]).encode()
+        var expected: [HCIPacket] = []
+        for (k, f) in frames.enumerated() {
+            expected += L2CAPFragmenter.fragment(f, channelID: L2CAPChannelID(rawValue: 0x41), maximumFragmentSize: 27).map {
+                ACLPacket(handle: 0x40, boundary: $0.boundary == .first ? .firstNonFlushable : .continuing, data: $0.bytes).encode()
+            }
+            if k == 0 { expected.append(between) }
+        }
+        let start = c.acl.count
+        var waiting: [Int] = []
+        loop.sync {
+            host.queueFrame(frames[0], cid: 0x41, handle: 0x40)
+            host.sendACL(between, handle: 0x40)
+            host.queueFrame(frames[1], cid: 0x41, handle: 0x40)
+            host.queueFrame(frames[2], cid: 0x41, handle: 0x40)
+            waiting.append(host.aclWaitingPackets)
+        }
+        // 39 fragments a frame, one packet between: 20 left at once, 98 wait.
+        #expect(c.aclSent - start == 20 && waiting == [98])
+        let sends = c.aclSends
+        var rounds = 0
+        while loop.sync({ host.aclWaitingPackets }) > 0 && rounds < 100 {
+            loop.sync {
+                host.transport(didReceive: Self.completed(17))
+                host.transport(didReceive: Self.completed(3))
+            }
+            rounds += 1
+        }
+        #expect(rounds == 5)
+        #expect(c.aclSends == sends + 10, "one send for each batch of credits")
+        #expect(Array(c.acl[start...]) == expected)
+        #expect(loop.sync { host.aclWaiting.isEmpty })
+        // A link that closes drops what waits for it, frames and all.
+        loop.sync {
+            host.queueFrame(frames[0], cid: 0x41, handle: 0x40)
+            host.queueFrame(frames[1], cid: 0x41, handle: 0x40)
+            host.removeWaitingACL(for: 0x40)
+        }
+        #expect(loop.sync { host.aclWaitingPackets == 0 && host.aclWaiting.isEmpty })
+    }
+
     @Test func theCompletionsOfOneReadAreSpentInOneSend() throws {
         let (loop, c, host) = Self.connectedHost()
         loop.sync { for _ in 0..<60 { host.sendACL(Self.packet, handle: 0x40) } }
