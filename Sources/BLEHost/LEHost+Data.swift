@@ -294,6 +294,9 @@ extension LEHost {
 
     func sendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection) {
         guard c.isOpen else { return }
+        if cutsFramesLate && !loggers.hciTraces && aclBufferSize >= 4 {
+            return queueFrame(payload, cid: cid.rawValue, handle: c.handle)
+        }
         Self.forEachACLPacket(carrying: payload, cid: cid, handle: c.handle, fragmentSize: aclBufferSize, pool: &fragmentPool) { packet in
             sendACL(packet, handle: c.handle)
         }
