@@ -41,8 +41,13 @@ public struct ACLPacketsInFlight: Sendable {
 
     /// One more packet in flight on `handle` (counted from now on if it was not).
     @inlinable public mutating func sent(on handle: UInt16) {
-        sum += 1
-        if let i = index(of: handle) { entries[i].count += 1 } else { entries.append((handle, 1)) }
+        sent(1, on: handle)
+    }
+
+    /// `count` more packets in flight on `handle`.
+    @inlinable public mutating func sent(_ count: Int, on handle: UInt16) {
+        sum += count
+        if let i = index(of: handle) { entries[i].count += count } else { entries.append((handle, count)) }
     }
 
     /// `count` packets of `handle` reported done: returns how many of those in flight that frees (never more than

@@ -407,8 +407,11 @@ extension LEHost {
     func sendWaitingACL() {
         guard aclCredits > 0, !aclWaiting.isEmpty else { return }
         if cutsFramesLate && !loggers.hciTraces {
+            // The buffer is kept from send to send with its octets (only `used` of them count): no zeroing or
+            // growing once it is large enough.
             var bytes = h4Scratch
             h4Scratch = []
+            var used = 0
             var packets = 0
             while aclCredits > 0, !aclWaiting.isEmpty {
                 let handle = aclWaiting.front.handle
@@ -418,22 +421,25 @@ extension LEHost {
                     aclCredits -= 1
                     aclWaitingPackets -= 1
                     aclInFlight.sent(on: handle)
-                    bytes.append(p.type.rawValue)
-                    bytes.append(contentsOf: p.bytes)
+                    WaitingACL.makeRoom(1 + p.bytes.count, in: &bytes, after: used)
+                    bytes[used] = p.type.rawValue
+                    bytes.withUnsafeMutableBytes { o in
+                        p.bytes.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: o[used + 1..<used + 1 + $0.count]).copyMemory(from: $0) }
+                    }
+                    used += 1 + p.bytes.count
                     packets += 1
                     if recyclesSentPackets { fragmentPool.recycle(p.bytes) }
                 case .frame:
                     let n = min(aclCredits, aclWaiting.front.item.fragmentsLeft)
-                    let done = aclWaiting.front.item.cut(n, handle: handle, into: &bytes)
+                    let done = aclWaiting.front.item.cut(n, handle: handle, into: &bytes, at: &used)
                     aclCredits -= n
                     aclWaitingPackets -= n
                     packets += n
-                    for _ in 0..<n { aclInFlight.sent(on: handle) }
+                    aclInFlight.sent(n, on: handle)
                     if done { _ = aclWaiting.popFirst() }
                 }
             }
-            bytes.withUnsafeBytes { transport.send(h4: $0, packets: packets) }
-            bytes.removeAll(keepingCapacity: true)
+            bytes.withUnsafeBytes { transport.send(h4: UnsafeRawBufferPointer(rebasing: $0[0..<used]), packets: packets) }
             h4Scratch = bytes
             return
         }
@@ -460,7 +466,7 @@ extension LEHost {
                 while let p = try? framer.nextPacket() { batch.append(p) }
                 aclCredits -= n
                 aclWaitingPackets -= n
-                for _ in 0..<n { aclInFlight.sent(on: handle) }
+                aclInFlight.sent(n, on: handle)
                 if done { _ = aclWaiting.popFirst() }
             }
         }
@@ -543,30 +549,66 @@ enum WaitingACL {
         }
     }
 
-    /// Appends the next `count` fragments of a frame to `out` as H4 ACL packets (Vol 4 Part E §5.4.2: first
-    /// non-flushable, then continuing); returns true once the frame is all cut. Only for `.frame`.
+    /// Appends the next `count` fragments of a frame to `out` as H4 ACL packets; returns true once the frame is
+    /// all cut. Only for `.frame`.
     mutating func cut(_ count: Int, handle: UInt16, into out: inout [UInt8]) -> Bool {
+        var used = out.count
+        let done = cut(count, handle: handle, into: &out, at: &used)
+        out.removeLast(out.count - used)
+        return done
+    }
+
+    /// Makes `out` hold at least `octets` more after its first `used` (doubling, so that a buffer kept from send
+    /// to send soon stops growing).
+    static func makeRoom(_ octets: Int, in out: inout [UInt8], after used: Int) {
+        let need = used + octets
+        if out.count < need { out.append(contentsOf: repeatElement(0, count: max(need, 2 * out.count) - out.count)) }
+    }
+
+    /// Writes the next `count` fragments of a frame into `out` from `used` on (moving `used` past them) as H4 ACL
+    /// packets (Vol 4 Part E §5.4.2: first non-flushable, then continuing); returns true once the frame is all cut.
+    /// Only for `.frame`.
+    mutating func cut(_ count: Int, handle: UInt16, into out: inout [UInt8], at used: inout Int) -> Bool {
         guard case .frame(var f) = self else { preconditionFailure("only a frame is cut") }
         // (The frame is taken out while it is cut, so that its payload is not copied on write.)
         self = .packet(HCIPacket(type: .acl, bytes: []))
         let frameLength = f.payload.count + 4
+        // The octets the fragments take (frame octets and a 5-octet H4 ACL header each), made room for at once and
+        // written in place: appending them one by one cost more than the rest of the send.
+        let fragments = min(count, f.fragmentsLeft)
+        let octets = min(frameLength - f.cut, fragments * f.fragmentSize) + 5 * fragments
+        Self.makeRoom(octets, in: &out, after: used)
+        let start = used
+        used += octets
         f.payload.withUnsafeBytes { payload in
-            for _ in 0..<count where f.cut < frameLength {
-                let n = min(f.fragmentSize, frameLength - f.cut)
-                let flags = f.cut == 0 ? ACLPacketBoundary.firstNonFlushable.rawValue : ACLPacketBoundary.continuing.rawValue
-                let first = (handle & 0x0FFF) | UInt16(flags) << 12
-                out.append(HCIPacketType.acl.rawValue)
-                out.append(UInt8(first & 0xFF)); out.append(UInt8(first >> 8))
-                out.append(UInt8(n & 0xFF)); out.append(UInt8(n >> 8))
-                var from = f.cut - 4
-                if f.cut == 0 {
-                    out.append(UInt8(f.payload.count & 0xFF)); out.append(UInt8(f.payload.count >> 8))
-                    out.append(UInt8(f.cid & 0xFF)); out.append(UInt8(f.cid >> 8))
-                    from = 0
+            out.withUnsafeMutableBytes { o in
+                var at = start
+                for _ in 0..<fragments {
+                    let n = min(f.fragmentSize, frameLength - f.cut)
+                    let flags = f.cut == 0 ? ACLPacketBoundary.firstNonFlushable.rawValue : ACLPacketBoundary.continuing.rawValue
+                    let first = (handle & 0x0FFF) | UInt16(flags) << 12
+                    o[at] = HCIPacketType.acl.rawValue
+                    o[at + 1] = UInt8(first & 0xFF)
+                    o[at + 2] = UInt8(first >> 8)
+                    o[at + 3] = UInt8(n & 0xFF)
+                    o[at + 4] = UInt8(n >> 8)
+                    at += 5
+                    var from = f.cut - 4
+                    if f.cut == 0 {
+                        o[at] = UInt8(f.payload.count & 0xFF)
+                        o[at + 1] = UInt8(f.payload.count >> 8)
+                        o[at + 2] = UInt8(f.cid & 0xFF)
+                        o[at + 3] = UInt8(f.cid >> 8)
+                        at += 4
+                        from = 0
+                    }
+                    let to = f.cut + n - 4
+                    if to > from {
+                        UnsafeMutableRawBufferPointer(rebasing: o[at..<at + (to - from)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: payload[from..<to]))
+                        at += to - from
+                    }
+                    f.cut += n
                 }
-                let to = f.cut + n - 4
-                if to > from { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: payload[from..<to])) }
-                f.cut += n
             }
         }
         let done = f.cut >= frameLength
