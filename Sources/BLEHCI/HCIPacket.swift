@@ -396,10 +396,21 @@ public struct H4Framer: Sendable {
             }
         }
         guard events > 1 else { return nil }
-        let bytes: [UInt8] = [0x13, 5, 1, low, high, UInt8(count & 0xFF), UInt8(count >> 8)]
+        // Written into the array of the last merged event: once its packet has been handled (the reader lets its
+        // packets go before the next read), the array is ours alone again and no allocation is made.
+        if mergedEvent.count != 7 { mergedEvent = [0x13, 5, 1, 0, 0, 0, 0] }
+        mergedEvent.withUnsafeMutableBufferPointer { e in
+            e[3] = low
+            e[4] = high
+            e[5] = UInt8(count & 0xFF)
+            e[6] = UInt8(count >> 8)
+        }
         consumed(upTo: next, packets: events)
-        return HCIPacket(type: .event, bytes: bytes)
+        return HCIPacket(type: .event, bytes: mergedEvent)
     }
+
+    /// The bytes of the last merged completion event (see `mergedCompletions`).
+    private var mergedEvent: [UInt8] = []
 }
 
 /// Why a complete HCI packet could not be decoded.
