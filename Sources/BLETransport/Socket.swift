@@ -129,9 +129,10 @@ public final class StreamConnection: @unchecked Sendable {
     /// (`H4Framer.mergesCompletedPackets`; the sink asks for it, see `HCITransportSink.acceptsMergedCompletions`).
     /// Set before `start`. The packet counts are those the controller sent.
     public var mergesCompletedPackets = false
-    /// Asked before each read: whether ACL continuations may reach the callback in the packet before them
-    /// (`H4Framer.mergesACLContinuations`; see `HCITransportSink.acceptsMergedACLContinuations`). Set before `start`.
-    public var mergesACLContinuations: (@Sendable () -> Bool)?
+    /// The sink asked before each read whether ACL continuations may reach the callback in the packet before them
+    /// (`HCITransportSink.acceptsMergedACLContinuations`, `H4Framer.mergesACLContinuations`); none, never. Set
+    /// before `start`. (Held weakly, and read without an exclusivity check: it is not changed once reading began.)
+    @exclusivity(unchecked) public weak var aclMergeSink: (any HCITransportSink)?
 
     /// Whether the reader, having handled a read whose answer it holds, reads again without waiting before it
     /// writes: on unless OCB_STREAM_DRAIN=0. Set before `start`.
@@ -242,7 +243,7 @@ public final class StreamConnection: @unchecked Sendable {
                 if n == 0 { return nil }
             }
             buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            if let mergesACL = mergesACLContinuations { framer.mergesACLContinuations = mergesACL() }
+            if let sink = aclMergeSink { framer.mergesACLContinuations = sink.acceptsMergedACLContinuations }
             var framingError: (any Error)?
             let framedBefore = framer.framedCount
             do {

@@ -24,7 +24,7 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         let (fd, tcp) = try connectFn()
         let c = StreamConnection(fd: fd, isTCP: tcp, label: name)
         c.mergesCompletedPackets = sink.acceptsMergedCompletions
-        c.mergesACLContinuations = { [weak sink] in sink?.acceptsMergedACLContinuations ?? false }
+        c.aclMergeSink = sink
         connection.withLock { $0 = c }
         c.start(
             onPackets: { [weak sink] ps in sink?.transport(didReceivePackets: ps) },

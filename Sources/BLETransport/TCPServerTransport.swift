@@ -33,7 +33,7 @@ public final class TCPServerTransport: HCITransport, @unchecked Sendable {
             }
             guard let queued else { c.close(); return }   // one controller at a time
             c.mergesCompletedPackets = sink.acceptsMergedCompletions
-            c.mergesACLContinuations = { [weak sink] in sink?.acceptsMergedACLContinuations ?? false }
+            c.aclMergeSink = sink
             c.start(
                 onPackets: { ps in sink.transport(didReceivePackets: ps) },
                 onClose: { [weak self] e in
