@@ -208,9 +208,10 @@ public struct L2CAPCreditChannels: Sendable {
     /// A K-frame arrived for one of our CIDs. Frames for unknown CIDs are ignored (§10.1: the CID is not
     /// ours). A violation disconnects the channel.
     public mutating func receiveFrame(_ payload: [UInt8], on localCID: UInt16, identifier: () -> UInt8) -> [Action] {
-        guard channels[localCID] != nil else { return [] }
+        // The channel is changed in place, found once (`channels[cid] != nil` copied it, with the SDU being built).
+        guard let i = channels.index(forKey: localCID) else { return [] }
         do {
-            guard let sdu = try channels[localCID]!.receive(payload) else { return [] }
+            guard let sdu = try channels.values[i].receive(payload) else { return [] }
             return [.received(localCID: localCID, sdu)]
         } catch {
             return violation(error, on: localCID, identifier: identifier())
@@ -219,8 +220,8 @@ public struct L2CAPCreditChannels: Sendable {
 
     /// The application consumed `octets` of a channel's data: credits go back when a batch is due.
     public mutating func consumed(_ octets: Int, on localCID: UInt16, identifier: () -> UInt8) -> [Action] {
-        guard channels[localCID] != nil else { return [] }
-        let grant = channels[localCID]!.consumed(octets)
+        guard let i = channels.index(forKey: localCID) else { return [] }
+        let grant = channels.values[i].consumed(octets)
         guard grant > 0 else { return [] }
         return [.sendSignal(L2CAPSignal.flowControlCreditIndication(identifier: identifier(), cid: localCID, credits: grant).encode())]
     }
