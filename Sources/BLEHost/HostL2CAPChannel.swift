@@ -38,9 +38,12 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
 
     /// Room enough for `onWritable`: `canSend`, and `writableRoom` octets free (or as many as the queue has).
     var isWritable: Bool {
-        guard canSend else { return false }
-        guard writableRoom > 0, let s = counters else { return true }
-        return sendQueueRoom >= min(writableRoom, max(sendQueueLimit, Int(s.remoteMTU) + 2))
+        // `canSend`, and the room `sendQueueRoom` gives, from one reading of the counters (this runs for every K-frame sent).
+        guard isOpen, let s = counters else { return false }
+        let limit = max(sendQueueLimit, Int(s.remoteMTU) + 2)
+        guard s.queuedOctets < limit else { return false }
+        guard writableRoom > 0 else { return true }
+        return limit - s.queuedOctets >= min(writableRoom, limit)
     }
 
     init(psm: UInt16, localCID: UInt16, connection: HostConnection) {
