@@ -413,14 +413,8 @@ extension LEHost {
             h4Scratch = []
             var used = 0
             var packets = 0
-            while aclCredits > 0, !aclWaiting.isEmpty {
-                let handle = aclWaiting.front.handle
-                switch aclWaiting.front.item {
-                case .packet(let p):
-                    _ = aclWaiting.popFirst()
-                    aclCredits -= 1
-                    aclWaitingPackets -= 1
-                    aclInFlight.sent(on: handle)
+            takeWaitingACL(
+                packet: { p in
                     WaitingACL.makeRoom(1 + p.bytes.count, in: &bytes, after: used)
                     bytes[used] = p.type.rawValue
                     bytes.withUnsafeMutableBytes { o in
@@ -429,16 +423,11 @@ extension LEHost {
                     used += 1 + p.bytes.count
                     packets += 1
                     if recyclesSentPackets { fragmentPool.recycle(p.bytes) }
-                case .frame:
-                    let n = min(aclCredits, aclWaiting.front.item.fragmentsLeft)
-                    let done = aclWaiting.front.item.cut(n, handle: handle, into: &bytes, at: &used)
-                    aclCredits -= n
-                    aclWaitingPackets -= n
+                },
+                frame: { n, handle, item in
                     packets += n
-                    aclInFlight.sent(n, on: handle)
-                    if done { _ = aclWaiting.popFirst() }
-                }
-            }
+                    return item.cut(n, handle: handle, into: &bytes, at: &used)
+                })
             bytes.withUnsafeBytes { transport.send(h4: UnsafeRawBufferPointer(rebasing: $0[0..<used]), packets: packets) }
             h4Scratch = bytes
             return
@@ -446,34 +435,44 @@ extension LEHost {
         // The array of the last batch is reused: no allocation for every Number Of Completed Packets.
         var batch = spareCreditBatch
         spareCreditBatch = []
-        while aclCredits > 0, !aclWaiting.isEmpty {
-            let handle = aclWaiting.front.handle
-            switch aclWaiting.front.item {
-            case .packet(let p):
-                _ = aclWaiting.popFirst()
-                aclCredits -= 1
-                aclWaitingPackets -= 1
-                aclInFlight.sent(on: handle)
-                batch.append(p)
-            case .frame:
+        takeWaitingACL(
+            packet: { batch.append($0) },
+            frame: { n, handle, item in
                 // Frames wait whole only over a transport that takes bytes; traced (or queued before tracing began),
                 // they are cut into packets here.
-                let n = min(aclCredits, aclWaiting.front.item.fragmentsLeft)
                 var cut: [UInt8] = []
-                let done = aclWaiting.front.item.cut(n, handle: handle, into: &cut)
+                let done = item.cut(n, handle: handle, into: &cut)
                 var framer = H4Framer()
                 framer.append(cut)
                 while let p = try? framer.nextPacket() { batch.append(p) }
-                aclCredits -= n
-                aclWaitingPackets -= n
-                aclInFlight.sent(n, on: handle)
-                if done { _ = aclWaiting.popFirst() }
-            }
-        }
+                return done
+            })
         sendBatch(batch)
         if recyclesSentPackets { fragmentPool.recycle(batch) }
         batch.removeAll(keepingCapacity: true)
         spareCreditBatch = batch
+    }
+
+    /// Takes from the waiting queue, in order, what credits let go, counting each packet in flight: `packet` gets
+    /// each waiting packet; `frame` gets how many fragments of a waiting frame to cut now, and the frame, and says
+    /// whether it is all cut.
+    private func takeWaitingACL(packet: (HCIPacket) -> Void, frame: (Int, UInt16, inout WaitingACL) -> Bool) {
+        while aclCredits > 0, !aclWaiting.isEmpty {
+            let handle = aclWaiting.front.handle
+            let n: Int
+            switch aclWaiting.front.item {
+            case .packet(let p):
+                _ = aclWaiting.popFirst()
+                n = 1
+                packet(p)
+            case .frame:
+                n = min(aclCredits, aclWaiting.front.item.fragmentsLeft)
+                if frame(n, handle, &aclWaiting.front.item) { _ = aclWaiting.popFirst() }
+            }
+            aclCredits -= n
+            aclWaitingPackets -= n
+            aclInFlight.sent(n, on: handle)
+        }
     }
 
     /// The fragments of one PDU (or the packets freed credits let go) go to the transport together; a
