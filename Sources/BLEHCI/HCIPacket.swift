@@ -378,35 +378,27 @@ public struct H4Framer: Sendable {
     /// handle, whole in the buffer, and their counts adding up to at most 0xFFFF. Nil otherwise (the event goes
     /// out as it is, and the host judges it).
     private mutating func mergedCompletions(at h: Int, total: Int) -> HCIPacket? {
-        guard total == 7, buffer[h] == 0x13, buffer[h + 1] == 5, buffer[h + 2] == 1 else { return nil }
-        let low = buffer[h + 3], high = buffer[h + 4]
-        var count = Int(buffer[h + 5]) | Int(buffer[h + 6]) << 8
         var next = h + total
+        // Only a 7-octet event with a whole 7-octet event after it can start a run (the rule is `addCompletions`).
+        guard total == 7, buffer[h] == 0x13, next + 8 <= buffer.count, buffer[next] == 0x04 else { return nil }
+        // Built in the array of the last merged event: once its packet has been handled (the reader lets its
+        // packets go before the next read), the array is ours alone again and no allocation is made.
+        var merged = HCIPacket(type: .event, bytes: mergedEvent)
+        mergedEvent = []
+        if merged.bytes.count != 7 { merged.bytes = [UInt8](repeating: 0, count: 7) }
         var events = 1
-        buffer.withUnsafeBufferPointer { b in
-            // 04 13 05 01 handle(2) count(2): the H4 indicator and the next event, whole.
-            while next + 8 <= b.count, b[next] == 0x04, b[next + 1] == 0x13, b[next + 2] == 5, b[next + 3] == 1,
-                b[next + 4] == low, b[next + 5] == high
-            {
-                let c = Int(b[next + 6]) | Int(b[next + 7]) << 8
-                guard count + c <= 0xFFFF else { break }
-                count += c
+        buffer.withUnsafeBytes { b in
+            merged.bytes.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: b[h..<h + 7])) }
+            // The H4 indicator, then the next event, whole.
+            while next + 8 <= b.count, b[next] == 0x04, merged.addCompletions(of: UnsafeRawBufferPointer(rebasing: b[next + 1..<next + 8])) {
                 next += 8
                 events += 1
             }
         }
+        mergedEvent = merged.bytes
         guard events > 1 else { return nil }
-        // Written into the array of the last merged event: once its packet has been handled (the reader lets its
-        // packets go before the next read), the array is ours alone again and no allocation is made.
-        if mergedEvent.count != 7 { mergedEvent = [0x13, 5, 1, 0, 0, 0, 0] }
-        mergedEvent.withUnsafeMutableBufferPointer { e in
-            e[3] = low
-            e[4] = high
-            e[5] = UInt8(count & 0xFF)
-            e[6] = UInt8(count >> 8)
-        }
         consumed(upTo: next, packets: events)
-        return HCIPacket(type: .event, bytes: mergedEvent)
+        return merged
     }
 
     /// The bytes of the last merged completion event (see `mergedCompletions`).

@@ -40,7 +40,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     var isWritable: Bool {
         // `canSend`, and the room `sendQueueRoom` gives, from one reading of the counters (this runs for every K-frame sent).
         guard isOpen, let s = counters else { return false }
-        let limit = max(sendQueueLimit, Int(s.remoteMTU) + 2)
+        let limit = queueLimit(s)
         guard s.queuedOctets < limit else { return false }
         guard writableRoom > 0 else { return true }
         return limit - s.queuedOctets >= min(writableRoom, limit)
@@ -66,16 +66,19 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     /// Credits the peer has given us that we have not used.
     public var sendCredits: Int { counters?.sendCredits ?? 0 }
 
+    /// SDU octets the queue holds before `send` says "full": `sendQueueLimit`, and at least one SDU of the peer's MTU.
+    func queueLimit(_ s: L2CAPCreditChannel.Counters) -> Int { max(sendQueueLimit, Int(s.remoteMTU) + 2) }
+
     /// True while `send` would accept an SDU.
     public var canSend: Bool {
         guard isOpen, let s = counters else { return false }
-        return s.queuedOctets < max(sendQueueLimit, Int(s.remoteMTU) + 2)
+        return s.queuedOctets < queueLimit(s)
     }
 
     /// SDU octets `send` still accepts before the queue is full (each SDU also counts its 2-octet length).
     public var sendQueueRoom: Int {
         guard isOpen, let s = counters else { return 0 }
-        return max(0, max(sendQueueLimit, Int(s.remoteMTU) + 2) - s.queuedOctets)
+        return max(0, queueLimit(s) - s.queuedOctets)
     }
 
     /// Queues `data` as one SDU, or several when it is larger than the peer's MTU. Returns false (and calls
@@ -83,7 +86,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     @discardableResult
     public func send(_ data: [UInt8]) -> Bool {
         guard isOpen, !closing, let c = connection, let host = c.host, let s = c.signaling.credit.counters(of: localCID) else { return false }
-        guard s.queuedOctets < max(sendQueueLimit, Int(s.remoteMTU) + 2) else {
+        guard s.queuedOctets < queueLimit(s) else {
             wantsWritable = true
             return false
         }

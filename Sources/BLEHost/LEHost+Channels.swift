@@ -148,16 +148,17 @@ extension LEHost {
     /// full buffers resumes when they free.
     func pump(_ ch: HostL2CAPChannel, on c: HostConnection) {
         guard c.isOpen, ch.isOpen else { return }
-        if cutsFramesLate && !loggers.hciTraces && aclBufferSize >= 4 {
-            // Each K-frame waits whole and is cut as credits free up (`queueFrame`).
-            while hasRoomForUnacknowledgedData, let (remote, frame) = c.signaling.credit.nextFrame(on: ch.localCID) {
+        let late = cutsFramesNow
+        var batch: [HCIPacket] = []
+        while hasRoomForUnacknowledgedData, let (remote, frame) = c.signaling.credit.nextFrame(on: ch.localCID) {
+            // Each K-frame waits whole and is cut as credits free up (`queueFrame`), or is cut into packets now.
+            if late {
                 queueFrame(frame, cid: remote, handle: c.handle)
-            }
-        } else {
-            var batch: [HCIPacket] = []
-            while hasRoomForUnacknowledgedData, let (remote, frame) = c.signaling.credit.nextFrame(on: ch.localCID) {
+            } else {
                 appendL2CAP(frame, cid: L2CAPChannelID(rawValue: remote), on: c, into: &batch)
             }
+        }
+        if !batch.isEmpty {
             sendBatch(batch)
             if recyclesSentPackets { fragmentPool.recycle(batch) }
         }

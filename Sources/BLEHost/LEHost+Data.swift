@@ -294,9 +294,7 @@ extension LEHost {
 
     func sendL2CAP(_ payload: [UInt8], cid: L2CAPChannelID, on c: HostConnection) {
         guard c.isOpen else { return }
-        if cutsFramesLate && !loggers.hciTraces && aclBufferSize >= 4 {
-            return queueFrame(payload, cid: cid.rawValue, handle: c.handle)
-        }
+        if cutsFramesNow { return queueFrame(payload, cid: cid.rawValue, handle: c.handle) }
         Self.forEachACLPacket(carrying: payload, cid: cid, handle: c.handle, fragmentSize: aclBufferSize, pool: &fragmentPool) { packet in
             sendACL(packet, handle: c.handle)
         }
@@ -390,6 +388,10 @@ extension LEHost {
         }
     }
 
+    /// L2CAP frames wait whole and are cut as credits free up (`queueFrame`): over a transport that takes H4 bytes,
+    /// while HCI packets are not traced (their log shows packets), and with buffers that hold an L2CAP header.
+    var cutsFramesNow: Bool { cutsFramesLate && !loggers.hciTraces && aclBufferSize >= 4 }
+
     /// Queues `payload` as one L2CAP basic frame to `cid` on `handle`, to be cut into fragments as credits free up
     /// (`cutsFramesLate`), and sends what credits let go now.
     func queueFrame(_ payload: [UInt8], cid: UInt16, handle: UInt16) {
@@ -406,7 +408,7 @@ extension LEHost {
     /// takes H4 bytes, every fragment is written straight into one buffer: no packet, no array per fragment.
     func sendWaitingACL() {
         guard aclCredits > 0, !aclWaiting.isEmpty else { return }
-        if cutsFramesLate && !loggers.hciTraces {
+        if cutsFramesNow {
             // The buffer is kept from send to send with its octets (only `used` of them count): no zeroing or
             // growing once it is large enough.
             var bytes = h4Scratch

@@ -125,14 +125,11 @@ public final class StreamConnection: @unchecked Sendable {
         }
     }
 
-    /// Whether runs of Number Of Completed Packets events for one handle reach the callback as one event
-    /// (`H4Framer.mergesCompletedPackets`; the sink asks for it, see `HCITransportSink.acceptsMergedCompletions`).
-    /// Set before `start`. The packet counts are those the controller sent.
-    public var mergesCompletedPackets = false
-    /// The sink asked before each read whether ACL continuations may reach the callback in the packet before them
-    /// (`HCITransportSink.acceptsMergedACLContinuations`, `H4Framer.mergesACLContinuations`); none, never. Set
+    /// The sink whose answers decide what the framer merges: runs of completion events, asked when reading begins
+    /// (`HCITransportSink.acceptsMergedCompletions`), and ACL continuations, asked before each read
+    /// (`acceptsMergedACLContinuations`); none, nothing. The packet counts stay those the controller sent. Set
     /// before `start`. (Held weakly, and read without an exclusivity check: it is not changed once reading began.)
-    @exclusivity(unchecked) public weak var aclMergeSink: (any HCITransportSink)?
+    @exclusivity(unchecked) public weak var mergeSink: (any HCITransportSink)?
 
     /// Whether the reader, having handled a read whose answer it holds, reads again without waiting before it
     /// writes: on unless OCB_STREAM_DRAIN=0. Set before `start`.
@@ -206,7 +203,7 @@ public final class StreamConnection: @unchecked Sendable {
     /// Reads until end of file, an error or `close`; returns the error to report, if any.
     private func readLoop(_ onPackets: ([HCIPacket]) -> Void) -> (any Error)? {
         var framer = H4Framer()
-        framer.mergesCompletedPackets = mergesCompletedPackets
+        framer.mergesCompletedPackets = mergeSink?.acceptsMergedCompletions ?? false
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var packets: [HCIPacket] = []
         var stats = TransportStatistics()
@@ -243,7 +240,7 @@ public final class StreamConnection: @unchecked Sendable {
                 if n == 0 { return nil }
             }
             buffer.withUnsafeBytes { framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            if let sink = aclMergeSink { framer.mergesACLContinuations = sink.acceptsMergedACLContinuations }
+            if let sink = mergeSink { framer.mergesACLContinuations = sink.acceptsMergedACLContinuations }
             var framingError: (any Error)?
             let framedBefore = framer.framedCount
             do {

@@ -23,8 +23,7 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
     public func open(sink: any HCITransportSink) throws {
         let (fd, tcp) = try connectFn()
         let c = StreamConnection(fd: fd, isTCP: tcp, label: name)
-        c.mergesCompletedPackets = sink.acceptsMergedCompletions
-        c.aclMergeSink = sink
+        c.mergeSink = sink
         connection.withLock { $0 = c }
         c.start(
             onPackets: { [weak sink] ps in sink?.transport(didReceivePackets: ps) },

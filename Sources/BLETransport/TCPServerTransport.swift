@@ -32,8 +32,7 @@ public final class TCPServerTransport: HCITransport, @unchecked Sendable {
                 return q
             }
             guard let queued else { c.close(); return }   // one controller at a time
-            c.mergesCompletedPackets = sink.acceptsMergedCompletions
-            c.aclMergeSink = sink
+            c.mergeSink = sink
             c.start(
                 onPackets: { ps in sink.transport(didReceivePackets: ps) },
                 onClose: { [weak self] e in
