@@ -45,14 +45,20 @@ extension HCIPacket {
     /// entry, for the same handle, and the counts add up to at most 0xFFFF (see `H4Framer.mergesCompletedPackets`):
     /// a transport whose packets come one to a message merges them this way. False (nothing changed) otherwise.
     public mutating func addCompletions(of next: UnsafeRawBufferPointer) -> Bool {
-        guard type == .event, bytes.count == 7, next.count == 7, bytes[0] == 0x13, bytes[1] == 5, bytes[2] == 1,
-            next[0] == 0x13, next[1] == 5, next[2] == 1, next[3] == bytes[3], next[4] == bytes[4]
+        guard type == .event, let n = Self.singleCompletion(next), let c = bytes.withUnsafeBytes({ Self.singleCompletion($0) }),
+            n.low == c.low, n.high == c.high, c.count + n.count <= 0xFFFF
         else { return false }
-        let sum = (Int(bytes[5]) | Int(bytes[6]) << 8) + (Int(next[5]) | Int(next[6]) << 8)
-        guard sum <= 0xFFFF else { return false }
-        bytes[5] = UInt8(sum & 0xFF)
-        bytes[6] = UInt8(sum >> 8)
+        bytes[5] = UInt8((c.count + n.count) & 0xFF)
+        bytes[6] = UInt8((c.count + n.count) >> 8)
         return true
+    }
+
+    /// The handle (its two octets) and the count of a Number Of Completed Packets event with one entry, given as its
+    /// code, parameter length and parameters; nil for any other: the events that `addCompletions` and the framer's
+    /// merged runs (`H4Framer.mergesCompletedPackets`) add up.
+    static func singleCompletion(_ e: UnsafeRawBufferPointer) -> (low: UInt8, high: UInt8, count: Int)? {
+        guard e.count == 7, e[0] == 0x13, e[1] == 5, e[2] == 1 else { return nil }
+        return (e[3], e[4], Int(e[5]) | Int(e[6]) << 8)
     }
 }
 
@@ -379,26 +385,34 @@ public struct H4Framer: Sendable {
     /// out as it is, and the host judges it).
     private mutating func mergedCompletions(at h: Int, total: Int) -> HCIPacket? {
         var next = h + total
-        // Only a 7-octet event with a whole 7-octet event after it can start a run (the rule is `addCompletions`).
-        guard total == 7, buffer[h] == 0x13, next + 8 <= buffer.count, buffer[next] == 0x04 else { return nil }
-        // Built in the array of the last merged event: once its packet has been handled (the reader lets its
-        // packets go before the next read), the array is ours alone again and no allocation is made.
-        var merged = HCIPacket(type: .event, bytes: mergedEvent)
-        mergedEvent = []
-        if merged.bytes.count != 7 { merged.bytes = [UInt8](repeating: 0, count: 7) }
         var events = 1
+        var count = 0
+        var handle: (low: UInt8, high: UInt8) = (0, 0)
         buffer.withUnsafeBytes { b in
-            merged.bytes.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: b[h..<h + 7])) }
-            // The H4 indicator, then the next event, whole.
-            while next + 8 <= b.count, b[next] == 0x04, merged.addCompletions(of: UnsafeRawBufferPointer(rebasing: b[next + 1..<next + 8])) {
+            guard total == 7, let first = HCIPacket.singleCompletion(UnsafeRawBufferPointer(rebasing: b[h..<h + 7])) else { return }
+            handle = (first.low, first.high)
+            count = first.count
+            // The H4 indicator, then the next event, whole; the counts are added up here and written once.
+            while next + 8 <= b.count, b[next] == 0x04, let e = HCIPacket.singleCompletion(UnsafeRawBufferPointer(rebasing: b[next + 1..<next + 8])),
+                e.low == handle.low, e.high == handle.high, count + e.count <= 0xFFFF
+            {
+                count += e.count
                 next += 8
                 events += 1
             }
         }
-        mergedEvent = merged.bytes
         guard events > 1 else { return nil }
+        // Written into the array of the last merged event: once its packet has been handled (the reader lets its
+        // packets go before the next read), the array is ours alone again and no allocation is made.
+        if mergedEvent.count != 7 { mergedEvent = [0x13, 5, 1, 0, 0, 0, 0] }
+        mergedEvent.withUnsafeMutableBufferPointer { e in
+            e[3] = handle.low
+            e[4] = handle.high
+            e[5] = UInt8(count & 0xFF)
+            e[6] = UInt8(count >> 8)
+        }
         consumed(upTo: next, packets: events)
-        return merged
+        return HCIPacket(type: .event, bytes: mergedEvent)
     }
 
     /// The bytes of the last merged completion event (see `mergedCompletions`).
