@@ -264,6 +264,39 @@ public struct H4Framer: Sendable {
     /// Bytes buffered and not yet returned as packets.
     public var bufferedCount: Int { buffer.count - start }
 
+    /// The fewest bytes that may still have to arrive before `nextPacket` can return a packet: what the packet
+    /// begun in the buffer lacks (its header first), or 3 when nothing is begun (an indicator and the shortest
+    /// header); 1 while the framer looks for the end of a reset. A reader that waits for more than one byte at a
+    /// time (SO_RCVLOWAT) never waits for more than this.
+    public var missingCount: Int {
+        if awaitingSynchronization { return 1 }
+        let available = buffer.count - start
+        guard available >= 1 else { return 3 }
+        guard let type = HCIPacketType(rawValue: buffer[start]) else { return 1 }
+        let headerSize = Self.headerSize(type)
+        guard available >= 1 + headerSize else { return 1 + headerSize - available }
+        return max(1, 1 + headerSize + payloadLength(type, at: start + 1) - available)
+    }
+
+    /// Header octets after the indicator (Vol 4 Part E §5.4).
+    private static func headerSize(_ type: HCIPacketType) -> Int {
+        switch type {
+        case .command, .sco: return 3
+        case .event: return 2
+        case .acl, .iso: return 4
+        }
+    }
+
+    /// The length field of the header at `h`.
+    private func payloadLength(_ type: HCIPacketType, at h: Int) -> Int {
+        switch type {
+        case .command, .sco: return Int(buffer[h + 2])
+        case .event: return Int(buffer[h + 1])
+        case .acl: return Int(buffer[h + 2]) | Int(buffer[h + 3]) << 8
+        case .iso: return Int(buffer[h + 2]) | Int(buffer[h + 3] & 0x3F) << 8
+        }
+    }
+
     public mutating func nextPacket() throws -> HCIPacket? {
         if awaitingSynchronization && !synchronize() { return nil }
         // Zero octets between packets are padding (a host resynchronising a UART writes 258 of them before its
@@ -274,25 +307,10 @@ public struct H4Framer: Sendable {
         guard let type = HCIPacketType(rawValue: buffer[start]) else {
             throw H4Error.unknownPacketIndicator(buffer[start])
         }
-        // Header sizes and length fields per Vol 4 Part E §5.4.
-        let headerSize: Int
-        switch type {
-        case .command: headerSize = 3
-        case .acl: headerSize = 4
-        case .sco: headerSize = 3
-        case .event: headerSize = 2
-        case .iso: headerSize = 4
-        }
+        let headerSize = Self.headerSize(type)
         guard available >= 1 + headerSize else { return nil }
         let h = start + 1
-        let length: Int
-        switch type {
-        case .command, .sco: length = Int(buffer[h + 2])
-        case .event: length = Int(buffer[h + 1])
-        case .acl: length = Int(buffer[h + 2]) | Int(buffer[h + 3]) << 8
-        case .iso: length = Int(buffer[h + 2]) | Int(buffer[h + 3] & 0x3F) << 8
-        }
-        let total = headerSize + length
+        let total = headerSize + payloadLength(type, at: h)
         guard total <= maxPacketSize else { throw H4Error.packetTooLarge(total) }
         guard available >= 1 + total else { return nil }
         if mergesCompletedPackets && type == .event, let merged = mergedCompletions(at: h, total: total) {

@@ -33,10 +33,10 @@
 //   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`).
 // Answers after draining (every socket, TCP or UNIX): while the host holds packets waiting for controller buffers,
 // the answer the host writes to a read is held until the reader has read, without waiting, what else the socket
-// holds (`drainsBeforeAnswering`, at most `drainLimit` reads; OCB_STREAM_DRAIN=0 turns it off). A controller's
-// completions often come in two segments, the second released by the ACK of the first read: both are answered
-// in one write (over rootcanal, 1 MB of L2CAP: about 27 % fewer writes on the sender, for one read more that finds
-// nothing after most answers). A host with no backlog answers at once, as before.
+// holds (`drainsBeforeAnswering`; OCB_STREAM_DRAIN=0 turns it off), or until one such read found something
+// (`drainLimit`). A controller's completions often come in two segments, the second released by the ACK of the
+// first read: both are answered in one write (over rootcanal, 1 MB of L2CAP: about 27 % fewer writes on the
+// sender). A host with no backlog answers at once, as before.
 // Both cut the system calls of a GATT transfer over rootcanal by about 7× (1.4 → 0.2 per HCI packet on each
 // side) at the same throughput. The 1 MB L2CAP echo through Bumble that once timed out with them on is bound
 // by rootcanal's and Bumble's processor time (about 9 of its 11 CPU seconds): on a loaded machine it is slow
@@ -135,9 +135,17 @@ public final class StreamConnection: @unchecked Sendable {
     /// writes: on unless OCB_STREAM_DRAIN=0. Set before `start`.
     var drainsBeforeAnswering = ProcessInfo.processInfo.environment["OCB_STREAM_DRAIN"] != "0"
 
-    /// At most this many reads in a row drain the socket before a held answer leaves (a peer that never pauses
-    /// does not hold our answers back).
-    static let drainLimit = 8
+    /// At most this many reads that found something drain the socket before a held answer leaves (a peer that never
+    /// pauses does not hold our answers back). One: rootcanal's completions for a connection event come in two
+    /// segments at most (the second released by the ACK of the first read), and a second read that would find
+    /// nothing is a system call per event. OCB_STREAM_DRAIN_READS sets it. Set before `start`.
+    var drainLimit = ProcessInfo.processInfo.environment["OCB_STREAM_DRAIN_READS"].flatMap { Int($0) }.map { max(1, $0) } ?? 1
+
+    /// The fewest bytes a blocking read (or poll) waits for.
+    static func setLowWater(_ fd: Int32, _ bytes: Int32) {
+        var value = bytes
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &value, socklen_t(MemoryLayout<Int32>.size))
+    }
 
     static func setNoDelay(_ fd: Int32) {
         var one: Int32 = 1
@@ -215,20 +223,28 @@ public final class StreamConnection: @unchecked Sendable {
         }
         // Reads in a row made without waiting, while an answer is held (0: the next read waits).
         var draining = 0
+        let drainLimit = self.drainLimit
+        // The socket's SO_RCVLOWAT as last set (bulk reception).
+        var socketLowWater: Int32 = 1
         while true {
+            if draining > drainLimit {
+                // Enough read without waiting: the held answer leaves, and the reader waits as usual.
+                draining = 0
+                writeLock.withLock { _ = flushLocked(&$0) }
+            }
             let n: Int
             if draining > 0 {
                 n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
                 stats.reads += 1
-                if n <= 0 || draining >= Self.drainLimit {
-                    // Nothing more (or enough): the held answer leaves, and the reader waits as usual. (A read
-                    // that found nothing is counted first: once the answer is out, the counts include it.)
+                if n <= 0 {
+                    // Nothing more: the held answer leaves, and the reader waits as usual. (The read that found
+                    // nothing is counted first: once the answer is out, the counts include it.)
                     draining = 0
                     let reads = stats.reads
-                    if n <= 0 { readStatistics.withLock { $0.reads = reads } }
+                    readStatistics.withLock { $0.reads = reads }
                     writeLock.withLock { _ = flushLocked(&$0) }
                     if n == 0 { return nil }
-                    if n < 0 { continue }
+                    continue
                 }
             } else {
                 n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
@@ -298,6 +314,14 @@ public final class StreamConnection: @unchecked Sendable {
                     }
                 }
                 bulk.lastGeneration = after
+                // While ACKs are delayed, a lone H4 indicator (controllers write it apart from the rest) does not
+                // wake the reader: the socket's low-water mark is two bytes, unless one byte ends a packet.
+                let lowWater: Int32 = bulk.delaying && bulkPolicy.waitsForTwoBytes && framer.missingCount >= 2 ? 2 : 1
+                if lowWater != socketLowWater {
+                    Self.setLowWater(fd, lowWater)
+                    socketLowWater = lowWater
+                    bulk.setsockopts += 1
+                }
                 if bulk.setsockopts != 0 {
                     let n = bulk.setsockopts
                     bulk.setsockopts = 0
@@ -349,6 +373,8 @@ public final class StreamConnection: @unchecked Sendable {
             /// How long nothing but sparse writes must have been written before a run counts.
             var quiet = BulkReception.quiet
             var sparseWriteReads = BulkReception.sparseWriteReads
+            /// During a run, a read waits for two bytes at least (OCB_TCP_BULK_LOWAT=0 turns it off).
+            var waitsForTwoBytes = ProcessInfo.processInfo.environment["OCB_TCP_BULK_LOWAT"] != "0"
         }
 
         mutating func afterRead(wroteSinceLastRead: Bool, hostBacklog: Bool, fd: Int32, policy: Policy) -> Bool {

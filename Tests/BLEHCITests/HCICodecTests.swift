@@ -213,6 +213,42 @@ let allEvents: [HCIEvent] = [
         #expect(f.bufferedCount == 0)
     }
 
+    /// What a reader that waits for several bytes at a time may wait for: never more than the packet begun lacks.
+    /// Fed byte by byte, a packet is completed exactly by a byte before which one was missing.
+    @Test func missingCountIsWhatThePacketBegunLacks() throws {
+        var f = H4Framer()
+        #expect(f.missingCount == 3)
+        f.append([HCIPacketType.acl.rawValue])
+        #expect(f.missingCount == 4)
+        f.append([0x40, 0x00, 200])
+        #expect(f.missingCount == 1)   // the high byte of the length
+        f.append([0])
+        #expect(f.missingCount == 200)
+        f.append([UInt8](repeating: 7, count: 199))
+        #expect(f.missingCount == 1)
+        f.append([7])
+        #expect(try f.nextPacket() != nil)
+        #expect(f.missingCount == 3)
+        var g = H4Framer()
+        var completions = 0
+        for b in stream {
+            let missing = g.missingCount
+            #expect(missing >= 1)
+            g.append([b])
+            var framed = 0
+            while try g.nextPacket() != nil { framed += 1 }
+            if framed > 0 {
+                #expect(missing == 1)
+                completions += framed
+            }
+        }
+        #expect(completions == expected.count)
+        var resyncing = H4Framer(synchronizesOnReset: true)
+        #expect(resyncing.missingCount == 1)
+        resyncing.append([0xFF])
+        #expect(resyncing.missingCount == 1)
+    }
+
     @Test func mixedChunks() throws {
         let s = stream
         for chunk in [2, 7, 64, 1000] {

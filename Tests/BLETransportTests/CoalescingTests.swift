@@ -278,13 +278,15 @@ import BLEHCI
 
     /// While the host waits for controller buffers, the reader holds the answer to a read until it has read what
     /// else the socket holds (a controller's next completions, often released by the ACK of that read): the answers
-    /// to both leave in one write. A peer that never pauses holds answers back for at most `drainLimit` reads; a
-    /// host with no backlog answers at once; `drainsBeforeAnswering` off, each read's answer leaves by itself.
+    /// to both leave in one write. A peer that never pauses holds answers back for at most `drainLimit` reads that
+    /// found something (one unless set); a host with no backlog answers at once; `drainsBeforeAnswering` off, each
+    /// read's answer leaves by itself.
     @Test func anAnswerWaitsForWhatTheSocketAlreadyHolds() async throws {
-        func run(packets count: Int, backlog: Bool, drains: Bool = true) -> TransportStatistics {
+        func run(packets count: Int, backlog: Bool, drains: Bool = true, limit: Int? = nil) -> TransportStatistics {
             let (ours, peer) = pair()
             defer { ours.close(); Glibc.close(peer) }
             ours.drainsBeforeAnswering = drains
+            if let limit { ours.drainLimit = limit }
             ours.hostBacklogChanged(backlog)
             let loop = EventLoop(label: "drain")
             let next = Locked(2)
@@ -303,21 +305,29 @@ import BLEHCI
             #expect(readExactly(peer, echoed.count) == echoed)
             return ours.statistics
         }
-        // Two packets, the second there before the first is answered: one write; three reads (the second and a
-        // third that finds nothing made without waiting).
+        // Two packets, the second there before the first is answered: one write, after two reads (the second made
+        // without waiting; having found something, it is not followed by a third that would find nothing).
         let two = run(packets: 2, backlog: true)
         #expect(two.writes == 1)
-        #expect(two.reads == 3)
+        #expect(two.reads == 2)
         #expect(two.packetsOut == 2)
+        // With a limit of 8, the reader reads once more without waiting before it answers, and finds nothing.
+        let twoOfEight = run(packets: 2, backlog: true, limit: 8)
+        #expect(twoOfEight.writes == 1)
+        #expect(twoOfEight.reads == 3)
         // Without the drain, or with no backlog, each answer leaves after its own read.
         #expect(run(packets: 2, backlog: true, drains: false).writes == 2)
         let noBacklog = run(packets: 2, backlog: false)
         #expect(noBacklog.writes == 2)
         #expect(noBacklog.reads == 2)
-        // A peer that always has more: 8 answers held at most, then they leave (8 + 8 + 4).
+        // A peer that always has more: two answers held at most, then they leave (ten writes of two); with a limit
+        // of 8, nine (9 + 9 + 2).
         let flood = run(packets: 20, backlog: true)
-        #expect(flood.writes == 3)
+        #expect(flood.writes == 10)
         #expect(flood.packetsOut == 20)
+        let floodOfEight = run(packets: 20, backlog: true, limit: 8)
+        #expect(floodOfEight.writes == 3)
+        #expect(floodOfEight.packetsOut == 20)
     }
 
     @Test func aWriteAfterCloseFailsAndNothingIsLeftPending() throws {
@@ -509,12 +519,48 @@ import BLEHCI
         let sparse = ours.statistics.other
         #expect(sparse <= delaying + 1)   // at most the periodic re-entry into delayed ACKs
         // A write right after a read answers it and ends the run: the next read that goes unanswered
-        // switches quick ACKs back on.
+        // switches quick ACKs back on, and reads wait for a byte again (two calls).
         #expect(ours.write(packet: Self.event))
         writeAll(peer, Self.acl(2).h4Bytes)
         while got.all.count < sent + 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         try await pause(nanoseconds: 20_000_000)
-        #expect(ours.statistics.other == sparse + 1)
+        #expect(ours.statistics.other == sparse + 2)
+    }
+
+    /// During bulk reception a lone H4 indicator (controllers write it apart from the rest) wakes no read: the
+    /// socket's low-water mark is two bytes. Not when one byte ends a packet: that byte is read as it comes.
+    /// OCB_TCP_BULK_LOWAT=0 (`waitsForTwoBytes` false) reads the lone byte.
+    @Test(arguments: [true, false]) func bulkReceptionDoesNotWakeForALoneByte(waits: Bool) async throws {
+        let link = try await Self.loopbackConnection(label: "lowat")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
+        StreamConnection.setNoDelay(peer)
+        let deadline = Date().addingTimeInterval(120)
+        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
+        ours.bulkPolicy.waitsForTwoBytes = waits
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        var sent = 0
+        for _ in 0..<(StreamConnection.BulkReception.runLength + 2) {
+            writeAll(peer, Self.acl(sent % 50).h4Bytes)
+            sent += 1
+            while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+        }
+        let reads = ours.statistics.reads
+        #expect(reads == sent)
+        let bytes = Self.acl(9).h4Bytes
+        writeAll(peer, Array(bytes[0..<1]))
+        try await pause(nanoseconds: 50_000_000)
+        #expect(ours.statistics.reads == (waits ? reads : reads + 1))
+        // All but the last byte: read (with the indicator, when it waited), and nothing delivered yet.
+        writeAll(peer, Array(bytes[1..<(bytes.count - 1)]))
+        while ours.statistics.reads < (waits ? reads + 1 : reads + 2) && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.count == sent)
+        // The last byte alone completes the packet, and is read as it comes.
+        writeAll(peer, [bytes[bytes.count - 1]])
+        while got.all.count < sent + 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(9))
+        #expect(ours.statistics.reads == (waits ? reads + 2 : reads + 3))
     }
 
     /// The bulk rule, read by read: a receiver that returns credits now and then (a write after many
