@@ -2,14 +2,16 @@
 // `ble` tool, tests). The channel's state machine lives in its link's signalling state; this object is the
 // handle on it.
 //
-// Threading contract: every method and callback runs on the host's loop.
+// Threading contract: every method and callback runs on the host's loop. The properties `send` and the pump read for
+// every SDU and K-frame are `@exclusivity(unchecked)`, as the host's are (see LEHost): one thread, so the runtime
+// check on each access only cost instructions.
 import BLEL2CAP
 
 public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertible {
     public let psm: UInt16
     public let localCID: UInt16
-    public private(set) weak var connection: HostConnection?
-    public internal(set) var isOpen = true
+    @exclusivity(unchecked) public private(set) weak var connection: HostConnection?
+    @exclusivity(unchecked) public internal(set) var isOpen = true
     /// Why it closed, once closed.
     public internal(set) var closeReason: L2CAPCreditChannels.CloseReason?
 
@@ -18,14 +20,14 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     public var onReceive: (([UInt8]) -> Void)?
     public var onClose: ((L2CAPCreditChannels.CloseReason) -> Void)?
     /// Room for more SDUs after `send` returned false.
-    public var onWritable: (() -> Void)?
+    @exclusivity(unchecked) public var onWritable: (() -> Void)?
     /// Free-form slot for the layer above.
     public var context: AnyObject?
 
     /// SDU octets the host keeps queued before `send` says "full" (at least one SDU of the peer's MTU).
-    public var sendQueueLimit = 64 * 1024
+    @exclusivity(unchecked) public var sendQueueLimit = 64 * 1024
     /// Set when a sender was refused (or asked with `notifyWhenWritable`); `onWritable` then follows.
-    var wantsWritable = false
+    @exclusivity(unchecked) var wantsWritable = false
 
     /// Asks for `onWritable` once the channel takes SDUs again (for a sender that checked `canSend`).
     public func notifyWhenWritable() {
@@ -34,7 +36,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
 
     /// SDU octets of room `onWritable` waits for after a refusal (0: any room). A sender that refills the
     /// queue in large batches sets it, so it is called back once per batch instead of once per K-frame sent.
-    public var writableRoom = 0
+    @exclusivity(unchecked) public var writableRoom = 0
 
     /// Room enough for `onWritable`: `canSend`, and `writableRoom` octets free (or as many as the queue has).
     var isWritable: Bool {
@@ -123,7 +125,7 @@ public final class HostL2CAPChannel: @unchecked Sendable, CustomStringConvertibl
     }
 
     /// Set by `close` while queued K-frames still wait for credits.
-    var closing = false
+    @exclusivity(unchecked) var closing = false
 
     public var description: String {
         "L2CAP channel PSM 0x\(String(psm, radix: 16)) CID 0x\(String(localCID, radix: 16))" + (connection.map { " on \($0)" } ?? "")

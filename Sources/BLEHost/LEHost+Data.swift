@@ -583,30 +583,28 @@ enum WaitingACL {
         used += octets
         f.payload.withUnsafeBytes { payload in
             out.withUnsafeMutableBytes { o in
-                var at = start
+                // Raw stores and one copy per fragment (bounds made room for above): indexing and slicing the
+                // buffers, each with its own check, cost twice the instructions.
+                let to = o.baseAddress! + start
+                var at = 0
                 for _ in 0..<fragments {
                     let n = min(f.fragmentSize, frameLength - f.cut)
                     let flags = f.cut == 0 ? ACLPacketBoundary.firstNonFlushable.rawValue : ACLPacketBoundary.continuing.rawValue
-                    let first = (handle & 0x0FFF) | UInt16(flags) << 12
-                    o[at] = HCIPacketType.acl.rawValue
-                    o[at + 1] = UInt8(first & 0xFF)
-                    o[at + 2] = UInt8(first >> 8)
-                    o[at + 3] = UInt8(n & 0xFF)
-                    o[at + 4] = UInt8(n >> 8)
+                    to.storeBytes(of: HCIPacketType.acl.rawValue, toByteOffset: at, as: UInt8.self)
+                    to.storeBytes(of: ((handle & 0x0FFF) | UInt16(flags) << 12).littleEndian, toByteOffset: at + 1, as: UInt16.self)
+                    to.storeBytes(of: UInt16(n).littleEndian, toByteOffset: at + 3, as: UInt16.self)
                     at += 5
                     var from = f.cut - 4
                     if f.cut == 0 {
-                        o[at] = UInt8(f.payload.count & 0xFF)
-                        o[at + 1] = UInt8(f.payload.count >> 8)
-                        o[at + 2] = UInt8(f.cid & 0xFF)
-                        o[at + 3] = UInt8(f.cid >> 8)
+                        to.storeBytes(of: UInt16(f.payload.count).littleEndian, toByteOffset: at, as: UInt16.self)
+                        to.storeBytes(of: f.cid.littleEndian, toByteOffset: at + 2, as: UInt16.self)
                         at += 4
                         from = 0
                     }
-                    let to = f.cut + n - 4
-                    if to > from {
-                        UnsafeMutableRawBufferPointer(rebasing: o[at..<at + (to - from)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: payload[from..<to]))
-                        at += to - from
+                    let end = f.cut + n - 4
+                    if end > from {
+                        (to + at).copyMemory(from: payload.baseAddress! + from, byteCount: end - from)
+                        at += end - from
                     }
                     f.cut += n
                 }

@@ -179,11 +179,15 @@ public struct L2CAPCreditChannels: Sendable {
 
     // MARK: Data path
 
-    /// A channel's counters, read in place: `channels[cid]` copies the channel, queues and all.
-    public func counters(of localCID: UInt16) -> L2CAPCreditChannel.Counters? {
+    /// A channel's counters, read in place. Mutating although it changes nothing: a getter (`channels[cid]`, or
+    /// `channels.values[i]`) copies the channel, retaining and releasing its queues and its reassembly buffer (the
+    /// empty one too, whose shared storage takes the runtime's slow path), on every K-frame sent.
+    public mutating func counters(of localCID: UInt16) -> L2CAPCreditChannel.Counters? {
         guard let i = channels.index(forKey: localCID) else { return nil }
-        return channels.values[i].counters
+        return Self.counters(of: &channels.values[i])
     }
+
+    private static func counters(of channel: inout L2CAPCreditChannel) -> L2CAPCreditChannel.Counters { channel.counters }
 
     /// Queues an SDU (at most the peer's MTU) on a channel. False when the channel is unknown.
     @discardableResult

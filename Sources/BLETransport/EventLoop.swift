@@ -23,8 +23,10 @@ import Synchronization
 public final class LoopTurn {
     /// The turn's first hook (most turns have at most one: a transport's flush), then the others in order. The
     /// first apart: an array of closures emptied every turn cost more than the write it schedules.
-    fileprivate var firstHook: (() -> Void)?
-    fileprivate var hooks: [() -> Void] = []
+    /// (Unchecked: a turn belongs to the one thread running it, so the runtime's exclusivity check on every
+    /// access only cost instructions, several per packet.)
+    @exclusivity(unchecked) fileprivate var firstHook: (() -> Void)?
+    @exclusivity(unchecked) fileprivate var hooks: [() -> Void] = []
 
     private static let key: pthread_key_t = {
         var k = pthread_key_t()
@@ -54,7 +56,7 @@ public final class LoopTurn {
         pthread_getspecific(key) == UnsafeMutableRawPointer(Unmanaged.passUnretained(turn).toOpaque())
     }
 
-    private var spareHooks: [() -> Void] = []
+    @exclusivity(unchecked) private var spareHooks: [() -> Void] = []
 
     /// Runs the hooks in the order they were added, and those they add after them, reusing two arrays (no
     /// allocation per turn). `firstHook` is set only while `hooks` is empty, so it is never younger than a hook

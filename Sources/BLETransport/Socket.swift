@@ -109,7 +109,10 @@ public final class StreamConnection: @unchecked Sendable {
         isSocket = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFSOCK
         self.label = label
         if isTCP { Self.setNoDelay(fd) }
-        flushHook = { [weak self] in self?.flushAtTurnEnd() }
+        // Through a box, not a `[weak self]` capture: the runtime checks exclusive access to a captured weak
+        // variable on every call, and this runs at the end of every turn that writes.
+        let me = WeakConnection(self)
+        flushHook = { me.connection?.flushAtTurnEnd() }
     }
 
     /// The end of a turn that wrote: write, unless the turn is the reader's own handling of a read, which writes
@@ -123,6 +126,12 @@ public final class StreamConnection: @unchecked Sendable {
             }
             _ = flushLocked(&w)
         }
+    }
+
+    /// A connection held weakly by its own end-of-turn hook.
+    private final class WeakConnection {
+        @exclusivity(unchecked) weak var connection: StreamConnection?
+        init(_ connection: StreamConnection) { self.connection = connection }
     }
 
     /// The sink whose answers decide what the framer merges: runs of completion events, asked when reading begins

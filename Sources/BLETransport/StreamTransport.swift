@@ -25,9 +25,10 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
         let c = StreamConnection(fd: fd, isTCP: tcp, label: name)
         c.mergeSink = sink
         connection.withLock { $0 = c }
+        let weak = WeakSink(sink)
         c.start(
-            onPackets: { [weak sink] ps in sink?.transport(didReceivePackets: ps) },
-            onClose: { [weak sink] e in sink?.transportDidClose(error: e) })
+            onPackets: { ps in weak.sink?.transport(didReceivePackets: ps) },
+            onClose: { e in weak.sink?.transportDidClose(error: e) })
     }
 
     public func send(_ packet: HCIPacket) {
@@ -58,4 +59,11 @@ public final class StreamTransport: HCITransport, @unchecked Sendable {
             c?.close(); c = nil
         }
     }
+}
+
+/// A sink held weakly by a reader's callbacks. Not a `[weak sink]` capture: that is a variable of the closure, and the
+/// runtime checked exclusive access to it on every read of the socket.
+final class WeakSink: @unchecked Sendable {
+    @exclusivity(unchecked) weak var sink: (any HCITransportSink)?
+    init(_ sink: any HCITransportSink) { self.sink = sink }
 }

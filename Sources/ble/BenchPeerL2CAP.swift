@@ -67,13 +67,14 @@ final class BenchPeerL2CAP: HostCentralDelegate, HostPeripheralDelegate, Metered
     var intervalMilliseconds = 7.5
     let host: LEHost
     let done = DispatchSemaphore(value: 0)
-    var channel: HostL2CAPChannel?
-    var deframer = SpeedL2CAP.Deframer()
+    // The state `flush` and the receive path touch for every SDU: loop-confined, so not checked at run time.
+    @exclusivity(unchecked) var channel: HostL2CAPChannel?
+    @exclusivity(unchecked) var deframer = SpeedL2CAP.Deframer()
     /// Framed packets not yet handed to the channel: from `outgoingHead` on.
-    var outgoing: [UInt8] = []
-    var outgoingHead = 0
+    @exclusivity(unchecked) var outgoing: [UInt8] = []
+    @exclusivity(unchecked) var outgoingHead = 0
     /// The protocol's state (BenchSpeedSession.swift), on the loop.
-    var session: SpeedSession
+    @exclusivity(unchecked) var session: SpeedSession
     var failure: String?
     /// Cost of the transfer: from the first packet (RESET) to the last (or its ACK), on the loop.
     lazy var meter = BenchMeter(transport: { [host] in host.transport.statistics })
