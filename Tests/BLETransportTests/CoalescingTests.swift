@@ -81,6 +81,53 @@ import BLEHCI
         // Work that reaches the queue without a turn (a dispatch block on `queue`) is still on the loop.
         #expect(a.queue.sync { a.isInLoop })
     }
+
+    /// `runWaiting` runs its work on the calling thread (a transport's reader), as a turn of the loop, never at the
+    /// same time as other runWaiting callers, the queue's work or its timers: all of them at once, on a counter that
+    /// only the loop touches, overlap nowhere and lose nothing.
+    @Test func runWaitingRunsOnTheCallersThreadOneTurnAtATime() async throws {
+        let loop = EventLoop(label: "owner")
+        final class State: @unchecked Sendable {
+            var inside = 0, overlaps = 0, count = 0, foreignThreads = 0
+            // A few hundred instructions inside, so that an overlap, if the loop allowed one, is seen.
+            func enter() {
+                inside += 1
+                if inside > 1 { overlaps += 1 }
+                var spin = 0
+                for i in 0..<200 { spin &+= i ^ inside }
+                count += 1 + (spin == -1 ? 1 : 0)
+                inside -= 1
+            }
+        }
+        let s = State()
+        let rounds = 2000, readers = 3, timers = 100
+        let done = DispatchSemaphore(value: 0)
+        for _ in 0..<readers {
+            Thread.detachNewThread {
+                let me = pthread_self()
+                for _ in 0..<rounds {
+                    loop.runWaiting {
+                        if pthread_equal(me, pthread_self()) == 0 || !loop.isInLoop || !LoopTurn.inProgress { s.foreignThreads += 1 }
+                        s.enter()
+                    }
+                }
+                done.signal()
+            }
+        }
+        loop.execute {
+            for i in 0..<timers { loop.schedule(after: LoopTime(i) * 20_000) { s.enter() } }
+        }
+        for _ in 0..<rounds { loop.execute { s.enter() } }
+        for _ in 0..<readers { #expect(done.wait(timeout: .now() + 120) == .success) }
+        let deadline = Date().addingTimeInterval(120)
+        let total = rounds * (readers + 1) + timers
+        while loop.sync({ s.count }) < total && Date() < deadline { try await pause(nanoseconds: 2_000_000) }
+        loop.sync {
+            #expect(s.count == total)
+            #expect(s.overlaps == 0)
+            #expect(s.foreignThreads == 0)
+        }
+    }
 }
 
 @Suite struct StreamCoalescingTests {
