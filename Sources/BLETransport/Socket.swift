@@ -232,7 +232,8 @@ public final class StreamConnection: @unchecked Sendable {
         }
         // Reads in a row made without waiting, while an answer is held (0: the next read waits).
         var draining = 0
-        let drainLimit = self.drainLimit
+        // Set before `start`: read once, not for every read.
+        let drainLimit = self.drainLimit, policy = bulkPolicy
         // The socket's SO_RCVLOWAT as last set (bulk reception).
         var socketLowWater: Int32 = 1
         while true {
@@ -300,7 +301,7 @@ public final class StreamConnection: @unchecked Sendable {
             // next completions, released by the ACK of this read) is answered in the same write.
             draining = held ? draining + 1 : 0
             if isTCP {
-                if !bulk.afterRead(wroteSinceLastRead: after != bulk.lastGeneration, hostBacklog: backlog, fd: fd, policy: bulkPolicy),
+                if !bulk.afterRead(wroteSinceLastRead: after != bulk.lastGeneration, hostBacklog: backlog, fd: fd, policy: policy),
                     !held
                 {
                     // Part of a packet (controllers write an H4 indicator and the rest separately): the rest
@@ -325,7 +326,7 @@ public final class StreamConnection: @unchecked Sendable {
                 bulk.lastGeneration = after
                 // While ACKs are delayed, a lone H4 indicator (controllers write it apart from the rest) does not
                 // wake the reader: the socket's low-water mark is two bytes, unless one byte ends a packet.
-                let lowWater: Int32 = bulk.delaying && bulkPolicy.waitsForTwoBytes && framer.missingCount >= 2 ? 2 : 1
+                let lowWater: Int32 = bulk.delaying && policy.waitsForTwoBytes && framer.missingCount >= 2 ? 2 : 1
                 if lowWater != socketLowWater {
                     Self.setLowWater(fd, lowWater)
                     socketLowWater = lowWater
