@@ -305,6 +305,7 @@ extension LEHost {
         if aclCredits > 0 && aclWaiting.isEmpty {
             aclCredits -= 1
             aclInFlight.sent(on: handle)
+            aclSent(1)
             transport.send(packet)
             if recyclesSentPackets { fragmentPool.recycle(packet.bytes) }
         } else {
@@ -380,6 +381,7 @@ extension LEHost {
         if aclCredits > 0 && aclWaiting.isEmpty {
             aclCredits -= 1
             aclInFlight.sent(on: handle)
+            aclSent(1)
             batch.append(packet)
         } else {
             if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
@@ -474,6 +476,7 @@ extension LEHost {
             aclCredits -= n
             aclWaitingPackets -= n
             aclInFlight.sent(n, on: handle)
+            aclSent(n)
         }
     }
 
@@ -486,6 +489,17 @@ extension LEHost {
 
     func packetsCompleted(handle: UInt16, count: Int) {
         aclCredits += aclInFlight.completed(count, on: handle)
+        publishACLTally()
+    }
+    /// `n` more ACL packets handed to the transport (what is done does not change: they are in flight).
+    @inline(__always) func aclSent(_ n: Int) {
+        aclSentTotal &+= n
+        aclTallySent.store(aclSentTotal, ordering: .relaxed)
+    }
+    /// Publishes the tally after packets in flight were completed or dropped (`aclPacketTally`).
+    func publishACLTally() {
+        aclTallySent.store(aclSentTotal, ordering: .relaxed)
+        aclTallyDone.store(aclSentTotal &- aclInFlight.total, ordering: .relaxed)
     }
 
     /// Sends waiting fragments while credits last, then tells writers who were refused that room is back.

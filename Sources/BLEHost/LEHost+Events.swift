@@ -118,6 +118,7 @@ extension LEHost {
         rememberACLConnection(nil)
         loggers.gap.debug("connected", metadata: ["connection": "\(c)", "interval": "\(interval)"])
         aclInFlight.start(handle)
+        publishACLTally()
         let bond = bondStore.bond(matching: peer)
         if let bond { c.identityAddress = bond.identityAddress }
         gattServer.clientConnected(
@@ -144,6 +145,7 @@ extension LEHost {
         c.attTimer = nil
         // The controller frees the buffers of a closed link (Vol 4 Part E §4.3).
         if let n = aclInFlight.remove(c.handle) { aclCredits += n }
+        publishACLTally()
         removeWaitingACL(for: c.handle)
         // Nor do its packets at our side get reported any more: the controller forgot them with the link.
         forgetHostCompletions(of: c)

@@ -168,6 +168,11 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     @exclusivity(unchecked) var fragmentPool = HCIPacketBufferPool()
     let recyclesSentPackets: Bool
     @exclusivity(unchecked) var aclInFlight = ACLPacketsInFlight()
+    /// ACL packets handed to the transport so far (loop-confined), and the tally the transport's reader reads
+    /// (`aclPacketTally`, kept current by `aclSent` and `publishACLTally`).
+    @exclusivity(unchecked) var aclSentTotal = 0
+    let aclTallySent = Atomic<Int>(0)
+    let aclTallyDone = Atomic<Int>(0)
     /// While a read's packets are handled, credits they free are spent after the last (`handle(batch:)`).
     @exclusivity(unchecked) var spendsFreedCreditsLater = false
     @exclusivity(unchecked) var creditsFreedMeanwhile = false
@@ -395,6 +400,7 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
         aclWaiting.removeAll()
         aclWaitingPackets = 0
         aclInFlight.removeAll()
+        publishACLTally()
         controllerToHostFlowControl = false
         hostCompletions.removeAll()
         isScanning = false
@@ -435,6 +441,10 @@ public final class LEHost: HCITransportSink, @unchecked Sendable {
     /// it (`HCITransportSink.acceptsMergedACLContinuations`); not while it reports each ACL packet back to the
     /// controller (controller-to-host flow control counts packets), nor while it traces HCI packets.
     public var acceptsMergedACLContinuations: Bool { aclContinuationsMergeable.load(ordering: .relaxed) }
+    /// What the host has sent and what the controller is done with (`HCITransportSink.aclPacketTally`).
+    public var aclPacketTally: (sent: Int, done: Int)? {
+        (aclTallySent.load(ordering: .relaxed), aclTallyDone.load(ordering: .relaxed))
+    }
 
     public func transportDidClose(error: (any Error)?) {
         loop.execute { [self] in

@@ -24,6 +24,11 @@ public protocol HCITransportSink: AnyObject, Sendable {
     /// read, from the transport's reader thread. False (the default) for a sink that must see each packet as the
     /// controller sent it.
     var acceptsMergedACLContinuations: Bool { get }
+    /// ACL packets the host has handed to the transport so far, and how many of those the controller is done with
+    /// (reported completed, or dropped with their link); both only grow. Read from the transport's reader thread: a
+    /// TCP transport learns from it whether the controller still owes completions of earlier writes. Nil (the
+    /// default) for a sink that does not count.
+    var aclPacketTally: (sent: Int, done: Int)? { get }
 }
 
 public protocol HCITransport: AnyObject, Sendable {
@@ -85,6 +90,7 @@ extension HCITransportSink {
 
     public var acceptsMergedCompletions: Bool { false }
     public var acceptsMergedACLContinuations: Bool { false }
+    public var aclPacketTally: (sent: Int, done: Int)? { nil }
 }
 
 /// Counts kept by a transport that talks to its controller through a file descriptor: the system calls it

@@ -51,6 +51,29 @@ import BLEL2CAP
         #expect(slots.max()! <= 2 * 40 + 64)
     }
 
+    /// The tally a TCP transport reads (`aclPacketTally`): packets handed to the transport, and those the controller
+    /// is done with, completed or dropped with their link; packets still waiting for buffers count in neither.
+    @Test func theTallyCountsWhatWasSentAndWhatIsDone() throws {
+        let (loop, _, host) = Self.connectedHost()
+        let start = try #require(host.aclPacketTally)
+        loop.sync { for _ in 0..<25 { host.sendACL(Self.packet, handle: 0x40) } }
+        // 20 buffers: 20 sent, 5 waiting.
+        #expect(host.aclPacketTally! == (start.sent + 20, start.done))
+        loop.sync { host.transport(didReceive: Self.completed(17)) }
+        #expect(host.aclPacketTally! == (start.sent + 25, start.done + 17))
+        loop.sync { host.transport(didReceive: Self.completed(3)) }
+        #expect(host.aclPacketTally! == (start.sent + 25, start.done + 20))
+        // A completion for more than is in flight counts what was in flight.
+        loop.sync { host.transport(didReceive: Self.completed(9)) }
+        #expect(host.aclPacketTally! == (start.sent + 25, start.done + 25))
+        loop.sync { for _ in 0..<4 { host.sendACL(Self.packet, handle: 0x40) } }
+        #expect(host.aclPacketTally! == (start.sent + 29, start.done + 25))
+        // The link ends: the controller drops what it held.
+        loop.sync { host.transport(didReceive: HCIEvent.disconnectionComplete(status: .success, handle: 0x40, reason: .remoteUserTerminated).encode()) }
+        loop.advance(by: .milliseconds(10))
+        #expect(host.aclPacketTally! == (start.sent + 29, start.done + 29))
+    }
+
     /// rootcanal reports every packet the air carried in a Number Of Completed Packets event of its own, 17 or 20
     /// of them in one read: the credits they free are spent once, after the read's last packet, in one send.
     /// Over a transport that takes H4 bytes, an L2CAP frame waits whole and is cut as credits free up: the controller

@@ -610,6 +610,82 @@ import BLEHCI
         #expect(ours.statistics.reads == (waits ? reads + 2 : reads + 3))
     }
 
+    /// A sink that counts the ACL packets a host sent and the controller is done with (`aclPacketTally`).
+    final class TallySink: HCITransportSink, @unchecked Sendable {
+        let lock = NSLock()
+        var tally = (sent: 0, done: 0)
+        func transport(didReceive packet: HCIPacket) {}
+        func transportDidClose(error: (any Error)?) {}
+        var aclPacketTally: (sent: Int, done: Int)? { lock.withLock { tally } }
+        func set(sent: Int, done: Int) { lock.withLock { tally = (sent, done) } }
+    }
+
+    /// While the host waits for controller buffers, a lone H4 indicator does not wake the reader, as rootcanal's
+    /// first byte of every connection event's completions did, unless the controller still owes a completion of
+    /// what was written before the last write (that byte's rest may wait for our ACK), or a two-byte wait took too
+    /// long (the controller holds the rest for our ACK): lone bytes are then read as they come for a while.
+    @Test(arguments: [(owes: false, stalls: false), (owes: true, stalls: false), (owes: false, stalls: true)])
+    func aSenderOwedNothingDoesNotWakeForALoneByte(owes: Bool, stalls: Bool) async throws {
+        let link = try await Self.loopbackConnection(label: "send-lowat")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
+        StreamConnection.setNoDelay(peer)
+        let deadline = Date().addingTimeInterval(120)
+        let sink = TallySink()
+        ours.mergeSink = sink
+        // The waits below last 50 ms: a stall only when the test wants one.
+        if !stalls { ours.sendLowWaterPause.stall = .max }
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        ours.hostBacklogChanged(true)
+        // Two writes: 10 packets before the last one, 20 in all; the controller is done with those 10.
+        sink.set(sent: 10, done: 0)
+        #expect(ours.write(packet: Self.acl(1)))
+        sink.set(sent: 20, done: 10)
+        #expect(ours.write(packet: Self.acl(2)))
+        // A whole packet, read as usual; the wait after it is for two bytes.
+        writeAll(peer, Self.acl(3).h4Bytes)
+        while got.all.count < 1 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        let reads = ours.statistics.reads
+        let first = Self.acl(4).h4Bytes
+        writeAll(peer, Array(first[0..<1]))
+        try await pause(nanoseconds: 50_000_000)
+        #expect(ours.statistics.reads == reads)
+        // Meanwhile the controller turns out to owe one of the 10 (the next wait is decided after this read).
+        if owes { sink.set(sent: 20, done: 9) }
+        writeAll(peer, Array(first[1...]))
+        while got.all.count < 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(4))
+        #expect(ours.statistics.reads == reads + 1)
+        // The next lone indicator: read as it comes only if something is owed or the last wait stalled.
+        let second = Self.acl(5).h4Bytes
+        writeAll(peer, Array(second[0..<1]))
+        let woken = owes || stalls
+        if woken {
+            while ours.statistics.reads < reads + 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        } else {
+            try await pause(nanoseconds: 50_000_000)
+        }
+        #expect(ours.statistics.reads == reads + (woken ? 2 : 1))
+        writeAll(peer, Array(second[1...]))
+        while got.all.count < 3 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
+        #expect(got.all.last == Self.acl(5))
+    }
+
+    /// The pause of two-byte waits while sending: a wait longer than the stall limit stops them for the pause, and
+    /// only then; shorter ones change nothing.
+    @Test func aStalledTwoByteWaitPausesThemForAWhile() {
+        var p = StreamConnection.SendLowWaterPause()
+        #expect(p.allows(now: 1_000))
+        p.afterWait(since: 1_000_000_000, now: 1_000_000_000 + p.stall)
+        #expect(p.allows(now: 1_000_000_000 + p.stall))
+        let end = 2_000_000_000 + p.stall + 1
+        p.afterWait(since: 2_000_000_000, now: end)
+        #expect(!p.allows(now: end))
+        #expect(!p.allows(now: end + p.pause - 1))
+        #expect(p.allows(now: end + p.pause))
+    }
+
     /// The bulk rule, read by read: a receiver that returns credits now and then (a write after many
     /// answerless reads) stays in bulk mode; a write that answers reads (fewer than 16 since the last write)
     /// ends it, and a connection that answers every read never enters it.
