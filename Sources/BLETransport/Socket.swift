@@ -41,18 +41,18 @@
 // side) at the same throughput. The 1 MB L2CAP echo through Bumble that once timed out with them on is bound
 // by rootcanal's and Bumble's processor time (about 9 of its 11 CPU seconds): on a loaded machine it is slow
 // either way, and no slower with them (see issue 23's notes).
-// Two-byte waits while sending: while the host holds packets that wait for controller buffers, and the controller owes
-// no completion for what we wrote before our last write, a wait for the next read needs two bytes. rootcanal begins
-// each connection event's completions with a lone H4 indicator and sends the rest 0.4 ms later by itself; the
-// sender woke for that byte, then again for the rest (about 2 wake-ups per event). It owes nothing then: everything
-// written before our last write completed, and what that write carried is on the air no sooner than this event.
-// But while a completion of an earlier write may still trickle in (the controller was still answering the event when
-// we wrote), the mark stays at one byte: that lone indicator needs our ACK at once (the half-millisecond rule above),
-// or its rest waits for the next event and the buffer it frees misses this one (2 % slower without this condition). The host says what
-// it has sent and what the controller is done with (`HCITransportSink.aclPacketTally`). A two-byte wait over 20 ms
-// (a controller that holds the rest until our ACK) stops them for 5 s. Over rootcanal, 1 MB of L2CAP: the sender's
-// wake-ups 4,200 → 3,300 per MB, its processor time 2 % and 11 % less (medians of two series of 12 and 10
-// interleaved pairs), the same throughput.
+// Two-byte waits while sending: while the host holds packets that wait for controller buffers, and the controller
+// owes no completion for what we wrote before our last write, a wait for the next read needs two bytes. rootcanal
+// begins each connection event's completions with a lone H4 indicator and sends the rest 0.4 ms later by itself;
+// the sender woke for that byte, then again for the rest (about 2 wake-ups per event). It owes nothing then:
+// everything written before our last write completed, and what that write carried is on the air no sooner than
+// this event. But while a completion of an earlier write may still trickle in (the controller was still answering
+// the event when we wrote), the mark stays at one byte: that lone indicator needs our ACK at once (the
+// half-millisecond rule above), or its rest waits for the next event and the buffer it frees misses this one (2 %
+// slower without this condition). The host says what it has sent and what the controller is done with
+// (`HCITransportSink.aclPacketTally`). A two-byte wait over 20 ms (a controller that holds the rest until our ACK)
+// stops them for 5 s. Over rootcanal, 1 MB of L2CAP: the sender's wake-ups 4,200 → 3,300 per MB, its processor time
+// 2 % and 11 % less (medians of two series of 12 and 10 interleaved pairs), the same throughput.
 // OCB_TCP_SEND_LOWAT=0 turns this off.
 // OCB_TCP_QUICKACK=0 turns quick ACKs off, =always re-arms after every read that wrote nothing.
 #if canImport(Glibc)
@@ -473,8 +473,8 @@ public final class StreamConnection: @unchecked Sendable {
     /// The sending side's two-byte waits stop for a while after one that took too long: the controller may hold the
     /// rest of a packet until our ACK, which a wait for two bytes never sends (reader-thread state).
     struct SendLowWaterPause: Sendable {
-        /// A two-byte wait longer than this, in nanoseconds, is taken for such a stall (a connection event or a
-        /// few last less).
+        /// A two-byte wait longer than this, in nanoseconds, is taken for such a stall (the waits between the
+        /// connection events of a transfer are shorter).
         var stall: UInt64 = 20_000_000
         /// Lone bytes then wake the reader for this long.
         var pause: UInt64 = 5_000_000_000
