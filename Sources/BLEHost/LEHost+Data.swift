@@ -304,8 +304,7 @@ extension LEHost {
     func sendACL(_ packet: HCIPacket, handle: UInt16) {
         if aclCredits > 0 && aclWaiting.isEmpty {
             aclCredits -= 1
-            aclInFlight.sent(on: handle)
-            aclSent(1)
+            aclSent(1, on: handle)
             transport.send(packet)
             if recyclesSentPackets { fragmentPool.recycle(packet.bytes) }
         } else {
@@ -380,8 +379,7 @@ extension LEHost {
     func enqueueACL(_ packet: HCIPacket, handle: UInt16, into batch: inout [HCIPacket]) {
         if aclCredits > 0 && aclWaiting.isEmpty {
             aclCredits -= 1
-            aclInFlight.sent(on: handle)
-            aclSent(1)
+            aclSent(1, on: handle)
             batch.append(packet)
         } else {
             if aclWaiting.isEmpty { transport.hostBacklogChanged(true) }
@@ -475,8 +473,7 @@ extension LEHost {
             }
             aclCredits -= n
             aclWaitingPackets -= n
-            aclInFlight.sent(n, on: handle)
-            aclSent(n)
+            aclSent(n, on: handle)
         }
     }
 
@@ -491,14 +488,16 @@ extension LEHost {
         aclCredits += aclInFlight.completed(count, on: handle)
         publishACLTally()
     }
-    /// `n` more ACL packets handed to the transport (what is done does not change: they are in flight).
-    @inline(__always) func aclSent(_ n: Int) {
+    /// `n` more ACL packets of `handle` handed to the transport: in flight, and counted as sent in the tally (what
+    /// is done does not change).
+    @inline(__always) func aclSent(_ n: Int, on handle: UInt16) {
+        aclInFlight.sent(n, on: handle)
         aclSentTotal &+= n
         aclTallySent.store(aclSentTotal, ordering: .relaxed)
     }
-    /// Publishes the tally after packets in flight were completed or dropped (`aclPacketTally`).
+    /// Publishes what is done after packets in flight were completed or dropped (`aclPacketTally`; `aclSent` keeps
+    /// the sent count current).
     func publishACLTally() {
-        aclTallySent.store(aclSentTotal, ordering: .relaxed)
         aclTallyDone.store(aclSentTotal &- aclInFlight.total, ordering: .relaxed)
     }
 

@@ -280,15 +280,19 @@ public final class StreamConnection: @unchecked Sendable {
                 // wakes no one while ACKs are delayed (bulk reception), nor while sending (`sendLowWater`). Unless
                 // one byte is all a packet lacks.
                 var lowWater: Int32 = 1
-                var twoForSending = false
+                // When a two-byte wait while sending began (0: this wait is not one).
+                var twoForSendingSince: UInt64 = 0
                 if isTCP && framer.missingCount >= 2 {
                     if bulk.delaying && policy.waitsForTwoBytes {
                         lowWater = 2
                     } else if sendLowWater, let tally = mergeSink?.aclPacketTally {
                         let (backlog, before) = writeLock.withLock { ($0.hostBacklog, $0.sentBeforeLastWrite) }
-                        if backlog && tally.done >= before && sendRule.allows(now: DispatchTime.now().uptimeNanoseconds) {
-                            lowWater = 2
-                            twoForSending = true
+                        if backlog && tally.done >= before {
+                            let now = DispatchTime.now().uptimeNanoseconds
+                            if sendRule.allows(now: now) {
+                                lowWater = 2
+                                twoForSendingSince = now
+                            }
                         }
                     }
                 }
@@ -297,10 +301,11 @@ public final class StreamConnection: @unchecked Sendable {
                     socketLowWater = lowWater
                     readStatistics.withLock { $0.other += 1 }
                 }
-                let began = twoForSending ? DispatchTime.now().uptimeNanoseconds : 0
                 n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                 stats.reads += 1
-                if twoForSending { sendRule.afterWait(since: began, now: DispatchTime.now().uptimeNanoseconds) }
+                if twoForSendingSince != 0 {
+                    sendRule.afterWait(since: twoForSendingSince, now: DispatchTime.now().uptimeNanoseconds)
+                }
                 if n < 0 {
                     if errno == EINTR { continue }
                     return isClosed ? nil : TransportError.io(String(cString: strerror(errno)))
