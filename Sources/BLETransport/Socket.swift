@@ -30,7 +30,10 @@
 //   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it,
 //   except a sparse write (after 16 answerless reads or more, as an L2CAP receiver returns credits): it
 //   carries an ACK itself and answers nothing the peer waits for.
-//   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`).
+//   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`). During a run each wait needs two bytes (OCB_TCP_BULK_LOWAT=0: one) and
+//   first yields the processor (sched_yield): a controller feeding us from the same processor writes on, and what
+//   it wrote is read without a sleep and a wake-up (over rootcanal, the receiver's processor time 10-20 % less in
+//   interleaved pairs; OCB_TCP_BULK_YIELD=0 turns it off).
 // Answers after draining (every socket, TCP or UNIX): while the host holds packets waiting for controller buffers,
 // the answer the host writes to a read is held until the reader has read, without waiting, what else the socket
 // holds (`drainsBeforeAnswering`; OCB_STREAM_DRAIN=0 turns it off), or until one such read found something
@@ -301,6 +304,13 @@ public final class StreamConnection: @unchecked Sendable {
                     socketLowWater = lowWater
                     readStatistics.withLock { $0.other += 1 }
                 }
+                // While it only listens, the reader lets whatever else is runnable on its processor go first: the
+                // peer feeding it (a controller on the same processor) writes on, and what it wrote is read without
+                // the reader going to sleep and being woken for it.
+                if bulk.delaying && policy.yieldsBeforeWaiting {
+                    sched_yield()
+                    readStatistics.withLock { $0.other += 1 }
+                }
                 n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                 stats.reads += 1
                 if twoForSendingSince != 0 {
@@ -424,6 +434,8 @@ public final class StreamConnection: @unchecked Sendable {
             var sparseWriteReads = BulkReception.sparseWriteReads
             /// During a run, a read waits for two bytes at least (OCB_TCP_BULK_LOWAT=0 turns it off).
             var waitsForTwoBytes = ProcessInfo.processInfo.environment["OCB_TCP_BULK_LOWAT"] != "0"
+            /// During a run, the reader yields the processor before each wait (OCB_TCP_BULK_YIELD=0 turns it off).
+            var yieldsBeforeWaiting = ProcessInfo.processInfo.environment["OCB_TCP_BULK_YIELD"] != "0"
         }
 
         mutating func afterRead(wroteSinceLastRead: Bool, hostBacklog: Bool, fd: Int32, policy: Policy) -> Bool {

@@ -541,8 +541,10 @@ import BLEHCI
         defer { link.close() }
         let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
-        // Thresholds in time that a loaded machine cannot miss: the run is counted in reads here.
+        // Thresholds in time that a loaded machine cannot miss: the run is counted in reads here. (The yields
+        // before its waits are counted in `bulkReceptionYieldsBeforeEachWait`.)
         ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
+        ours.bulkPolicy.yieldsBeforeWaiting = false
         let got = Batches()
         ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         // A stream of packets we do not answer, each in a read of its own: after a run of them the reader
@@ -572,6 +574,51 @@ import BLEHCI
         while got.all.count < sent + 2 && Date() < deadline { try await pause(nanoseconds: 1_000_000) }
         try await pause(nanoseconds: 20_000_000)
         #expect(ours.statistics.other == sparse + 2)
+    }
+
+    /// During bulk reception the reader yields the processor before each wait (one sched_yield per read): a peer
+    /// that feeds it from the same processor writes on, and its data is read without a sleep and a wake-up. Not
+    /// outside a run, and not with OCB_TCP_BULK_YIELD=0 (`yieldsBeforeWaiting` false).
+    @Test(arguments: [true, false]) func bulkReceptionYieldsBeforeEachWait(yields: Bool) async throws {
+        let link = try await Self.loopbackConnection(label: "yield")
+        defer { link.close() }
+        let (ours, peer) = (link.ours, link.peer)
+        let deadline = Date().addingTimeInterval(120)
+        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
+        ours.bulkPolicy.yieldsBeforeWaiting = yields
+        let got = Batches()
+        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        var sent = 0
+        func send(_ count: Int) async throws {
+            for _ in 0..<count {
+                writeAll(peer, Self.acl(sent % 50).h4Bytes)
+                sent += 1
+                while got.all.count < sent && Date() < deadline { try await pause(nanoseconds: 100_000) }
+            }
+            // The reader is back in its wait (or about to be): its calls for this read are counted.
+            try await pause(nanoseconds: 10_000_000)
+        }
+        let run = StreamConnection.BulkReception.runLength
+        try await send(run)
+        // In the run: each of these reads waited after one yield. (Delayed ACKs are re-entered every 20 ms: at
+        // most one such call per 20 ms elapsed comes on top.)
+        let before = ours.statistics.other
+        let began = Date()
+        try await send(8)
+        let reentries = Int(Date().timeIntervalSince(began) / 0.020) + 1
+        let inRun = ours.statistics.other - before
+        #expect(inRun >= (yields ? 8 : 0) && inRun <= (yields ? 8 : 0) + reentries)
+        #expect(ours.statistics.reads == sent)
+        // A sparse write keeps the run, a write right after a read ends it: the waits after that yield no more.
+        #expect(ours.write(packet: Self.event))
+        try await send(1)
+        #expect(ours.write(packet: Self.event))
+        try await send(1)
+        let ended = ours.statistics.other
+        try await send(8)
+        // Outside a run: at most the quick-ACK re-arm and a low-water change, never a yield per read.
+        #expect(ours.statistics.other - ended <= 2)
+        #expect(got.all.count == sent)
     }
 
     /// During bulk reception a lone H4 indicator (controllers write it apart from the rest) wakes no read: the
