@@ -30,10 +30,10 @@
 //   segment — one read for many packets instead of one or two per packet. A write or a 250 ms pause ends it,
 //   except a sparse write (after 16 answerless reads or more, as an L2CAP receiver returns credits): it
 //   carries an ACK itself and answers nothing the peer waits for.
-//   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`). During a run each wait needs two bytes (OCB_TCP_BULK_LOWAT=0: one) and
-//   first yields the processor (sched_yield): a controller feeding us from the same processor writes on, and what
-//   it wrote is read without a sleep and a wake-up (over rootcanal, the receiver's processor time 10-20 % less in
-//   interleaved pairs; OCB_TCP_BULK_YIELD=0 turns it off).
+//   OCB_TCP_BULK_ACKS=0 turns this off (see `bulkPolicy`). During a run each wait needs two bytes
+//   (OCB_TCP_BULK_LOWAT=0: one) and first yields the processor (sched_yield): a controller feeding us from the
+//   same processor writes on, and what it wrote is read without a sleep and a wake-up (over rootcanal, the
+//   receiver's processor time 10-20 % less in interleaved pairs; OCB_TCP_BULK_YIELD=0 turns it off).
 // Answers after draining (every socket, TCP or UNIX): while the host holds packets waiting for controller buffers,
 // the answer the host writes to a read is held until the reader has read, without waiting, what else the socket
 // holds (`drainsBeforeAnswering`; OCB_STREAM_DRAIN=0 turns it off), or until one such read found something
