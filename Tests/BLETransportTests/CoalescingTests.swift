@@ -426,6 +426,20 @@ import BLEHCI
         return Loopback(listener: listener, ours: ours, peer: peer)
     }
 
+    /// A loopback connection started for a bulk-reception test: thresholds in time that a loaded machine cannot miss
+    /// (runs are counted in reads), `adjust` for the rest of the policy, every packet collected in `got`.
+    static func bulkLink(
+        label: String, _ adjust: (inout StreamConnection.BulkReception.Policy) -> Void
+    ) async throws -> (link: Loopback, got: Batches) {
+        let link = try await loopbackConnection(label: label)
+        var policy = StreamConnection.BulkReception.Policy(enabled: true, runWindow: .max, pause: .max, quiet: 0)
+        adjust(&policy)
+        link.ours.bulkPolicy = policy
+        let got = Batches()
+        link.ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
+        return (link, got)
+    }
+
     /// The port of a TCP socket's own end, or of its peer's.
     static func port(of fd: Int32, peer: Bool) -> UInt16 {
         var addr = sockaddr_in()
@@ -537,16 +551,11 @@ import BLEHCI
     }
 
     @Test func bulkReceptionDelaysAcksUntilAnAnswer() async throws {
-        let link = try await Self.loopbackConnection(label: "bulk")
+        // (The yields before the run's waits are counted in `bulkReceptionYieldsBeforeEachWait`.)
+        let (link, got) = try await Self.bulkLink(label: "bulk") { $0.yieldsBeforeWaiting = false }
         defer { link.close() }
         let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
-        // Thresholds in time that a loaded machine cannot miss: the run is counted in reads here. (The yields
-        // before its waits are counted in `bulkReceptionYieldsBeforeEachWait`.)
-        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
-        ours.bulkPolicy.yieldsBeforeWaiting = false
-        let got = Batches()
-        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         // A stream of packets we do not answer, each in a read of its own: after a run of them the reader
         // switches ACKs to delayed (one setsockopt), and keeps every packet coming.
         let run = StreamConnection.BulkReception.runLength
@@ -580,14 +589,10 @@ import BLEHCI
     /// that feeds it from the same processor writes on, and its data is read without a sleep and a wake-up. Not
     /// outside a run, and not with OCB_TCP_BULK_YIELD=0 (`yieldsBeforeWaiting` false).
     @Test(arguments: [true, false]) func bulkReceptionYieldsBeforeEachWait(yields: Bool) async throws {
-        let link = try await Self.loopbackConnection(label: "yield")
+        let (link, got) = try await Self.bulkLink(label: "yield") { $0.yieldsBeforeWaiting = yields }
         defer { link.close() }
         let (ours, peer) = (link.ours, link.peer)
         let deadline = Date().addingTimeInterval(120)
-        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
-        ours.bulkPolicy.yieldsBeforeWaiting = yields
-        let got = Batches()
-        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         var sent = 0
         func send(_ count: Int) async throws {
             for _ in 0..<count {
@@ -625,15 +630,11 @@ import BLEHCI
     /// socket's low-water mark is two bytes. Not when one byte ends a packet: that byte is read as it comes.
     /// OCB_TCP_BULK_LOWAT=0 (`waitsForTwoBytes` false) reads the lone byte.
     @Test(arguments: [true, false]) func bulkReceptionDoesNotWakeForALoneByte(waits: Bool) async throws {
-        let link = try await Self.loopbackConnection(label: "lowat")
+        let (link, got) = try await Self.bulkLink(label: "lowat") { $0.waitsForTwoBytes = waits }
         defer { link.close() }
         let (ours, peer) = (link.ours, link.peer)
         StreamConnection.setNoDelay(peer)
         let deadline = Date().addingTimeInterval(120)
-        ours.bulkPolicy = .init(enabled: true, runWindow: .max, pause: .max, quiet: 0)
-        ours.bulkPolicy.waitsForTwoBytes = waits
-        let got = Batches()
-        ours.start(onPackets: { ps in got.lock.withLock { got.batches.append(ps) } }, onClose: { _ in })
         var sent = 0
         for _ in 0..<(StreamConnection.BulkReception.runLength + 2) {
             writeAll(peer, Self.acl(sent % 50).h4Bytes)
