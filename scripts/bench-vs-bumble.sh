@@ -63,12 +63,13 @@ want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 G="--att-mtu 247 -s 244 -c $COUNT"
 REPEAT=${REPEAT:-1}
 export REPEAT
-for r in $(seq "$REPEAT"); do
-# Each pair of one repetition: Bumble's first in odd ones, ours first in even ones (see the header).
+# pair NAME BUMBLE-SERVER BUMBLE-CLIENT OUR-SERVER OUR-CLIENT, in repetition $r: Bumble's first in odd repetitions,
+# ours first in even ones (see the header).
 pair() {
   if [ $((r % 2)) = 1 ]; then run "bb-$1-$r" "$2" "$3"; run "oo-$1-$r" "$4" "$5"
   else run "oo-$1-$r" "$4" "$5"; run "bb-$1-$r" "$2" "$3"; fi
 }
+for r in $(seq "$REPEAT"); do
 if want gatt; then
 pair gatt "$BB --mode gatt-server --scenario receive peripheral \$BLE_TRANSPORT" "$BB --mode gatt-client --scenario send $G central \$BLE_TRANSPORT" \
   "$BLE bench --role peripheral --scenario receive --size 244" "$BLE bench --role central --scenario send --size 244 --count $COUNT"

@@ -288,9 +288,10 @@ public final class StreamConnection: @unchecked Sendable {
                 if isTCP && framer.missingCount >= 2 {
                     if bulk.delaying && policy.waitsForTwoBytes {
                         lowWater = 2
-                    } else if sendLowWater, let tally = mergeSink?.aclPacketTally {
+                    } else if sendLowWater {
+                        // The tally only for a host with a backlog (a receiver's reads skip the sink's weak load).
                         let (backlog, before) = writeLock.withLock { ($0.hostBacklog, $0.sentBeforeLastWrite) }
-                        if backlog && tally.done >= before {
+                        if backlog, let tally = mergeSink?.aclPacketTally, tally.done >= before {
                             let now = DispatchTime.now().uptimeNanoseconds
                             if sendRule.allows(now: now) {
                                 lowWater = 2
